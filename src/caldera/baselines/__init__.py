@@ -1,0 +1,1 @@
+"""Baseline policies registered beside caldera (BASELINES.md)."""

@@ -1,0 +1,1 @@
+"""Benchmarks behind `caldera bench …` (figures go to docs/benchmarks.md)."""

@@ -1,0 +1,205 @@
+"""`caldera bench cycle`: time full scheduling cycles on a large synthetic snapshot.
+
+The snapshot is seeded and realistic rather than kind: a topology of 8-node tier-1 domains,
+four team queues, running jobs packed the way a busy cluster looks (single GPUs to 4×8 gangs,
+so free room is fragmented) and a deep pending backlog of every type and shape, including
+hard-topology gangs and GPU shares. Every cycle runs on the same snapshot, which the cycle
+leaves unchanged, so each timing is a full cold decision.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from caldera.core import JobView, PolicyConfig, Room, Snapshot, run
+from caldera.core.placement import place_job
+from caldera.metrics_util import percentile
+from caldera.model import (
+    Checkpointing,
+    JobSpec,
+    JobState,
+    JobType,
+    NodeGroup,
+    Queue,
+    Resources,
+    TopologyMode,
+    TopologySpec,
+    expand_node_groups,
+)
+
+__all__ = ["CycleBenchResult", "build_snapshot", "bench_cycle"]
+
+_QUEUES = ("research", "prod", "vision", "speech")
+# (weight, type, tasks, gpus per task in milli, topology tier or 0)
+_SHAPES: tuple[tuple[int, JobType, int, int, int], ...] = (
+    (30, JobType.NORMAL, 1, 1000, 0),
+    (15, JobType.NORMAL, 1, 2000, 0),
+    (10, JobType.NORMAL, 1, 4000, 0),
+    (12, JobType.NORMAL, 1, 8000, 0),
+    (8, JobType.DEBUG, 1, 500, 0),
+    (5, JobType.DEBUG, 1, 1000, 0),
+    (6, JobType.NORMAL, 2, 8000, 1),
+    (4, JobType.LARGE, 4, 8000, 1),
+    (2, JobType.LARGE, 8, 8000, 2),
+    (3, JobType.CRITICAL, 1, 1000, 0),
+)
+
+
+# What is already running on a busy cluster: mostly small jobs, some gangs (mean ~2 GPUs).
+_RUNNING_SHAPES: tuple[tuple[int, JobType, int, int, int], ...] = (
+    (55, JobType.NORMAL, 1, 1000, 0),
+    (15, JobType.NORMAL, 1, 2000, 0),
+    (8, JobType.DEBUG, 1, 500, 0),
+    (8, JobType.DEBUG, 1, 1000, 0),
+    (8, JobType.NORMAL, 1, 4000, 0),
+    (3, JobType.NORMAL, 1, 8000, 0),
+    (2, JobType.LARGE, 2, 8000, 1),
+    (1, JobType.CRITICAL, 1, 1000, 0),
+)
+
+
+def _spec(
+    rng: random.Random,
+    i: int,
+    submit: float,
+    shapes: tuple[tuple[int, JobType, int, int, int], ...] = _SHAPES,
+) -> JobSpec:
+    weights = [s[0] for s in shapes]
+    _, job_type, tasks, gpu, tier = rng.choices(shapes, weights)[0]
+    topology = TopologySpec(TopologyMode.HARD, tier) if tier else None
+    return JobSpec(
+        id=f"job-{i:06d}",
+        name=f"job-{i:06d}",
+        queue=rng.choice(_QUEUES),
+        type=job_type,
+        submit=submit,
+        tasks=tasks,
+        gpu=gpu,
+        checkpoint=Checkpointing(3600.0, rng.choice((30.0, 60.0, 300.0)), True),
+        expected_duration=rng.choice((None, 3600.0, 36000.0)),
+        topology=topology,
+    )
+
+
+def build_snapshot(
+    nodes: int, gpus_per_node: int, pending: int, running: int, seed: int = 1
+) -> Snapshot:
+    rng = random.Random(seed)
+    cluster = expand_node_groups(
+        [
+            NodeGroup(
+                prefix="node",
+                count=nodes,
+                gpus=gpus_per_node,
+                gpu_model="H100",
+                nvlink_island=max(gpus_per_node // 2, 1) if gpus_per_node >= 8 else 0,
+                nodes_per_tier1=8,
+                tier1_per_tier2=8,
+            )
+        ]
+    )
+    total = nodes * gpus_per_node
+    queues = {
+        name: Queue(name=name, weight=1, deserved=Resources(gpu=total * 1000 // len(_QUEUES)))
+        for name in _QUEUES
+    }
+    now = 100_000.0
+    room = Room(cluster)
+    jobs: list[JobView] = []
+    placed = 0
+    i = 0
+    attempts = 0
+    while placed < running and attempts < running * 4:
+        attempts += 1
+        spec = _spec(rng, i, now - rng.uniform(600, 90_000), _RUNNING_SHAPES)
+        i += 1
+        placement = place_job(room, spec)
+        if placement is None:
+            continue
+        started = spec.submit + rng.uniform(0, 300)
+        jobs.append(
+            JobView(
+                spec=spec,
+                state=JobState.RUNNING,
+                placement=placement,
+                first_start=started,
+                running_since=started,
+            )
+        )
+        placed += 1
+    for _ in range(pending):
+        jobs.append(JobView(spec=_spec(rng, i, now - rng.uniform(0, 3600)), state=JobState.PENDING))
+        i += 1
+    return Snapshot(
+        now=now,
+        nodes=cluster,
+        queues=MappingProxyType(queues),
+        jobs=tuple(jobs),
+        config=PolicyConfig(),
+        room=room,
+    )
+
+
+@dataclass(frozen=True)
+class CycleBenchResult:
+    nodes: int
+    gpus: int
+    pending: int
+    running: int
+    cycles: int
+    samples_ms: tuple[float, ...]
+    starts: int
+    evictions: int
+
+    def as_dict(self) -> dict[str, Any]:
+        ordered = sorted(self.samples_ms)
+        return {
+            "nodes": self.nodes,
+            "gpus": self.gpus,
+            "pending": self.pending,
+            "running": self.running,
+            "cycles": self.cycles,
+            "p50_ms": round(percentile(ordered, 0.50), 3),
+            "p95_ms": round(percentile(ordered, 0.95), 3),
+            "min_ms": round(ordered[0], 3),
+            "max_ms": round(ordered[-1], 3),
+            "starts_per_cycle": self.starts,
+            "evictions_per_cycle": self.evictions,
+        }
+
+
+def bench_cycle(
+    nodes: int,
+    gpus_per_node: int,
+    pending: int,
+    running: int,
+    cycles: int = 20,
+    seed: int = 1,
+    tick: Callable[[], None] | None = None,
+) -> CycleBenchResult:
+    snapshot = build_snapshot(nodes, gpus_per_node, pending, running, seed)
+    run(snapshot)  # warm-up: imports, caches
+    samples: list[float] = []
+    decisions = None
+    for _ in range(cycles):
+        began = time.perf_counter()
+        decisions = run(snapshot)
+        samples.append((time.perf_counter() - began) * 1000)
+        if tick is not None:
+            tick()
+    assert decisions is not None
+    return CycleBenchResult(
+        nodes=nodes,
+        gpus=nodes * gpus_per_node,
+        pending=pending,
+        running=sum(1 for j in snapshot.jobs if j.state is JobState.RUNNING),
+        cycles=cycles,
+        samples_ms=tuple(samples),
+        starts=len(decisions.starts),
+        evictions=len(decisions.evictions),
+    )

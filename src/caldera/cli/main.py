@@ -1,0 +1,24 @@
+"""Entry point of the `caldera` command. Each command group lives in its own module."""
+
+from __future__ import annotations
+
+import typer
+
+from caldera.cli import simulate
+from caldera.cli.bench import bench_app
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="caldera",
+    help="caldera: a GPU-cluster scheduler — simulate, compare, serve.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+simulate.register(app)
+app.add_typer(bench_app, name="bench")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,51 @@
+"""The pure decision core: snapshot in, decisions out (DESIGN §1, §3, §4)."""
+
+from caldera.core.admission import Admission, admit, could_ever_fit
+from caldera.core.config import DEFAULT_SLO, PolicyConfig
+from caldera.core.cycle import CALDERA, run
+from caldera.core.decisions import (
+    Decisions,
+    Evict,
+    EvictReason,
+    Hold,
+    Nominate,
+    Release,
+    Start,
+    ThrottleOff,
+    ThrottleOn,
+)
+from caldera.core.policy import Policy, get_policy, policy_names, register_policy
+from caldera.core.room import CapacityError, Room, TaskPlacement
+from caldera.core.snapshot import JobView, Nomination, Snapshot, Throttle
+from caldera.core.weight import effective_weight
+
+__all__ = [
+    "CALDERA",
+    "DEFAULT_SLO",
+    "Admission",
+    "CapacityError",
+    "Decisions",
+    "Evict",
+    "EvictReason",
+    "Hold",
+    "JobView",
+    "Nominate",
+    "Nomination",
+    "Policy",
+    "PolicyConfig",
+    "Release",
+    "Room",
+    "Snapshot",
+    "Start",
+    "TaskPlacement",
+    "Throttle",
+    "ThrottleOff",
+    "ThrottleOn",
+    "admit",
+    "could_ever_fit",
+    "effective_weight",
+    "get_policy",
+    "policy_names",
+    "register_policy",
+    "run",
+]

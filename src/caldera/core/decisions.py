@@ -1,0 +1,110 @@
+"""What a cycle decides. Runtimes apply these; nothing else changes the world.
+
+All frozen: a runtime may log, persist or replay them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from caldera.core.room import TaskPlacement
+from caldera.core.snapshot import Nomination
+
+__all__ = [
+    "Decisions",
+    "Evict",
+    "EvictReason",
+    "Hold",
+    "Nominate",
+    "Release",
+    "Start",
+    "ThrottleOff",
+    "ThrottleOn",
+]
+
+
+class EvictReason(str, Enum):
+    PREEMPT = "preempt"  # same queue, higher priority
+    RECLAIM = "reclaim"  # another queue takes back what it deserves
+    CANCEL = "cancel"
+    WINDOW = "window"  # the queue's time window closed
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Run `placement` for `job`. `grow`: extra tasks of a job already running."""
+
+    job: str
+    placement: tuple[TaskPlacement, ...]
+    grow: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Evict:
+    """Signal a running job (or some of its tasks) to give way.
+
+    `tasks` are indexes into the job's running placement; empty means every task, and the
+    job is requeued once its room is released.
+    """
+
+    job: str
+    reason: EvictReason
+    preemptor: str | None = None
+    tasks: tuple[int, ...] = ()
+    gpu: int = 0  # milli-GPUs this eviction frees
+
+
+@dataclass(frozen=True, slots=True)
+class Nominate:
+    """Reserve room for a preemptor (or drop its reservation when `nomination` is None)."""
+
+    job: str
+    nomination: Nomination | None
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    job: str
+    reason: str  # "window" | "throttle"
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    job: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleOn:
+    queue: str
+    job: str
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleOff:
+    queue: str
+    reason: str  # "started" | "timeout" | "gone"
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    starts: tuple[Start, ...] = ()
+    evictions: tuple[Evict, ...] = ()
+    nominations: tuple[Nominate, ...] = ()
+    holds: tuple[Hold, ...] = ()
+    releases: tuple[Release, ...] = ()
+    throttles: tuple[ThrottleOn | ThrottleOff, ...] = ()
+    wakeup: float | None = None  # the next time the cycle must run even if nothing happens
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.starts
+            or self.evictions
+            or self.nominations
+            or self.holds
+            or self.releases
+            or self.throttles
+        )

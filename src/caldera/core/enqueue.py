@@ -1,0 +1,46 @@
+"""Phase 1, enqueue: which jobs may be scheduled this cycle.
+
+May: admit Pending jobs of Open/Closing queues that are inside their time window; hold Pending
+jobs whose window closed and release window-held jobs whose window opened; evict running jobs
+of a queue whose window closed (gracefully, never critical or protected work).
+May not: place anything, or touch a Closed queue's pending jobs (they wait) or running jobs.
+"""
+
+from __future__ import annotations
+
+from caldera.core.context import CycleContext
+from caldera.core.decisions import Evict, EvictReason, Hold, Release
+from caldera.core.victims import is_protected
+from caldera.model import JobState, QueueState
+
+__all__ = ["enqueue"]
+
+
+def enqueue(cycle: CycleContext) -> None:
+    now = cycle.now
+    queues = cycle.snapshot.queues
+    for queue in queues.values():
+        edge = queue.next_window_edge(now)
+        if edge is not None:
+            cycle.wakeups.append(edge)
+    for job in cycle.snapshot.jobs:
+        queue = queues.get(job.spec.queue)
+        if queue is None:
+            continue
+        in_window = queue.in_window(now)
+        if job.state is JobState.HELD:
+            if job.hold_reason == "window" and in_window:
+                cycle.releases.append(Release(job.id, "window"))
+        elif job.state is JobState.PENDING:
+            if queue.state is QueueState.CLOSED:
+                continue
+            if not in_window:
+                if job.nomination is None:
+                    cycle.holds.append(Hold(job.id, "window"))
+                continue
+            if not job.spec.gang_request.fits_in(queue.capability):
+                continue
+            cycle.eligible.append(job)
+        elif job.state is JobState.RUNNING and not in_window and not is_protected(job):
+            gpu = job.spec.gpu * len(job.placement)
+            cycle.evict(Evict(job.id, EvictReason.WINDOW, None, (), gpu), job)

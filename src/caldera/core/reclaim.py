@@ -1,0 +1,60 @@
+"""Phase 4, reclaim: across queues, take back lent room for a queue below its deserved share.
+
+May: evict jobs of other queues that are reclaimable and hold more than they deserve, under
+the same victim rules as preempt, and only while the preemptor's queue stays within its
+deserved share. May not: take from a queue marked `reclaimable: false`, push any queue below
+its deserved share or its guarantee, or take more than the preemptor needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from caldera.core.context import CycleContext
+from caldera.core.decisions import EvictReason
+from caldera.core.eviction import give_way
+from caldera.core.snapshot import JobView
+from caldera.core.victims import Unit
+
+__all__ = ["reclaim"]
+
+
+def reclaim(cycle: CycleContext) -> None:
+    usage = cycle.usage
+
+    def floor(queue: str) -> int:
+        entry = usage[queue]
+        guarantee = entry.queue.guarantee.gpu if entry.queue.guarantee else 0
+        return max(entry.deserved.gpu, guarantee)
+
+    def kept(queue: str) -> int:
+        """GPUs the queue keeps once what is already leaving has left."""
+        entry = usage[queue]
+        return entry.allocated.gpu - entry.releasing
+
+    def lender(preemptor: JobView) -> bool:
+        entry = usage.get(preemptor.spec.queue)
+        if entry is None:
+            return False
+        return kept(preemptor.spec.queue) + preemptor.spec.gang_request.gpu <= floor(
+            preemptor.spec.queue
+        )
+
+    def borrowers(preemptor: JobView, by_queue: dict[str, list[JobView]]) -> list[JobView]:
+        """Running jobs of other queues that are reclaimable and hold more than their floor."""
+        return [
+            victim
+            for queue, victims in by_queue.items()
+            if queue != preemptor.spec.queue
+            and queue in usage
+            and usage[queue].queue.reclaimable
+            and kept(queue) > floor(queue)
+            for victim in victims
+        ]
+
+    def stays_above_floor(preemptor: JobView, unit: Unit, chosen: Sequence[Unit]) -> bool:
+        queue = unit.job.spec.queue
+        taken = sum(c.gpu for c in chosen if c.job.spec.queue == queue) + unit.gpu
+        return kept(queue) - taken >= floor(queue)
+
+    give_way(cycle, EvictReason.RECLAIM, borrowers, stays_above_floor, lender)

@@ -1,0 +1,187 @@
+"""The free-room index: what every node, NVLink island and topology domain has left.
+
+The cycle asks "where does this task fit?" tens of thousands of times, so free room is kept
+in indexes that answer fast: per node the free milli-GPUs of each device, CPU and memory;
+nodes bucketed by how many whole free GPUs they have (per GPU model), and whole free GPUs
+counted per tier-1 and tier-2 domain.
+
+Every change can be journaled. `scratch()` opens a journal and rolls all changes back on exit,
+which is how the cycle tries gangs and victim sets on a working copy and still leaves the
+snapshot as it found it (Volcano's Statement, Kueue's undo function).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from caldera.model import GPU_MILLI, Node
+
+__all__ = ["CapacityError", "Room", "TaskPlacement"]
+
+
+class CapacityError(RuntimeError):
+    """A change would put a node over capacity or below zero: a scheduler bug."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPlacement:
+    """Where one task runs: a node, the devices it uses there and how much of each.
+
+    `milli` is per device: 1000 for whole GPUs, less for a share of one device, 0 for a task
+    that uses no GPU.
+    """
+
+    node: int
+    devices: tuple[int, ...]
+    milli: int
+    cpu: int = 0
+    memory: int = 0
+
+    @property
+    def gpu(self) -> int:
+        return self.milli * len(self.devices)
+
+
+class Room:
+    """Free room with indexes and an undo journal. Mutated only through take/give."""
+
+    def __init__(self, nodes: tuple[Node, ...]) -> None:
+        self.nodes = nodes
+        self.free: list[list[int]] = [[GPU_MILLI] * n.gpus for n in nodes]
+        self.whole: list[int] = [n.gpus for n in nodes]
+        self.cpu: list[int] = [n.cpu for n in nodes]
+        self.memory: list[int] = [n.memory for n in nodes]
+        self.max_gpus = max((n.gpus for n in nodes), default=0)
+        self.models: tuple[str, ...] = tuple(sorted({n.gpu_model for n in nodes}))
+        # buckets[model][k]: nodes of that model with exactly k whole free GPUs (insertion
+        # ordered, so iteration is deterministic for a given history).
+        self.buckets: dict[str, list[dict[int, None]]] = {
+            m: [{} for _ in range(self.max_gpus + 1)] for m in self.models
+        }
+        # Nodes with at least one partly used device: where GPU shares binpack first.
+        self.partial: dict[str, dict[int, None]] = {m: {} for m in self.models}
+        self.tier1_nodes: dict[int, list[int]] = {}
+        self.tier2_nodes: dict[int, list[int]] = {}
+        self.tier1_whole: dict[int, int] = {}
+        self.tier2_whole: dict[int, int] = {}
+        self.model_whole: dict[str, int] = dict.fromkeys(self.models, 0)
+        self.capacity_gpus = sum(n.gpus for n in nodes)
+        for n in nodes:
+            self.buckets[n.gpu_model][n.gpus][n.index] = None
+            self.tier1_nodes.setdefault(n.tier1, []).append(n.index)
+            self.tier2_nodes.setdefault(n.tier2, []).append(n.index)
+            self.tier1_whole[n.tier1] = self.tier1_whole.get(n.tier1, 0) + n.gpus
+            self.tier2_whole[n.tier2] = self.tier2_whole.get(n.tier2, 0) + n.gpus
+            self.model_whole[n.gpu_model] += n.gpus
+        self._journal: list[tuple[TaskPlacement, int]] | None = None
+
+    # -- changes ----------------------------------------------------------------------------
+
+    def take(self, task: TaskPlacement) -> None:
+        """Mark the task's devices, CPU and memory as used."""
+        self._change(task, -1)
+
+    def give(self, task: TaskPlacement) -> None:
+        """Return the task's room."""
+        self._change(task, 1)
+
+    def _change(self, task: TaskPlacement, sign: int) -> None:
+        index = task.node
+        node = self.nodes[index]
+        free = self.free[index]
+        whole_before = self.whole[index]
+        whole = whole_before
+        delta = sign * task.milli
+        for device in task.devices:
+            before = free[device]
+            after = before + delta
+            if after < 0 or after > GPU_MILLI:
+                raise CapacityError(
+                    f"node {node.name} device {device}: {before} milli free, change {delta}"
+                )
+            free[device] = after
+            if before == GPU_MILLI:
+                whole -= 1
+            if after == GPU_MILLI:
+                whole += 1
+        cpu = self.cpu[index] + sign * task.cpu
+        memory = self.memory[index] + sign * task.memory
+        if cpu < 0 or memory < 0 or cpu > node.cpu or memory > node.memory:
+            raise CapacityError(f"node {node.name}: cpu/memory out of range")
+        self.cpu[index] = cpu
+        self.memory[index] = memory
+        if whole != whole_before:
+            buckets = self.buckets[node.gpu_model]
+            del buckets[whole_before][index]
+            buckets[whole][index] = None
+            self.whole[index] = whole
+            change = whole - whole_before
+            self.tier1_whole[node.tier1] += change
+            self.tier2_whole[node.tier2] += change
+            self.model_whole[node.gpu_model] += change
+        if 0 < task.milli < GPU_MILLI:
+            partial = self.partial[node.gpu_model]
+            if any(0 < f < GPU_MILLI for f in free):
+                partial[index] = None
+            else:
+                partial.pop(index, None)
+        if self._journal is not None:
+            self._journal.append((task, sign))
+
+    # -- what-if ----------------------------------------------------------------------------
+
+    def mark(self) -> int:
+        """A point to roll back to; only valid inside `scratch()`."""
+        if self._journal is None:
+            raise RuntimeError("Room.mark() outside scratch()")
+        return len(self._journal)
+
+    def rollback(self, mark: int) -> None:
+        """Undo every change made since `mark`, newest first."""
+        journal = self._journal
+        if journal is None:
+            raise RuntimeError("Room.rollback() outside scratch()")
+        self._journal = None
+        try:
+            while len(journal) > mark:
+                task, sign = journal.pop()
+                self._change(task, -sign)
+        finally:
+            self._journal = journal
+
+    @contextmanager
+    def scratch(self) -> Iterator[Room]:
+        """A working copy: every change inside is undone when the block exits."""
+        if self._journal is not None:
+            raise RuntimeError("Room.scratch() is not reentrant")
+        self._journal = []
+        try:
+            yield self
+        finally:
+            self.rollback(0)
+            self._journal = None
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def free_whole(self, models: frozenset[str] | None = None) -> int:
+        if models is None:
+            return sum(self.model_whole.values())
+        return sum(self.model_whole.get(m, 0) for m in models)
+
+    def free_milli(self, index: int) -> int:
+        return sum(self.free[index])
+
+    def fingerprint(self) -> tuple[object, ...]:
+        """Everything the room holds, for tests that check nothing changed."""
+        return (
+            tuple(tuple(f) for f in self.free),
+            tuple(self.cpu),
+            tuple(self.memory),
+            tuple(self.whole),
+            tuple(sorted(self.tier1_whole.items())),
+            tuple(sorted(self.tier2_whole.items())),
+            tuple((m, tuple(tuple(sorted(b)) for b in bs)) for m, bs in self.buckets.items()),
+            tuple((m, tuple(sorted(p))) for m, p in self.partial.items()),
+        )

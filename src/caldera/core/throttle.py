@@ -1,0 +1,60 @@
+"""Phase 6, throttle: the queue waiting mode that keeps freed room for a starving large job.
+
+When a large job's first allocation fails, its queue enters waiting mode: the platform layer
+holds new submissions below priority 800 to that queue (see `admission`). Waiting mode ends
+when the large job runs, when it is gone, or after `throttle_timeout`; the jobs held for it
+are then released in submission order.
+"""
+
+from __future__ import annotations
+
+from caldera.core.context import CycleContext
+from caldera.core.decisions import Release, ThrottleOff, ThrottleOn
+from caldera.model import JobState, JobType
+
+__all__ = ["throttle"]
+
+
+def throttle(cycle: CycleContext) -> None:
+    config = cycle.config
+    ending: list[str] = []
+    for queue, waiting in cycle.snapshot.throttles.items():
+        job = cycle.jobs.get(waiting.job)
+        reason = None
+        if job is None or job.state not in (JobState.PENDING, JobState.HELD):
+            reason = "gone" if job is None else "started"
+        elif waiting.job in cycle.started:
+            reason = "started"
+        elif cycle.now >= waiting.since + config.throttle_timeout:
+            reason = "timeout"
+        if reason is None:
+            cycle.wakeups.append(waiting.since + config.throttle_timeout)
+            continue
+        cycle.throttles.append(ThrottleOff(queue, reason))
+        ending.append(queue)
+    if ending:
+        held = sorted(
+            (
+                job
+                for job in cycle.snapshot.jobs
+                if job.state is JobState.HELD
+                and job.hold_reason == "throttle"
+                and job.spec.queue in ending
+            ),
+            key=lambda job: (job.spec.submit, job.id),
+        )
+        cycle.releases.extend(Release(job.id, "throttle") for job in held)
+    if not config.throttle:
+        return
+    waiting_queues = set(cycle.snapshot.throttles) - set(ending)
+    for job in cycle.unplaced:
+        queue = job.spec.queue
+        if (
+            job.spec.type is JobType.LARGE
+            and not job.throttled_once
+            and job.id not in cycle.started
+            and queue not in waiting_queues
+        ):
+            cycle.throttles.append(ThrottleOn(queue, job.id))
+            cycle.wakeups.append(cycle.now + config.throttle_timeout)
+            waiting_queues.add(queue)

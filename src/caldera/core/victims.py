@@ -1,0 +1,296 @@
+"""Victim selection (DESIGN §4.1): the fewest, cheapest victims that let a preemptor be placed.
+
+Candidates for a preemptor P are running jobs with base priority < P's and effective weight
+< P's, never protected, never critical (>= 1000), never conformance-protected, never evicted
+within the cooldown (unless P is critical). A victim gives up all its tasks, or — if it runs
+more than `min_available` — only the tasks above that; never a gang below its minimum.
+
+Order of victims (ties broken by the next criterion):
+  1. lowest effective weight;
+  2. least work lost (GPU-seconds since the last checkpoint that would survive);
+  3. most recently started;
+  4. job id (determinism).
+
+Search: for every candidate domain (each node for a single-task preemptor; each tier-N domain
+for a topology-constrained gang, plus the whole cluster unless the constraint is hard), add
+victims in that order on a working copy until P can actually be placed there, then drop every
+victim P can do without. The cheapest set over all domains wins:
+  (highest victim weight, number of victims, work lost, GPUs evicted, domain order).
+If no domain yields a set, nothing is evicted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from caldera.core.config import PolicyConfig
+from caldera.core.placement import place_job
+from caldera.core.room import Room, TaskPlacement
+from caldera.core.snapshot import JobView
+from caldera.core.weight import effective_weight
+from caldera.model import CRITICAL_PRIORITY, GPU_MILLI, JobSpec, TopologyMode
+
+__all__ = [
+    "Plan",
+    "Unit",
+    "VictimIndex",
+    "VictimKey",
+    "candidate_domains",
+    "expected_loss",
+    "find_plan",
+    "is_protected",
+    "victim_units",
+]
+
+VictimKey = tuple[float, float, float, str]
+
+
+def is_protected(job: JobView) -> bool:
+    """Never a victim: label protected, critical priority, or conformance-protected."""
+    spec = job.spec
+    return spec.protected or spec.priority >= CRITICAL_PRIORITY or spec.conformance_protected
+
+
+def expected_loss(
+    job: JobView, config: PolicyConfig, now: float, tasks: int | None = None
+) -> float:
+    """GPU-seconds of work an eviction would lose now (0 if an emergency checkpoint fits)."""
+    spec = job.spec
+    ckpt = spec.checkpoint
+    if config.emergency_checkpoint and ckpt.on_sigterm and ckpt.cost <= config.grace_period:
+        return 0.0
+    count = len(job.placement) if tasks is None else tasks
+    return spec.gpu * count / GPU_MILLI * (job.work_done(now) - job.saved_at(now))
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """What one victim gives up: all its tasks (`whole`) or those above `min_available`."""
+
+    job: JobView
+    tasks: tuple[int, ...]
+    whole: bool
+    weight: float
+    lost: float
+    key: VictimKey
+
+    @property
+    def gpu(self) -> int:
+        return self.job.spec.gpu * len(self.tasks)
+
+    @property
+    def placements(self) -> tuple[TaskPlacement, ...]:
+        return tuple(self.job.placement[i] for i in self.tasks)
+
+
+def victim_units(job: JobView, config: PolicyConfig, now: float) -> list[Unit]:
+    """The ways `job` can give way: extra tasks first (nothing lost), then the whole gang."""
+    weight = effective_weight(job, config, now)
+    since = job.running_since if job.running_since is not None else 0.0
+    running = len(job.placement)
+    units: list[Unit] = []
+    extra = running - job.spec.min_available
+    if extra > 0:
+        tasks = tuple(range(job.spec.min_available, running))
+        units.append(Unit(job, tasks, False, weight, 0.0, (weight, 0.0, -since, job.id + "#extra")))
+    lost = expected_loss(job, config, now)
+    units.append(Unit(job, tuple(range(running)), True, weight, lost, (weight, lost, -since, job.id)))
+    return units
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A feasible victim set and where the preemptor will run once they are gone."""
+
+    units: tuple[Unit, ...]
+    placement: tuple[TaskPlacement, ...]
+    cost: tuple[float, int, float, int, int]
+
+
+class VictimIndex:
+    """The eligible victim units of one preemptor group, by node, cheapest first.
+
+    Built once per cycle and group; units of jobs evicted meanwhile are skipped on reading.
+    """
+
+    def __init__(self, units: Sequence[Unit]) -> None:
+        self.units = sorted(units, key=lambda u: u.key)
+        self.by_node: dict[int, list[Unit]] = {}
+        for unit in self.units:
+            for node in dict.fromkeys(t.node for t in unit.placements):
+                self.by_node.setdefault(node, []).append(unit)
+
+    def on(self, nodes: Sequence[int] | None, gone: set[str]) -> list[Unit]:
+        """Live units touching `nodes` (None: all), cheapest first, each once."""
+        if nodes is None:
+            return [u for u in self.units if u.job.id not in gone]
+        if len(nodes) == 1:
+            return [u for u in self.by_node.get(nodes[0], ()) if u.job.id not in gone]
+        seen: dict[int, Unit] = {}
+        for node in nodes:
+            for unit in self.by_node.get(node, ()):
+                if unit.job.id not in gone:
+                    seen[id(unit)] = unit
+        return sorted(seen.values(), key=lambda u: u.key)
+
+
+def candidate_domains(
+    room: Room, spec: JobSpec, index: VictimIndex | None = None
+) -> list[Sequence[int] | None]:
+    """Node sets to try; None stands for the whole cluster (binpack order).
+
+    A single task needs one node: only nodes holding victims are worth trying. A gang with a
+    topology constraint needs one tier-N domain (or, if soft, the cluster as a last resort);
+    a gang without one may spread over the cluster.
+    """
+    if spec.tasks == 1:
+        models = spec.gpu_models
+        nodes = room.nodes
+        candidates = index.by_node if index is not None else range(len(nodes))
+        return [
+            (i,)
+            for i in sorted(candidates)
+            if nodes[i].gpus * GPU_MILLI >= spec.gpu and (models is None or nodes[i].gpu_model in models)
+        ]
+    topology = spec.topology
+    if topology is None:
+        return [None]
+    domains = room.tier1_nodes if topology.highest_tier <= 1 else room.tier2_nodes
+    found: list[Sequence[int] | None] = [
+        tuple(nodes)
+        for _, nodes in sorted(domains.items())
+        if index is None or any(n in index.by_node for n in nodes)
+    ]
+    if topology.mode is TopologyMode.SOFT:
+        found.append(None)
+    return found
+
+
+def _free_on(room: Room, spec: JobSpec, nodes: Sequence[int] | None) -> int:
+    models = spec.gpu_models
+    if nodes is None:
+        return room.free_whole(models) * GPU_MILLI
+    free = 0
+    for index in nodes:
+        if models is None or room.nodes[index].gpu_model in models:
+            free += sum(room.free[index]) if spec.gpu < GPU_MILLI else room.whole[index] * GPU_MILLI
+    return free
+
+
+def _victim_gpu_on(room: Room, spec: JobSpec, nodes: Sequence[int] | None, units: Sequence[Unit]) -> int:
+    models = spec.gpu_models
+    allowed = None if nodes is None else set(nodes)
+    total = 0
+    for unit in units:
+        for task in unit.placements:
+            if (allowed is None or task.node in allowed) and (
+                models is None or room.nodes[task.node].gpu_model in models
+            ):
+                total += task.gpu
+    return total
+
+
+def _fits(room: Room, spec: JobSpec, nodes: Sequence[int] | None) -> tuple[TaskPlacement, ...] | None:
+    """Could the gang be placed now? Room unchanged afterwards."""
+    mark = room.mark()
+    placement = place_job(room, spec, maximum=spec.min_available, within=nodes)
+    room.rollback(mark)
+    return placement
+
+
+def find_plan(
+    room: Room,
+    spec: JobSpec,
+    index: VictimIndex,
+    gone: set[str] | None = None,
+    allow: Callable[[Unit, Sequence[Unit]], bool] | None = None,
+) -> Plan | None:
+    """The cheapest feasible victim set over all candidate domains, or None.
+
+    `index` holds the eligible victims; `gone` names jobs already evicted this cycle;
+    `allow(unit, chosen)` may veto a unit given what is already chosen (reclaim keeps queues
+    at their deserved share with it). Domains are tried cheapest-victim first and the search
+    stops once no untried domain could beat the best plan's highest victim weight.
+    """
+    gone = gone if gone is not None else set()
+    need = spec.gpu * spec.min_available
+    options: list[tuple[float, int, Sequence[int] | None, list[Unit]]] = []
+    for order, nodes in enumerate(candidate_domains(room, spec, index)):
+        local = index.on(nodes, gone)
+        if not local:
+            continue
+        if _free_on(room, spec, nodes) + _victim_gpu_on(room, spec, nodes, local) < need:
+            continue
+        options.append((local[0].weight, order, nodes, local))
+    options.sort(key=lambda option: (option[0], option[1]))
+    best: Plan | None = None
+    for lowest, order, nodes, local in options:
+        if best is not None and lowest > best.cost[0]:
+            break
+        plan = _plan_in_domain(room, spec, nodes, local, allow, order)
+        if plan is not None and (best is None or plan.cost < best.cost):
+            best = plan
+    return best
+
+
+def _give_units(room: Room, units: Sequence[Unit], given: set[tuple[str, int]] | None = None) -> None:
+    given = set() if given is None else given
+    for unit in units:
+        for i in unit.tasks:
+            if (unit.job.id, i) not in given:
+                given.add((unit.job.id, i))
+                room.give(unit.job.placement[i])
+
+
+def _plan_in_domain(
+    room: Room,
+    spec: JobSpec,
+    nodes: Sequence[int] | None,
+    ordered: Sequence[Unit],
+    allow: Callable[[Unit, Sequence[Unit]], bool] | None,
+    order: int,
+) -> Plan | None:
+    need = spec.gpu * spec.min_available
+    mark = room.mark()
+    chosen: list[Unit] = []
+    given: set[tuple[str, int]] = set()
+    placement: tuple[TaskPlacement, ...] | None = None
+    try:
+        for unit in ordered:
+            if any(c.job.id == unit.job.id and c.whole for c in chosen):
+                continue
+            if allow is not None and not allow(unit, chosen):
+                continue
+            chosen.append(unit)
+            _give_units(room, (unit,), given)
+            if _free_on(room, spec, nodes) < need:
+                continue
+            placement = _fits(room, spec, nodes)
+            if placement is not None:
+                break
+        if placement is None:
+            return None
+        # Prune: drop each victim the preemptor can do without, most expensive first.
+        for unit in sorted(chosen, key=lambda u: u.key, reverse=True):
+            trial = [c for c in chosen if c is not unit]
+            if not trial:
+                continue
+            room.rollback(mark)
+            _give_units(room, trial)
+            smaller = _fits(room, spec, nodes)
+            if smaller is not None:
+                chosen, placement = trial, smaller
+        # A whole-gang unit supersedes the same job's extra-tasks unit.
+        wholes = {c.job.id for c in chosen if c.whole}
+        chosen = [c for c in chosen if c.whole or c.job.id not in wholes]
+        cost = (
+            max(c.weight for c in chosen),
+            len({c.job.id for c in chosen}),
+            sum(c.lost for c in chosen),
+            sum(c.gpu for c in chosen),
+            order,
+        )
+        return Plan(tuple(sorted(chosen, key=lambda u: u.key)), placement, cost)
+    finally:
+        room.rollback(mark)

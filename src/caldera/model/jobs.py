@@ -1,0 +1,120 @@
+"""What a job asks for: a gang of identical tasks, its type, checkpointing and topology."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+
+from caldera.model.jobtypes import (
+    PRIORITY_CLASSES,
+    SYSTEM_PRIORITY_CLASSES,
+    JobType,
+    PriorityClass,
+)
+from caldera.model.resources import Resources
+
+__all__ = ["Checkpointing", "JobSpec", "TopologyMode", "TopologySpec"]
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+class TopologyMode(str, Enum):
+    HARD = "hard"  # every task inside one tier-N domain, or the job does not start
+    SOFT = "soft"  # prefer one tier-N domain, accept anything
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySpec:
+    mode: TopologyMode = TopologyMode.SOFT
+    highest_tier: int = 1  # 1: one leaf switch (hypernode); 2: one spine
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpointing:
+    """How a job saves progress. `interval` None: it never checkpoints periodically."""
+
+    interval: float | None = None
+    cost: float = 0.0
+    on_sigterm: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """An accepted request. Immutable: runtime facts live in the snapshot's JobView.
+
+    `gpu` is milli-GPUs per task (below 1000 only for single-task jobs sharing a device);
+    `duration` is the useful work in seconds, known to the simulator only. `gang_request` is
+    what it needs to start: `min_available` tasks.
+    """
+
+    id: str
+    name: str
+    queue: str
+    type: JobType
+    submit: float
+    tasks: int = 1
+    gpu: int = 1000
+    cpu: int = 0
+    memory: int = 0
+    min_available: int = 0  # 0: all tasks
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    namespace: str = "default"
+    priority_class_name: str = ""  # "" = the type's class; a system class marks conformance
+    checkpoint: Checkpointing = Checkpointing()
+    expected_duration: float | None = None
+    topology: TopologySpec | None = None
+    gpu_models: frozenset[str] | None = None
+    duration: float | None = None
+    max_retries: int = 0
+    user: str = ""
+    # Derived once: the cycle reads these tens of thousands of times.
+    priority: int = field(init=False, repr=False, compare=False)
+    task_request: Resources = field(init=False, repr=False, compare=False)
+    gang_request: Resources = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.tasks < 1:
+            raise ValueError("tasks must be at least 1")
+        if self.min_available == 0:
+            object.__setattr__(self, "min_available", self.tasks)
+        if not 1 <= self.min_available <= self.tasks:
+            raise ValueError("min_available must be between 1 and tasks")
+        if 0 < self.gpu < 1000 and self.tasks != 1:
+            raise ValueError("fractional GPUs are allowed only for single-task jobs")
+        if self.gpu > 1000 and self.gpu % 1000:
+            raise ValueError("a task takes either a fraction of one GPU or whole GPUs")
+        if not isinstance(self.labels, MappingProxyType):
+            object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+        task = Resources(self.gpu, self.cpu, self.memory)
+        object.__setattr__(self, "priority", PRIORITY_CLASSES[self.type].value)
+        object.__setattr__(self, "task_request", task)
+        object.__setattr__(self, "gang_request", task.scaled(self.min_available))
+
+    @property
+    def priority_class(self) -> PriorityClass:
+        return PRIORITY_CLASSES[self.type]
+
+    @property
+    def full_request(self) -> Resources:
+        return self.task_request.scaled(self.tasks)
+
+    @property
+    def whole_gpus(self) -> int:
+        """Whole devices per task (0 for a shared fraction or a CPU-only task)."""
+        return self.gpu // 1000
+
+    @property
+    def protected(self) -> bool:
+        """Label `protected: "true"`: never chosen as a victim."""
+        return self.labels.get("protected", "").lower() == "true"
+
+    @property
+    def conformance_protected(self) -> bool:
+        """Kubernetes conformance: system namespace or system priority class."""
+        return (
+            self.namespace == "kube-system"
+            or self.priority_class_name in SYSTEM_PRIORITY_CLASSES
+            or self.labels.get("caldera.io/system", "").lower() == "true"
+        )

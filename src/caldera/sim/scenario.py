@@ -1,0 +1,500 @@
+"""Scenario files (DESIGN §6): YAML or JSON, validated with pydantic, expanded into the model.
+
+Structural problems (bad YAML, a missing or mistyped key, an unknown job type, a duplicate
+name) make the whole file invalid: `ScenarioError` with one line naming the field. A job that
+is well-formed but cannot be accepted (unknown or Closed queue, `min_available` above `tasks`,
+a request no node can host) is not a file error: it is submitted and gets a `reject` event.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from caldera.core import PolicyConfig, get_policy
+from caldera.core.config import DEFAULT_SLO
+from caldera.model import (
+    Checkpointing,
+    JobSpec,
+    JobType,
+    Node,
+    NodeGroup,
+    Queue,
+    QueueState,
+    Resources,
+    TimeWindow,
+    TopologyMode,
+    TopologySpec,
+    expand_node_groups,
+    parse_cpu,
+    parse_gpu_milli,
+    parse_memory_mib,
+)
+
+__all__ = [
+    "JobModel",
+    "PolicyModel",
+    "QueueModel",
+    "Scenario",
+    "ScenarioError",
+    "ScenarioModel",
+    "Submission",
+    "build_queue",
+    "job_spec_from_model",
+    "load_scenario",
+    "parse_scenario",
+    "policy_config",
+]
+
+Number = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Quantity = float | int | str
+
+
+class ScenarioError(ValueError):
+    """A scenario file cannot be used. The message is one line, meant for the user."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NodeGroupModel(_Strict):
+    prefix: str = Field(min_length=1)
+    count: int = Field(ge=1)
+    gpus: int = Field(ge=0)
+    gpu_model: str = "GPU"
+    cpu: Quantity = 128
+    memory: Quantity = "1024Gi"
+    nvlink_island: int = Field(default=0, ge=0)
+    nodes_per_tier1: int = Field(default=0, ge=0)
+    tier1_per_tier2: int = Field(default=0, ge=0)
+    gpu_memory: Quantity | None = None
+
+
+class ClusterModel(_Strict):
+    nodes: list[NodeGroupModel] = Field(min_length=1)
+
+
+class QuotaModel(_Strict):
+    gpu: Number | None = None
+    cpu: Quantity | None = None
+    memory: Quantity | None = None
+
+
+class TimeWindowModel(_Strict):
+    days: list[Annotated[int, Field(ge=1, le=7)]] = Field(default=[1, 2, 3, 4, 5, 6, 7])
+    hours: tuple[Annotated[float, Field(ge=0, le=24)], Annotated[float, Field(ge=0, le=24)]] = (
+        0,
+        24,
+    )
+
+
+class QueueModel(_Strict):
+    name: str = Field(min_length=1)
+    weight: int = Field(default=1, ge=0)
+    deserved: QuotaModel | None = None
+    guarantee: QuotaModel | None = None
+    capability: QuotaModel | None = None
+    reclaimable: bool = True
+    state: Literal["Open", "Closing", "Closed"] = "Open"
+    time_windows: list[TimeWindowModel] = Field(default_factory=list)
+
+
+class PolicyModel(_Strict):
+    name: str = "caldera"
+    grace_period: Number | None = None
+    throttle_timeout: Number | None = None
+    cooldown: Number | None = None
+    eviction_budget: Annotated[float, Field(gt=0, le=1)] | None = None
+    alpha: Number | None = None
+    beta: Number | None = None
+    emergency_checkpoint: bool | None = None
+    throttle: bool | None = None
+    nomination_timeout: Number | None = None
+    slo: dict[str, Number | None] | None = None
+
+
+class TopologyModel(_Strict):
+    mode: Literal["hard", "soft"] = "soft"
+    highest_tier: Literal[1, 2] = 1
+
+
+class JobModel(_Strict):
+    name: str = Field(min_length=1)
+    queue: str
+    type: JobType
+    submit: Number
+    duration: Number
+    tasks: int = Field(default=1, ge=1)
+    gpus_per_task: Number = 1
+    min_available: int | None = Field(default=None, ge=1)
+    checkpoint_interval: Annotated[float, Field(gt=0)] | None = None
+    checkpoint_cost: Number = 0
+    checkpoint_on_sigterm: bool = True
+    expected_duration: Annotated[float, Field(gt=0)] | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    topology: TopologyModel | None = None
+    gpu_model: str | list[str] | None = None
+    namespace: str = "default"
+    priority_class: str = ""
+    cpu_per_task: Quantity = 0
+    memory_per_task: Quantity = 0
+    max_retries: int = Field(default=0, ge=0)
+    cancel_at: Number | None = None  # extension: the user cancels the job at this time
+    user: str = ""
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels_as_strings(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
+        return value
+
+
+class StreamModel(_Strict):
+    """`count` copies of one job, `every` seconds apart from `start`: names NAME0, NAME1, …"""
+
+    kind: Literal["stream"]
+    name: str = Field(min_length=1)
+    queue: str
+    type: JobType
+    start: Number = 0
+    every: Number
+    count: int = Field(ge=0)
+    duration: Number
+    tasks: int = Field(default=1, ge=1)
+    gpus_per_task: Number = 1
+    min_available: int | None = Field(default=None, ge=1)
+    checkpoint_interval: Annotated[float, Field(gt=0)] | None = None
+    checkpoint_cost: Number = 0
+    checkpoint_on_sigterm: bool = True
+    expected_duration: Annotated[float, Field(gt=0)] | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    topology: TopologyModel | None = None
+    gpu_model: str | list[str] | None = None
+    namespace: str = "default"
+    cpu_per_task: Quantity = 0
+    memory_per_task: Quantity = 0
+
+
+class OtherGeneratorModel(BaseModel):
+    """Generators defined elsewhere (`production`, …): parameters checked by their module."""
+
+    model_config = ConfigDict(extra="allow")
+    kind: str
+
+
+class TraceModel(_Strict):
+    format: Literal["openb"]
+    nodes: str | None = None
+    pods: str
+    limit: int | None = Field(default=None, ge=1)
+    qos_map: dict[str, JobType] | None = None
+    queue: str | None = None
+    time_scale: Annotated[float, Field(gt=0)] = 1.0
+
+
+class WorkloadModel(_Strict):
+    generators: list[StreamModel | OtherGeneratorModel] = Field(default_factory=list)
+    trace: TraceModel | None = None
+
+
+class ScenarioModel(_Strict):
+    cluster: ClusterModel | None = None
+    queues: list[QueueModel] = Field(default_factory=list)
+    policy: PolicyModel = Field(default_factory=PolicyModel)
+    jobs: list[JobModel] = Field(default_factory=list)
+    workload: WorkloadModel | None = None
+    until: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    name: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """A job as the simulator submits it. `invalid`: why it must be rejected, if it must."""
+
+    spec: JobSpec
+    invalid: str | None = None
+    cancel_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    nodes: tuple[Node, ...]
+    queues: tuple[Queue, ...]
+    submissions: tuple[Submission, ...]
+    config: PolicyConfig
+    until: float | None = None
+    name: str = "scenario"
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def with_policy(self, name: str) -> Scenario:
+        """The same cluster and workload under another policy; explicit overrides are kept
+        only for the policy the file named."""
+        if name == self.config.name:
+            return self
+        return replace(self, config=policy_config(PolicyModel(name=name)))
+
+
+# -- conversion ---------------------------------------------------------------------------
+
+
+def _quota_gpu(value: float) -> int:
+    return round(value * 1000)
+
+
+def build_queue(model: QueueModel) -> Queue:
+    def quota(q: QuotaModel | None) -> Resources | None:
+        if q is None:
+            return None
+        return Resources(
+            gpu=_quota_gpu(q.gpu) if q.gpu is not None else 0,
+            cpu=parse_cpu(q.cpu) if q.cpu is not None else 0,
+            memory=parse_memory_mib(q.memory) if q.memory is not None else 0,
+        )
+
+    return Queue(
+        name=model.name,
+        weight=model.weight,
+        deserved=quota(model.deserved),
+        guarantee=quota(model.guarantee),
+        capability=quota(model.capability),
+        reclaimable=model.reclaimable,
+        state=QueueState(model.state),
+        time_windows=tuple(
+            TimeWindow(frozenset(w.days), w.hours[0], w.hours[1]) for w in model.time_windows
+        ),
+    )
+
+
+def policy_config(model: PolicyModel) -> PolicyConfig:
+    policy = get_policy(model.name)
+    config = policy.defaults(PolicyConfig(name=model.name))
+    overrides = {
+        key: value
+        for key, value in model.model_dump(exclude={"name", "slo"}).items()
+        if value is not None
+    }
+    if model.slo is not None:
+        overrides["slo"] = {**DEFAULT_SLO, **model.slo}
+    return replace(config, **overrides)
+
+
+def job_spec_from_model(model: JobModel | StreamModel, name: str, submit: float) -> Submission:
+    """Build the spec; a request that cannot be accepted keeps its reason in `invalid`."""
+    problems: list[str] = []
+    tasks = model.tasks
+    min_available = model.min_available or tasks
+    if min_available > tasks:
+        problems.append(f"min_available ({min_available}) exceeds tasks ({tasks})")
+        min_available = tasks
+    try:
+        gpu = parse_gpu_milli(model.gpus_per_task)
+    except ValueError as error:
+        problems.append(str(error))
+        gpu = 1000
+    if 0 < gpu < 1000 and tasks != 1:
+        problems.append("fractional gpus_per_task needs tasks: 1")
+        gpu = 1000
+    try:
+        cpu = parse_cpu(model.cpu_per_task)
+        memory = parse_memory_mib(model.memory_per_task)
+    except ValueError as error:
+        problems.append(str(error))
+        cpu = memory = 0
+    models = model.gpu_model
+    gpu_models = frozenset([models] if isinstance(models, str) else models) if models else None
+    topology = (
+        TopologySpec(TopologyMode(model.topology.mode), model.topology.highest_tier)
+        if model.topology
+        else None
+    )
+    spec = JobSpec(
+        id=name,
+        name=name,
+        queue=model.queue,
+        type=model.type,
+        submit=submit,
+        tasks=tasks,
+        gpu=gpu,
+        cpu=cpu,
+        memory=memory,
+        min_available=min_available,
+        labels=model.labels,
+        namespace=model.namespace,
+        priority_class_name=getattr(model, "priority_class", ""),
+        checkpoint=Checkpointing(
+            model.checkpoint_interval, model.checkpoint_cost, model.checkpoint_on_sigterm
+        ),
+        expected_duration=model.expected_duration,
+        topology=topology,
+        gpu_models=gpu_models,
+        duration=model.duration,
+        max_retries=getattr(model, "max_retries", 0),
+        user=getattr(model, "user", ""),
+    )
+    cancel = getattr(model, "cancel_at", None)
+    return Submission(spec, "; ".join(problems) or None, cancel)
+
+
+def _expand_stream(model: StreamModel) -> Iterable[Submission]:
+    for i in range(model.count):
+        yield job_spec_from_model(model, f"{model.name}{i}", model.start + i * model.every)
+
+
+# -- loading ------------------------------------------------------------------------------
+
+
+def _location(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif part in {"StreamModel", "OtherGeneratorModel"} or str(part).startswith(
+            ("tuple[", "list[", "function-")
+        ):
+            continue
+        else:
+            text += f".{part}" if text else str(part)
+    return text or "(top level)"
+
+
+def _one_line(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = _location(tuple(first["loc"]))
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown key"
+    if first["type"] == "enum":
+        allowed = first.get("ctx", {}).get("expected", "")
+        message = f"must be one of {allowed}" if allowed else message
+    more = len(error.errors()) - 1
+    suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    return f"{where}: {message}{suffix}"
+
+
+def parse_scenario(data: Any, base_dir: Path | None = None, name: str = "scenario") -> Scenario:
+    """Validate a decoded scenario document and expand it."""
+    if not isinstance(data, dict):
+        raise ScenarioError("a scenario must be a mapping with cluster, queues and jobs")
+    try:
+        model = ScenarioModel.model_validate(data)
+    except ValidationError as error:
+        raise ScenarioError(_one_line(error)) from None
+    base = base_dir or Path.cwd()
+    try:
+        return _expand(model, base, name)
+    except (ValueError, KeyError, OSError) as error:
+        message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+        raise ScenarioError(str(message).splitlines()[0]) from None
+
+
+def _expand(model: ScenarioModel, base: Path, name: str) -> Scenario:
+    from caldera.sim import generators, trace  # late: they import this module
+
+    groups: list[NodeGroup] = []
+    if model.cluster is not None:
+        for i, group in enumerate(model.cluster.nodes):
+            try:
+                groups.append(
+                    NodeGroup(
+                        prefix=group.prefix,
+                        count=group.count,
+                        gpus=group.gpus,
+                        gpu_model=group.gpu_model,
+                        cpu=parse_cpu(group.cpu),
+                        memory=parse_memory_mib(group.memory),
+                        nvlink_island=group.nvlink_island,
+                        nodes_per_tier1=group.nodes_per_tier1,
+                        tier1_per_tier2=group.tier1_per_tier2,
+                        gpu_memory=parse_memory_mib(group.gpu_memory) if group.gpu_memory else 0,
+                    )
+                )
+            except ValueError as error:
+                raise ValueError(f"cluster.nodes[{i}]: {error}") from None
+    submissions: list[Submission] = [
+        job_spec_from_model(job, job.name, job.submit) for job in model.jobs
+    ]
+    queues = [build_queue(q) for q in model.queues]
+    workload = model.workload
+    if workload is not None:
+        if workload.trace is not None:
+            loaded = trace.load_trace(workload.trace, base)
+            groups.extend(loaded.node_groups if model.cluster is None else ())
+            submissions.extend(loaded.submissions)
+            known = {q.name for q in queues}
+            queues.extend(q for q in loaded.queues if q.name not in known)
+        for i, generator in enumerate(workload.generators):
+            if isinstance(generator, StreamModel):
+                submissions.extend(_expand_stream(generator))
+            else:
+                try:
+                    produced = generators.generate(generator.model_dump(), base)
+                except ValueError as error:
+                    raise ValueError(f"workload.generators[{i}]: {error}") from None
+                if produced.node_groups and not groups:
+                    groups.extend(produced.node_groups)
+                known = {q.name for q in queues}
+                queues.extend(q for q in produced.queues if q.name not in known)
+                submissions.extend(produced.submissions)
+    if not groups:
+        raise ValueError("cluster: no nodes (give cluster.nodes, or a trace with nodes)")
+    nodes = expand_node_groups(groups)
+    names = [s.spec.name for s in submissions]
+    if len(set(names)) != len(names):
+        seen: set[str] = set()
+        for job_name in names:
+            if job_name in seen:
+                raise ValueError(f"jobs: duplicate job name {job_name!r}")
+            seen.add(job_name)
+    queue_names = [q.name for q in queues]
+    if len(set(queue_names)) != len(queue_names):
+        raise ValueError("queues: duplicate queue name")
+    submissions.sort(key=lambda s: (s.spec.submit, s.spec.name))
+    config = policy_config(model.policy)
+    return Scenario(
+        nodes=nodes,
+        queues=tuple(queues),
+        submissions=tuple(submissions),
+        config=config,
+        until=model.until,
+        name=model.name or name,
+    )
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read a YAML or JSON scenario file; any problem becomes a one-line ScenarioError."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(f"{file}: no such file") from None
+    except IsADirectoryError:
+        raise ScenarioError(f"{file}: is a directory, not a scenario file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ScenarioError(f"{file}: cannot read ({error.__class__.__name__})") from None
+    try:
+        if file.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except json.JSONDecodeError as error:
+        raise ScenarioError(f"{file}: invalid JSON at line {error.lineno}: {error.msg}") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or "syntax error"
+        raise ScenarioError(f"{file}: invalid YAML{where}: {problem}") from None
+    if data is None:
+        raise ScenarioError(f"{file}: the file is empty")
+    try:
+        return parse_scenario(data, file.parent, file.stem)
+    except ScenarioError as error:
+        raise ScenarioError(f"{file}: {error}") from None

@@ -1,0 +1,19 @@
+"""What a workload source (generator or trace) adds to a scenario."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from caldera.model import NodeGroup, Queue
+from caldera.sim.scenario import Submission
+
+__all__ = ["Workload"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Jobs, and — when the source describes its own cluster — nodes and queues."""
+
+    submissions: tuple[Submission, ...]
+    node_groups: tuple[NodeGroup, ...] = ()
+    queues: tuple[Queue, ...] = field(default=())
