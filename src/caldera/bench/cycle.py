@@ -32,7 +32,7 @@ from caldera.model import (
     expand_node_groups,
 )
 
-__all__ = ["CycleBenchResult", "build_snapshot", "bench_cycle"]
+__all__ = ["CycleBenchResult", "bench_cycle", "build_snapshot"]
 
 _QUEUES = ("research", "prod", "vision", "speech")
 # (weight, type, tasks, gpus per task in milli, topology tier or 0)

@@ -14,7 +14,9 @@ from caldera.cli.errors import EXIT_BAD_INPUT, fail
 
 __all__ = ["bench_app"]
 
-bench_app = typer.Typer(help="Benchmarks: cycle latency, simulator throughput.", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Benchmarks: cycle latency, simulator throughput.", no_args_is_help=True
+)
 
 
 @bench_app.command("cycle")
@@ -29,14 +31,17 @@ def cycle_command(
 ) -> None:
     """Time full scheduling cycles on a synthetic snapshot; print p50/p95 in ms."""
     if min(nodes, gpus_per_node, cycles) < 1 or min(pending, running) < 0:
-        fail("nodes, gpus-per-node and cycles must be positive; pending/running >= 0", EXIT_BAD_INPUT)
+        fail(
+            "nodes, gpus-per-node and cycles must be positive; pending/running >= 0", EXIT_BAD_INPUT
+        )
     result = bench_cycle(nodes, gpus_per_node, pending, running, cycles, seed).as_dict()
     if json_output:
         sys.stdout.write(json.dumps(result) + "\n")
         return
     Console().print(
         f"cycle on {result['nodes']} nodes / {result['gpus']} GPUs, {result['pending']} pending, "
-        f"{result['running']} running: p50 {result['p50_ms']:.1f} ms, p95 {result['p95_ms']:.1f} ms "
+        f"{result['running']} running: p50 {result['p50_ms']:.1f} ms, "
+        f"p95 {result['p95_ms']:.1f} ms "
         f"over {result['cycles']} cycles ({result['starts_per_cycle']} starts, "
         f"{result['evictions_per_cycle']} evictions per cycle)"
     )

@@ -62,12 +62,19 @@ def _print_summary(result: dict[str, Any], name: str) -> None:
     rows = [
         ("jobs", ", ".join(f"{k} {v}" for k, v in sorted(states.items()))),
         ("GPU utilization", _fmt_share(metrics["gpu_utilization"])),
-        ("GPU-hours wasted", f"{metrics['wasted_gpu_hours']:.2f} ({metrics['wasted_gpu_hours_per_day']:.2f}/day)"),
+        (
+            "GPU-hours wasted",
+            f"{metrics['wasted_gpu_hours']:.2f} ({metrics['wasted_gpu_hours_per_day']:.2f}/day)",
+        ),
         ("preemptions", f"{preemptions['total']} {preemptions['by_victim_type'] or ''}"),
         ("critical preempted", str(metrics["critical_preempted"])),
         ("gang hang GPU-hours", f"{metrics['gang_hang_gpu_hours']:.2f}"),
         ("large-job max wait", _fmt_seconds(metrics["large_job_max_wait"])),
-        ("throttle", f"{metrics['throttle_episodes']} episodes, {metrics['throttle_held_seconds']:.0f}s held"),
+        (
+            "throttle",
+            f"{metrics['throttle_episodes']} episodes, "
+            f"{metrics['throttle_held_seconds']:.0f}s held",
+        ),
     ]
     for label, value in rows:
         console.print(f"[bold]{label}:[/bold] {value}")
@@ -95,7 +102,10 @@ def register(app: typer.Typer) -> None:
             fail(str(error), EXIT_BAD_INPUT)
         if policy is not None:
             if policy not in policy_names():
-                fail(f"unknown policy {policy!r} (known: {', '.join(policy_names())})", EXIT_BAD_INPUT)
+                fail(
+                    f"unknown policy {policy!r} (known: {', '.join(policy_names())})",
+                    EXIT_BAD_INPUT,
+                )
             scenario = scenario.with_policy(policy)
         with sim_progress(scenario, quiet) as tick:
             result = Simulator(scenario, progress=tick).run().result()

@@ -112,7 +112,9 @@ def _fill_reserved_room(cycle: CycleContext) -> None:
             if usage is None or not usage.within_capability(job.spec.gang_request):
                 continue
             cycle.unblock(holder)
-            placement = place_job(cycle.room, job.spec, maximum=job.spec.min_available, within=nodes)
+            placement = place_job(
+                cycle.room, job.spec, maximum=job.spec.min_available, within=nodes
+            )
             if placement is not None:
                 cycle.start(job, placement)
             _reblock(cycle, holder, parts)

@@ -37,7 +37,7 @@ class QueueUsage:
 
     queue: Queue
     deserved: Resources
-    allocated: Resources = Resources()
+    allocated: Resources = field(default_factory=Resources)
     releasing: int = 0  # milli-GPUs of `allocated` already signalled to leave
 
     @property

@@ -1,11 +1,11 @@
 """The scheduling cycle: snapshot in, decisions out. No I/O, no wall clock, deterministic.
 
-    1. enqueue   which pending jobs may be scheduled now (queues, windows, capability)
-    2. allocate  place whole gangs in free room, queues by share
-    3. preempt   free room inside a queue for jobs that did not fit
-    4. reclaim   take back lent room across queues
-    5. backfill  use what is left without delaying a reservation
-    6. throttle  waiting mode on or off for large jobs
+1. enqueue   which pending jobs may be scheduled now (queues, windows, capability)
+2. allocate  place whole gangs in free room, queues by share
+3. preempt   free room inside a queue for jobs that did not fit
+4. reclaim   take back lent room across queues
+5. backfill  use what is left without delaying a reservation
+6. throttle  waiting mode on or off for large jobs
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ All frozen: a runtime may log, persist or replay them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from caldera.core.room import TaskPlacement
 from caldera.core.snapshot import Nomination
@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 
-class EvictReason(str, Enum):
+class EvictReason(StrEnum):
     PREEMPT = "preempt"  # same queue, higher priority
     RECLAIM = "reclaim"  # another queue takes back what it deserves
     CANCEL = "cancel"

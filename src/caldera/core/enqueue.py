@@ -19,8 +19,8 @@ __all__ = ["enqueue"]
 def enqueue(cycle: CycleContext) -> None:
     now = cycle.now
     queues = cycle.snapshot.queues
-    for queue in queues.values():
-        edge = queue.next_window_edge(now)
+    for windowed in queues.values():
+        edge = windowed.next_window_edge(now)
         if edge is not None:
             cycle.wakeups.append(edge)
     for job in cycle.snapshot.jobs:

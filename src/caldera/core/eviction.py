@@ -138,7 +138,10 @@ def continue_nominations(cycle: CycleContext) -> None:
                 still.append(victim.id)
         if tuple(still) != nomination.pending_victims:
             updated = Nomination(
-                nomination.placement, nomination.victims, tuple(still), nomination.since,
+                nomination.placement,
+                nomination.victims,
+                tuple(still),
+                nomination.since,
                 nomination.reason,
             )
             cycle.nominations.append(Nominate(job.id, updated))

@@ -66,14 +66,14 @@ def fit_on_node(room: Room, index: int, gpu: int, cpu: int, memory: int) -> Task
     full = [island for island in islands if len(island) == size]
     if len(full) < full_count:
         return None
-    devices = [d for island in full[:full_count] for d in island]
+    chosen = [d for island in full[:full_count] for d in island]
     if rest:
-        used = set(devices)
+        used = set(chosen)
         fitting = [i for i in islands if len(i) >= rest and not used.intersection(i)]
         if not fitting:
             return None
-        devices.extend(min(fitting, key=len)[:rest])
-    return TaskPlacement(index, tuple(sorted(devices)), GPU_MILLI, cpu, memory)
+        chosen.extend(min(fitting, key=len)[:rest])
+    return TaskPlacement(index, tuple(sorted(chosen)), GPU_MILLI, cpu, memory)
 
 
 def place_on_nodes(

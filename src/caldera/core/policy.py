@@ -48,5 +48,5 @@ def policy_names() -> list[str]:
 
 def _load_builtins() -> None:
     # Imported late: the built-in policies import the phases, which import this module.
+    import caldera.baselines
     import caldera.core.cycle  # noqa: F401
-    import caldera.baselines  # noqa: F401

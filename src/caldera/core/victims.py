@@ -95,7 +95,9 @@ def victim_units(job: JobView, config: PolicyConfig, now: float) -> list[Unit]:
         tasks = tuple(range(job.spec.min_available, running))
         units.append(Unit(job, tasks, False, weight, 0.0, (weight, 0.0, -since, job.id + "#extra")))
     lost = expected_loss(job, config, now)
-    units.append(Unit(job, tuple(range(running)), True, weight, lost, (weight, lost, -since, job.id)))
+    units.append(
+        Unit(job, tuple(range(running)), True, weight, lost, (weight, lost, -since, job.id))
+    )
     return units
 
 
@@ -151,7 +153,8 @@ def candidate_domains(
         return [
             (i,)
             for i in sorted(candidates)
-            if nodes[i].gpus * GPU_MILLI >= spec.gpu and (models is None or nodes[i].gpu_model in models)
+            if nodes[i].gpus * GPU_MILLI >= spec.gpu
+            and (models is None or nodes[i].gpu_model in models)
         ]
     topology = spec.topology
     if topology is None:
@@ -178,7 +181,9 @@ def _free_on(room: Room, spec: JobSpec, nodes: Sequence[int] | None) -> int:
     return free
 
 
-def _victim_gpu_on(room: Room, spec: JobSpec, nodes: Sequence[int] | None, units: Sequence[Unit]) -> int:
+def _victim_gpu_on(
+    room: Room, spec: JobSpec, nodes: Sequence[int] | None, units: Sequence[Unit]
+) -> int:
     models = spec.gpu_models
     allowed = None if nodes is None else set(nodes)
     total = 0
@@ -191,7 +196,9 @@ def _victim_gpu_on(room: Room, spec: JobSpec, nodes: Sequence[int] | None, units
     return total
 
 
-def _fits(room: Room, spec: JobSpec, nodes: Sequence[int] | None) -> tuple[TaskPlacement, ...] | None:
+def _fits(
+    room: Room, spec: JobSpec, nodes: Sequence[int] | None
+) -> tuple[TaskPlacement, ...] | None:
     """Could the gang be placed now? Room unchanged afterwards."""
     mark = room.mark()
     placement = place_job(room, spec, maximum=spec.min_available, within=nodes)
@@ -234,7 +241,9 @@ def find_plan(
     return best
 
 
-def _give_units(room: Room, units: Sequence[Unit], given: set[tuple[str, int]] | None = None) -> None:
+def _give_units(
+    room: Room, units: Sequence[Unit], given: set[tuple[str, int]] | None = None
+) -> None:
     given = set() if given is None else given
     for unit in units:
         for i in unit.tasks:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from types import MappingProxyType
 
 from caldera.model.jobtypes import (
@@ -20,7 +20,7 @@ __all__ = ["Checkpointing", "JobSpec", "TopologyMode", "TopologySpec"]
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
-class TopologyMode(str, Enum):
+class TopologyMode(StrEnum):
     HARD = "hard"  # every task inside one tier-N domain, or the job does not start
     SOFT = "soft"  # prefer one tier-N domain, accept anything
 

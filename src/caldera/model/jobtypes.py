@@ -6,7 +6,7 @@ Users pick a job type; the platform sets the priority class. Nobody types a prio
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 __all__ = [
     "CRITICAL_PRIORITY",
@@ -20,14 +20,14 @@ __all__ = [
 ]
 
 
-class JobType(str, Enum):
+class JobType(StrEnum):
     CRITICAL = "critical"
     LARGE = "large-job"
     NORMAL = "normal"
     DEBUG = "debug"
 
 
-class PreemptionPolicy(str, Enum):
+class PreemptionPolicy(StrEnum):
     PREEMPT_LOWER = "PreemptLowerPriority"
     NEVER = "Never"
 

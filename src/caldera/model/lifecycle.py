@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 __all__ = ["TERMINAL", "TRANSITIONS", "IllegalTransition", "JobState", "check_transition"]
 
 
-class JobState(str, Enum):
+class JobState(StrEnum):
     HELD = "Held"
     PENDING = "Pending"
     RUNNING = "Running"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from caldera.model.resources import Resources
 
@@ -13,7 +13,7 @@ DAY = 86_400
 WEEK = 7 * DAY
 
 
-class QueueState(str, Enum):
+class QueueState(StrEnum):
     OPEN = "Open"
     CLOSING = "Closing"  # no new submissions; what it holds still schedules
     CLOSED = "Closed"  # no new submissions; pending jobs wait, running jobs continue

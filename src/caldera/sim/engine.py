@@ -330,7 +330,9 @@ class Simulator:
             leaving, staying = list(job.placement), []
         stops = job.running_since is not None and len(staying) < spec.min_available
         ckpt = spec.checkpoint
-        emergency = config.emergency_checkpoint and ckpt.on_sigterm and ckpt.cost <= config.grace_period
+        emergency = (
+            config.emergency_checkpoint and ckpt.on_sigterm and ckpt.cost <= config.grace_period
+        )
         delay = ckpt.cost if emergency else config.grace_period
         lost = 0.0
         if stops:

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,5 @@ def generate(params: dict[str, Any], base: Path) -> Workload:
 
 
 def _load_builtins() -> None:
-    try:
+    with contextlib.suppress(ImportError):  # the production generator is optional
         import caldera.sim.production  # noqa: F401
-    except ImportError:  # pragma: no cover - the production generator is optional
-        pass

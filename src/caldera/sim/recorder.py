@@ -53,7 +53,7 @@ class Recorder:
         self.gang_hang_events = 0
         self.throttle_episodes = 0
         self.throttle_held = 0.0
-        self.lost_by_day: Counter[int] = Counter()
+        self.lost_by_day: dict[int, float] = {}
 
     # -- time ------------------------------------------------------------------------------
 
@@ -143,7 +143,8 @@ class Recorder:
             self.preempt_preemptor[preemptor.spec.type.value] += 1
         if job.spec.priority >= 1000:
             self.critical_preempted += 1
-        self.lost_by_day[int(self.sim.now // 86400)] += lost
+        day = int(self.sim.now // 86400)
+        self.lost_by_day[day] = self.lost_by_day.get(day, 0.0) + lost
         self.events.append(
             {
                 "t": _round(self.sim.now),

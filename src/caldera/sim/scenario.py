@@ -153,7 +153,10 @@ class JobModel(_Strict):
     @classmethod
     def _labels_as_strings(cls, value: Any) -> Any:
         if isinstance(value, dict):
-            return {str(k): (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in value.items()}
+            return {
+                str(k): (str(v).lower() if isinstance(v, bool) else str(v))
+                for k, v in value.items()
+            }
         return value
 
 
@@ -481,10 +484,7 @@ def load_scenario(path: str | Path) -> Scenario:
     except (OSError, UnicodeDecodeError) as error:
         raise ScenarioError(f"{file}: cannot read ({error.__class__.__name__})") from None
     try:
-        if file.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            data = yaml.safe_load(text)
+        data = json.loads(text) if file.suffix.lower() == ".json" else yaml.safe_load(text)
     except json.JSONDecodeError as error:
         raise ScenarioError(f"{file}: invalid JSON at line {error.lineno}: {error.msg}") from None
     except yaml.YAMLError as error:

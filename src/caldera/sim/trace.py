@@ -16,4 +16,5 @@ __all__ = ["load_trace"]
 def load_trace(model: TraceModel, base: Path) -> Workload:
     from caldera.sim.openb import load_openb
 
-    return load_openb(model, base)
+    workload: Workload = load_openb(model, base)
+    return workload
