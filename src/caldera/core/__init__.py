@@ -1,7 +1,7 @@
 """The pure decision core: snapshot in, decisions out (DESIGN §1, §3, §4)."""
 
 from caldera.core.admission import Admission, admit, could_ever_fit
-from caldera.core.config import DEFAULT_SLO, PolicyConfig
+from caldera.core.config import DEFAULT_SLO, UNIX_WEEK_OFFSET, PolicyConfig
 from caldera.core.cycle import CALDERA, run
 from caldera.core.decisions import (
     Decisions,
@@ -22,6 +22,7 @@ from caldera.core.weight import effective_weight
 __all__ = [
     "CALDERA",
     "DEFAULT_SLO",
+    "UNIX_WEEK_OFFSET",
     "Admission",
     "CapacityError",
     "Decisions",

@@ -58,7 +58,9 @@ def admit(
     throttles: Mapping[str, Throttle],
     now: float,
     nodes: tuple[Node, ...] = (),
+    week_offset: float = 0.0,
 ) -> Admission:
+    """`now + week_offset` is seconds since a Monday 00:00 UTC (see PolicyConfig)."""
     queue = queues.get(spec.queue)
     if queue is None:
         return Admission(JobState.REJECTED, f"unknown queue {spec.queue!r}")
@@ -72,6 +74,6 @@ def admit(
         return Admission(JobState.REJECTED, "no node in the cluster can host this request")
     if spec.queue in throttles and spec.priority < ESCALATION_CEILING:
         return Admission(JobState.HELD, "throttle")
-    if not queue.in_window(now):
+    if not queue.in_window(now + week_offset):
         return Admission(JobState.HELD, "window")
     return Admission(JobState.PENDING)

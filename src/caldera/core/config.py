@@ -6,7 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-__all__ = ["DEFAULT_SLO", "PolicyConfig"]
+__all__ = ["DEFAULT_SLO", "UNIX_WEEK_OFFSET", "PolicyConfig"]
+
+UNIX_WEEK_OFFSET = 3 * 86_400.0
+"""1970-01-01 was a Thursday: Unix time + 3 days is time since a Monday 00:00 UTC."""
 
 DEFAULT_SLO: Mapping[str, float | None] = MappingProxyType(
     {"critical": 60.0, "large-job": 3600.0, "normal": 4 * 3600.0, "debug": None}
@@ -26,4 +29,7 @@ class PolicyConfig:
     emergency_checkpoint: bool = True  # victims may checkpoint on SIGTERM
     throttle: bool = True
     nomination_timeout: float = 1800.0  # a preemptor that cannot start by then re-plans
+    # Seconds to add to `now` to get seconds since a Monday 00:00 UTC, for time windows.
+    # The simulator's t = 0 is a Monday; a runtime on Unix time uses UNIX_WEEK_OFFSET.
+    week_offset: float = 0.0
     slo: Mapping[str, float | None] = field(default_factory=lambda: DEFAULT_SLO)

@@ -18,16 +18,17 @@ __all__ = ["enqueue"]
 
 def enqueue(cycle: CycleContext) -> None:
     now = cycle.now
+    week_time = now + cycle.config.week_offset
     queues = cycle.snapshot.queues
     for windowed in queues.values():
-        edge = windowed.next_window_edge(now)
+        edge = windowed.next_window_edge(week_time)
         if edge is not None:
-            cycle.wakeups.append(edge)
+            cycle.wakeups.append(edge - cycle.config.week_offset)
     for job in cycle.snapshot.jobs:
         queue = queues.get(job.spec.queue)
         if queue is None:
             continue
-        in_window = queue.in_window(now)
+        in_window = queue.in_window(week_time)
         if job.state is JobState.HELD:
             if job.hold_reason == "window" and in_window:
                 cycle.releases.append(Release(job.id, "window"))

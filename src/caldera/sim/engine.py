@@ -262,7 +262,9 @@ class Simulator:
         job.submitted = True
         self.recorder.event("submit", spec.id)
         invalid = job.submission.invalid
-        admission = admit(spec, self.queues, self.throttles, self.now, self.nodes)
+        admission = admit(
+            spec, self.queues, self.throttles, self.now, self.nodes, self.config.week_offset
+        )
         reason = invalid or admission.reason
         if invalid or admission.state is JobState.REJECTED:
             job.state = JobState.REJECTED
