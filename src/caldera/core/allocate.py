@@ -31,7 +31,7 @@ __all__ = ["allocate", "job_order", "place_nominated", "placement_is_free"]
 
 def job_order(job: JobView) -> tuple[int, float, str]:
     """Inside a queue: 1. priority, high first; 2. submit time; 3. id."""
-    return (-job.spec.priority, job.spec.submit, job.id)
+    return job.spec.rank
 
 
 def placement_is_free(room: Room, placement: tuple[TaskPlacement, ...]) -> bool:
@@ -81,7 +81,7 @@ def place_nominated(cycle: CycleContext, job: JobView) -> bool:
 def allocate(cycle: CycleContext) -> None:
     room = cycle.room
     free_agents: list[JobView] = []
-    for job in sorted(cycle.eligible, key=job_order):
+    for job in cycle.memo("eligible_in_order", lambda: sorted(cycle.eligible, key=job_order)):
         if job.nomination is not None and place_nominated(cycle, job):
             continue
         free_agents.append(job)
@@ -91,38 +91,38 @@ def allocate(cycle: CycleContext) -> None:
         if job.spec.queue in cycle.usage:
             per_queue.setdefault(job.spec.queue, deque()).append(job)
 
-    def queue_key(name: str) -> tuple[int, float, str]:
-        head = per_queue[name][0]
-        band = 0 if head.spec.priority >= CRITICAL_PRIORITY else 1
-        return (band, cycle.usage[name].share, name)
+    def band(job: JobView) -> int:
+        return 0 if job.spec.priority >= CRITICAL_PRIORITY else 1
 
-    heap = [queue_key(name) for name in per_queue]
+    heap = [(band(jobs[0]), cycle.usage[name].share, name) for name, jobs in per_queue.items()]
     heapq.heapify(heap)
-    failed: set[tuple[object, ...]] = set()
+    failed: set[int] = set()
     while heap:
-        _, _, name = heapq.heappop(heap)
+        head_band, _, name = heapq.heappop(heap)
         jobs = per_queue[name]
-        job = jobs.popleft()
-        _try_allocate(cycle, room, job, failed)
+        # A queue's share changes only when one of its jobs starts: until then it stays the
+        # lowest, so keep taking its jobs without going back through the heap.
+        while jobs and band(jobs[0]) == head_band:
+            if _try_allocate(cycle, room, jobs.popleft(), failed):
+                break
         if jobs:
-            heapq.heappush(heap, queue_key(name))
+            heapq.heappush(heap, (band(jobs[0]), cycle.usage[name].share, name))
 
 
-def _try_allocate(
-    cycle: CycleContext, room: Room, job: JobView, failed: set[tuple[object, ...]]
-) -> None:
+def _try_allocate(cycle: CycleContext, room: Room, job: JobView, failed: set[int]) -> bool:
+    """Place one job if it fits; True when it started."""
     usage = cycle.usage[job.spec.queue]
     if not usage.within_capability(job.spec.gang_request):
-        return
+        return False
     key = shape_key(job)
     if key in failed:
         cycle.unplaced.append(job)
-        return
+        return False
     placement = place_job(room, job.spec)
     if placement is None:
         failed.add(key)
         cycle.unplaced.append(job)
-        return
+        return False
     if len(placement) > job.spec.min_available and not usage.within_capability(
         job.spec.task_request.scaled(len(placement))
     ):
@@ -131,3 +131,4 @@ def _try_allocate(
             room.give(task)
         placement = placement[: job.spec.min_available]
     cycle.start(job, placement)
+    return True

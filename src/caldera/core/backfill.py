@@ -26,9 +26,8 @@ def backfill(cycle: CycleContext) -> None:
 def _grow_elastic(cycle: CycleContext) -> None:
     growing = [
         job
-        for job in cycle.snapshot.jobs
-        if job.state is JobState.RUNNING
-        and job.id not in cycle.evicted
+        for job in cycle.snapshot.by_state[JobState.RUNNING]
+        if job.id not in cycle.evicted
         and job.spec.min_available <= len(job.placement) < job.spec.tasks
     ]
     for job in sorted(growing, key=job_order):

@@ -5,7 +5,9 @@ Phases read the snapshot and write only here. A `CycleContext` never outlives `c
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar, cast
 
 from caldera.core.config import PolicyConfig
 from caldera.core.decisions import (
@@ -24,11 +26,16 @@ from caldera.model import GPU_MILLI, JobState, Queue, Resources
 
 __all__ = ["CycleContext", "QueueUsage", "shape_key"]
 
+T = TypeVar("T")
 
-def shape_key(job: JobView) -> tuple[object, ...]:
+
+def _rank(job: JobView) -> tuple[int, float, str]:
+    return job.spec.rank
+
+
+def shape_key(job: JobView) -> int:
     """Jobs with equal keys fit or fail alike on the same room."""
-    spec = job.spec
-    return (spec.gpu, spec.cpu, spec.memory, spec.min_available, spec.topology, spec.gpu_models)
+    return job.spec.shape
 
 
 @dataclass(slots=True)
@@ -55,6 +62,8 @@ class QueueUsage:
         return share
 
     def within_capability(self, extra: Resources) -> bool:
+        if self.queue.capability is None:
+            return True
         return (self.allocated + extra).fits_in(self.queue.capability)
 
 
@@ -76,7 +85,7 @@ def _default_deserved(snapshot: Snapshot) -> dict[str, Resources]:
 class CycleContext:
     snapshot: Snapshot
     room: Room
-    jobs: dict[str, JobView] = field(init=False)
+    jobs: Mapping[str, JobView] = field(init=False)
     usage: dict[str, QueueUsage] = field(init=False)
     eligible: list[JobView] = field(default_factory=list)
     unplaced: list[JobView] = field(default_factory=list)
@@ -91,30 +100,47 @@ class CycleContext:
     blocked: dict[str, list[TaskPlacement]] = field(default_factory=dict)
     evicted_gpu: int = 0
     _unplaced_sorted: list[JobView] | None = None
+    _memo: dict[str, object] = field(default_factory=dict)
     wakeups: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         snapshot = self.snapshot
-        self.jobs = {job.id: job for job in snapshot.jobs}
+        self.jobs = snapshot.by_id
         deserved = _default_deserved(snapshot)
         self.usage = {
             name: QueueUsage(queue, deserved[name]) for name, queue in snapshot.queues.items()
         }
-        for job in snapshot.jobs:
-            if job.state in (JobState.RUNNING, JobState.RELEASING):
-                usage = self.usage.get(job.spec.queue)
-                if usage is not None:
-                    held = len(job.placement) + len(job.releasing)
-                    usage.allocated = usage.allocated + job.spec.task_request.scaled(held)
-                    usage.releasing += job.spec.gpu * len(job.releasing)
+        held: dict[str, list[int]] = {name: [0, 0, 0, 0] for name in self.usage}
+        by_state = snapshot.by_state
+        for job in (*by_state[JobState.RUNNING], *by_state[JobState.RELEASING]):
+            totals = held.get(job.spec.queue)
+            if totals is not None:
+                spec = job.spec
+                tasks = len(job.placement) + len(job.releasing)
+                totals[0] += spec.gpu * tasks
+                totals[1] += spec.cpu * tasks
+                totals[2] += spec.memory * tasks
+                totals[3] += spec.gpu * len(job.releasing)
+        for name, (gpu, cpu, memory, leaving) in held.items():
+            self.usage[name].allocated = Resources(gpu, cpu, memory)
+            self.usage[name].releasing = leaving
+
+    def memo(self, name: str, build: Callable[[], T]) -> T:
+        """A value computed once per cycle and shared between phases."""
+        if name not in self._memo:
+            self._memo[name] = build()
+        return cast(T, self._memo[name])
 
     def unplaced_in_order(self) -> list[JobView]:
         """Jobs allocate could not place, highest priority first (sorted once per cycle)."""
         if self._unplaced_sorted is None or len(self._unplaced_sorted) != len(self.unplaced):
-            self._unplaced_sorted = sorted(
-                self.unplaced, key=lambda j: (-j.spec.priority, j.spec.submit, j.spec.id)
-            )
+            ordered = self.memo("eligible_in_order", lambda: sorted(self.eligible, key=_rank))
+            waiting = {job.id for job in self.unplaced}
+            in_order = [job for job in ordered if job.id in waiting]
+            if len(in_order) != len(waiting):  # a phase added jobs that were not eligible
+                in_order = sorted(self.unplaced, key=_rank)
+            self._unplaced_sorted = in_order
         return self._unplaced_sorted
 
     @property

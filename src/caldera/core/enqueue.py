@@ -24,24 +24,25 @@ def enqueue(cycle: CycleContext) -> None:
         edge = windowed.next_window_edge(week_time)
         if edge is not None:
             cycle.wakeups.append(edge - cycle.config.week_offset)
-    for job in cycle.snapshot.jobs:
+    windows = {name: queue.in_window(week_time) for name, queue in queues.items()}
+    by_state = cycle.snapshot.by_state
+    for job in by_state[JobState.HELD]:
+        if job.hold_reason == "window" and windows.get(job.spec.queue, False):
+            cycle.releases.append(Release(job.id, "window"))
+    for job in by_state[JobState.PENDING]:
         queue = queues.get(job.spec.queue)
-        if queue is None:
+        if queue is None or queue.state is QueueState.CLOSED:
             continue
-        in_window = queue.in_window(week_time)
-        if job.state is JobState.HELD:
-            if job.hold_reason == "window" and in_window:
-                cycle.releases.append(Release(job.id, "window"))
-        elif job.state is JobState.PENDING:
-            if queue.state is QueueState.CLOSED:
-                continue
-            if not in_window:
-                if job.nomination is None:
-                    cycle.holds.append(Hold(job.id, "window"))
-                continue
-            if not job.spec.gang_request.fits_in(queue.capability):
-                continue
-            cycle.eligible.append(job)
-        elif job.state is JobState.RUNNING and not in_window and not is_protected(job):
+        if not windows[queue.name]:
+            if job.nomination is None:
+                cycle.holds.append(Hold(job.id, "window"))
+            continue
+        if queue.capability is not None and not job.spec.gang_request.fits_in(queue.capability):
+            continue
+        cycle.eligible.append(job)
+    if all(windows.values()):
+        return
+    for job in by_state[JobState.RUNNING]:
+        if not windows.get(job.spec.queue, True) and not is_protected(job):
             gpu = job.spec.gpu * len(job.placement)
             cycle.evict(Evict(job.id, EvictReason.WINDOW, None, (), gpu), job)

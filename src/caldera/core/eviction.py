@@ -11,29 +11,51 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from caldera.core.allocate import job_order
-from caldera.core.context import CycleContext, shape_key
+from caldera.core.context import CycleContext
 from caldera.core.decisions import Evict, EvictReason, Nominate
 from caldera.core.snapshot import JobView, Nomination
 from caldera.core.victims import Plan, Unit, VictimIndex, find_plan, is_protected, victim_units
 from caldera.core.weight import effective_weight
-from caldera.model import CRITICAL_PRIORITY, JobState, JobType
+from caldera.model import CRITICAL_PRIORITY, JobState
 
-__all__ = ["VictimPool", "continue_nominations", "give_way"]
+__all__ = ["VictimPool", "VictimsByQueue", "continue_nominations", "give_way", "lower_priority"]
 
-VictimPool = Callable[[JobView, dict[str, list[JobView]]], list[JobView]]
-"""(preemptor, victims by queue) -> the running jobs this phase may consider for it."""
+VictimsByQueue = dict[str, dict[int, list[JobView]]]
+"""Running jobs that could ever be victims: queue -> base priority -> jobs."""
+
+VictimPool = Callable[[JobView, VictimsByQueue], list[list[JobView]]]
+"""(preemptor, victims) -> the groups of running jobs this phase may consider for it."""
 
 
-def _victims_by_queue(cycle: CycleContext) -> dict[str, list[JobView]]:
-    """Running jobs that could ever be victims, by queue (preemptor-independent rules)."""
-    by_queue: dict[str, list[JobView]] = {}
-    for victim in cycle.snapshot.jobs:
-        if victim.state is not JobState.RUNNING or is_protected(victim):
+def _victims_by_queue(cycle: CycleContext) -> VictimsByQueue:
+    """Running jobs that could ever be victims (preemptor-independent rules)."""
+    by_queue: VictimsByQueue = {}
+    for victim in cycle.snapshot.by_state[JobState.RUNNING]:
+        if is_protected(victim):
             continue
         if victim.id in cycle.started or len(victim.placement) < victim.spec.min_available:
             continue
-        by_queue.setdefault(victim.spec.queue, []).append(victim)
+        spec = victim.spec
+        by_queue.setdefault(spec.queue, {}).setdefault(spec.priority, []).append(victim)
     return by_queue
+
+
+def lower_priority(by_priority: dict[int, list[JobView]], priority: int) -> list[list[JobView]]:
+    """The groups strictly below `priority`: equal priorities never preempt each other."""
+    return [jobs for value, jobs in by_priority.items() if value < priority]
+
+
+def _preemptors(
+    cycle: CycleContext,
+) -> list[tuple[JobView, tuple[str, int], tuple[int, str, int]]]:
+    """Unplaced jobs that may cause evictions, in order, with their group and shape keys."""
+    found = []
+    for job in cycle.unplaced_in_order():
+        spec = job.spec
+        if not spec.may_preempt or job.nomination is not None:
+            continue
+        found.append((job, (spec.queue, spec.priority), (spec.shape, spec.queue, spec.priority)))
+    return found
 
 
 def _eligible(cycle: CycleContext, preemptor: JobView, victim: JobView) -> bool:
@@ -50,7 +72,11 @@ def _eligible(cycle: CycleContext, preemptor: JobView, victim: JobView) -> bool:
         and priority < CRITICAL_PRIORITY
     ):
         return False
-    return effective_weight(victim, cycle.config, cycle.now) < priority
+    weights: dict[str, float] = cycle.memo("weights", dict)
+    weight = weights.get(victim.id)
+    if weight is None:
+        weight = weights[victim.id] = effective_weight(victim, cycle.config, cycle.now)
+    return weight < priority
 
 
 def give_way(
@@ -60,35 +86,33 @@ def give_way(
     allow: Callable[[JobView, Unit, Sequence[Unit]], bool] | None = None,
     may_try: Callable[[JobView], bool] | None = None,
 ) -> None:
-    by_queue = _victims_by_queue(cycle)
+    by_queue = cycle.memo("victims_by_queue", lambda: _victims_by_queue(cycle))
+    units_of: dict[str, list[Unit]] = cycle.memo("victim_units", dict)
     indexes: dict[tuple[str, int], VictimIndex] = {}
-    failed: set[tuple[object, ...]] = set()
-    for job in cycle.unplaced_in_order():
-        spec = job.spec
-        if spec.id in cycle.started or spec.id in cycle.blocked or job.nomination is not None:
+    hopeless: set[tuple[str, int]] = set()
+    failed: set[tuple[int, str, int]] = set()
+    started, blocked = cycle.started, cycle.blocked
+    for job, group, key in cycle.memo("preemptors", lambda: _preemptors(cycle)):
+        if group in hopeless or key in failed:
             continue
-        if spec.type is JobType.DEBUG or not spec.priority_class.may_preempt:
-            continue
-        key = (shape_key(job), spec.queue, spec.priority)
-        if key in failed:
+        if job.id in started or job.id in blocked:
             continue
         if may_try is not None and not may_try(job):
             continue
         if cycle.eviction_budget <= 0 and cycle.evicted_gpu > 0:
             break
-        group = (job.spec.queue, job.spec.priority)
         index = indexes.get(group)
         if index is None:
-            index = indexes[group] = VictimIndex(
-                [
-                    unit
-                    for victim in pool(job, by_queue)
-                    if _eligible(cycle, job, victim)
-                    for unit in victim_units(victim, cycle.config, cycle.now)
-                ]
-            )
+            units: list[Unit] = []
+            for victims in pool(job, by_queue):
+                for victim in victims:
+                    if _eligible(cycle, job, victim):
+                        if victim.id not in units_of:
+                            units_of[victim.id] = victim_units(victim, cycle.config, cycle.now)
+                        units.extend(units_of[victim.id])
+            index = indexes[group] = VictimIndex(units)
         if not index.units:
-            failed.add(key)
+            hopeless.add(group)
             continue
         veto = None if allow is None else (lambda unit, chosen, p=job: allow(p, unit, chosen))
         plan = find_plan(cycle.room, job.spec, index, cycle.evicted, veto)

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
-from caldera.core.eviction import continue_nominations, give_way
+from caldera.core.eviction import VictimsByQueue, continue_nominations, give_way, lower_priority
 from caldera.core.snapshot import JobView
 
 __all__ = ["preempt"]
 
 
-def _same_queue(preemptor: JobView, by_queue: dict[str, list[JobView]]) -> list[JobView]:
-    return by_queue.get(preemptor.spec.queue, [])
+def _same_queue(preemptor: JobView, by_queue: VictimsByQueue) -> list[list[JobView]]:
+    return lower_priority(by_queue.get(preemptor.spec.queue, {}), preemptor.spec.priority)
 
 
 def preempt(cycle: CycleContext) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
-from caldera.core.eviction import give_way
+from caldera.core.eviction import VictimsByQueue, give_way, lower_priority
 from caldera.core.snapshot import JobView
 from caldera.core.victims import Unit
 
@@ -40,16 +40,16 @@ def reclaim(cycle: CycleContext) -> None:
             preemptor.spec.queue
         )
 
-    def borrowers(preemptor: JobView, by_queue: dict[str, list[JobView]]) -> list[JobView]:
+    def borrowers(preemptor: JobView, by_queue: VictimsByQueue) -> list[list[JobView]]:
         """Running jobs of other queues that are reclaimable and hold more than their floor."""
         return [
-            victim
-            for queue, victims in by_queue.items()
+            group
+            for queue, by_priority in by_queue.items()
             if queue != preemptor.spec.queue
             and queue in usage
             and usage[queue].queue.reclaimable
             and kept(queue) > floor(queue)
-            for victim in victims
+            for group in lower_priority(by_priority, preemptor.spec.priority)
         ]
 
     def stays_above_floor(preemptor: JobView, unit: Unit, chosen: Sequence[Unit]) -> bool:

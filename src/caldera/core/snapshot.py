@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 
 from caldera.core.config import PolicyConfig
@@ -70,10 +71,10 @@ class JobView:
     hold_reason: str | None = None
     nomination: Nomination | None = None
     throttled_once: bool = False
+    id: str = field(init=False, compare=False)  # = spec.id, read very often
 
-    @property
-    def id(self) -> str:
-        return self.spec.id
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id", self.spec.id)
 
     @property
     def gpu_held(self) -> int:
@@ -131,6 +132,18 @@ class Snapshot:
                 for task in job.releasing:
                     room.take(task)
             object.__setattr__(self, "room", room)
+
+    @cached_property
+    def by_state(self) -> Mapping[JobState, tuple[JobView, ...]]:
+        """Jobs grouped by state, in snapshot order (computed once)."""
+        groups: dict[JobState, list[JobView]] = {state: [] for state in JobState}
+        for job in self.jobs:
+            groups[job.state].append(job)
+        return MappingProxyType({state: tuple(jobs) for state, jobs in groups.items()})
+
+    @cached_property
+    def by_id(self) -> Mapping[str, JobView]:
+        return MappingProxyType({job.id: job for job in self.jobs})
 
     @property
     def free_room(self) -> Room:

@@ -36,10 +36,8 @@ def throttle(cycle: CycleContext) -> None:
         held = sorted(
             (
                 job
-                for job in cycle.snapshot.jobs
-                if job.state is JobState.HELD
-                and job.hold_reason == "throttle"
-                and job.spec.queue in ending
+                for job in cycle.snapshot.by_state[JobState.HELD]
+                if job.hold_reason == "throttle" and job.spec.queue in ending
             ),
             key=lambda job: (job.spec.submit, job.id),
         )

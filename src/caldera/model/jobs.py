@@ -40,13 +40,31 @@ class Checkpointing:
     on_sigterm: bool = True
 
 
+_SHAPES: dict[tuple[object, ...], int] = {}
+
+
+def _intern_shape(spec: JobSpec) -> int:
+    """A small int standing for everything placement looks at: jobs with equal shapes fit or
+    fail alike on the same room, and an int is cheap to hash in the cycle's hot loops."""
+    key = (
+        spec.gpu,
+        spec.cpu,
+        spec.memory,
+        spec.min_available,
+        spec.topology,
+        spec.gpu_models,
+    )
+    return _SHAPES.setdefault(key, len(_SHAPES))
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """An accepted request. Immutable: runtime facts live in the snapshot's JobView.
 
     `gpu` is milli-GPUs per task (below 1000 only for single-task jobs sharing a device);
     `duration` is the useful work in seconds, known to the simulator only. `gang_request` is
-    what it needs to start: `min_available` tasks.
+    what it needs to start: `min_available` tasks. `shape` identifies the placement shape;
+    `rank` orders jobs inside a queue: priority (high first), submit time, id.
     """
 
     id: str
@@ -73,6 +91,11 @@ class JobSpec:
     priority: int = field(init=False, repr=False, compare=False)
     task_request: Resources = field(init=False, repr=False, compare=False)
     gang_request: Resources = field(init=False, repr=False, compare=False)
+    shape: int = field(init=False, repr=False, compare=False)
+    may_preempt: bool = field(init=False, repr=False, compare=False)
+    protected: bool = field(init=False, repr=False, compare=False)
+    conformance_protected: bool = field(init=False, repr=False, compare=False)
+    rank: tuple[int, float, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.tasks < 1:
@@ -91,6 +114,19 @@ class JobSpec:
         object.__setattr__(self, "priority", PRIORITY_CLASSES[self.type].value)
         object.__setattr__(self, "task_request", task)
         object.__setattr__(self, "gang_request", task.scaled(self.min_available))
+        object.__setattr__(self, "shape", _intern_shape(self))
+        object.__setattr__(self, "rank", (-self.priority, self.submit, self.id))
+        object.__setattr__(self, "may_preempt", PRIORITY_CLASSES[self.type].may_preempt)
+        # Label protected: "true" — never chosen as a victim.
+        object.__setattr__(self, "protected", self.labels.get("protected", "").lower() == "true")
+        # Kubernetes conformance: system namespace, system priority class, system label.
+        object.__setattr__(
+            self,
+            "conformance_protected",
+            self.namespace == "kube-system"
+            or self.priority_class_name in SYSTEM_PRIORITY_CLASSES
+            or self.labels.get("caldera.io/system", "").lower() == "true",
+        )
 
     @property
     def priority_class(self) -> PriorityClass:
@@ -104,17 +140,3 @@ class JobSpec:
     def whole_gpus(self) -> int:
         """Whole devices per task (0 for a shared fraction or a CPU-only task)."""
         return self.gpu // 1000
-
-    @property
-    def protected(self) -> bool:
-        """Label `protected: "true"`: never chosen as a victim."""
-        return self.labels.get("protected", "").lower() == "true"
-
-    @property
-    def conformance_protected(self) -> bool:
-        """Kubernetes conformance: system namespace or system priority class."""
-        return (
-            self.namespace == "kube-system"
-            or self.priority_class_name in SYSTEM_PRIORITY_CLASSES
-            or self.labels.get("caldera.io/system", "").lower() == "true"
-        )
