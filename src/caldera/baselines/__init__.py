@@ -1,1 +1,10 @@
-"""Baseline policies registered beside caldera (BASELINES.md)."""
+"""Baseline policies registered beside caldera (BASELINES.md): `fifo`, `priority-kill`,
+`volcano`. Importing this package registers them; `get_policy` does so on first use."""
+
+from caldera.baselines.fifo import FIFO
+from caldera.baselines.priority_kill import PRIORITY_KILL
+from caldera.baselines.volcano import VOLCANO
+
+__all__ = ["BASELINES", "FIFO", "PRIORITY_KILL", "VOLCANO"]
+
+BASELINES = (FIFO, PRIORITY_KILL, VOLCANO)

@@ -1,0 +1,249 @@
+"""What the baseline policies share: their settings, pod-level bookkeeping and two room views.
+
+The baselines stand for Kubernetes-based schedulers, which think in pods (tasks), not gangs:
+- `baseline_defaults`: the settings every baseline runs under (BASELINES.md: 30 s grace period,
+  no emergency checkpoint, no throttle, no cooldown, no eviction budget).
+- `missing_tasks`, `pending_work`: a job's pods that are neither running nor terminating are
+  pending pods, also for a job already running ("hung jobs' missing pods are pending pods").
+- `TaskCuts`: evictions of single tasks, translated into the positions the runtime expects.
+- `FutureRoom`: idle room plus the room held by terminating tasks — what Volcano calls a
+  node's FutureIdle and what a preemptor in kube-scheduler may count on once its victims go.
+- `Staged`: an undo log over both views, so a what-if can be kept or discarded (Volcano's
+  Statement).
+- `rerun_after_change`: the event-driven simulator runs a cycle at events only; a scheduler
+  that loops every second would run again right after its own decisions, so ask for that.
+
+Hard rules every baseline keeps (Kubernetes has them too): never a node over capacity, never a
+queue over its capability, never a victim at or above priority 1000, conformance-protected, or
+labelled protected (rendered as `volcano.sh/preemptable: "false"` on Volcano).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+
+from caldera.core.config import PolicyConfig
+from caldera.core.context import CycleContext
+from caldera.core.placement import fit_on_node, node_allows, place_job
+from caldera.core.room import Room, TaskPlacement
+from caldera.core.snapshot import JobView, Snapshot
+from caldera.core.victims import is_protected
+from caldera.model import GPU_MILLI, JobSpec, JobState, Resources, TopologyMode
+
+__all__ = [
+    "FOLLOW_UP",
+    "FutureRoom",
+    "Staged",
+    "TaskCuts",
+    "baseline_defaults",
+    "can_host",
+    "domain_nodes",
+    "domain_of",
+    "is_protected",
+    "missing_tasks",
+    "pending_work",
+    "place_one",
+    "rerun_after_change",
+]
+
+FOLLOW_UP = 1.0
+"""Seconds between two scheduling loops of the systems the baselines stand for."""
+
+
+def baseline_defaults(config: PolicyConfig) -> PolicyConfig:
+    """BASELINES.md: grace period 30 s (the Kubernetes default), no scheduler-driven
+    (emergency) checkpoint, no submission throttle, no cooldown, no per-cycle eviction budget."""
+    return replace(
+        config,
+        grace_period=30.0,
+        emergency_checkpoint=False,
+        throttle=False,
+        cooldown=0.0,
+        eviction_budget=1.0,
+    )
+
+
+def missing_tasks(job: JobView) -> int:
+    """Pods of a running job that are neither running nor terminating: they are pending pods
+    again (the job's controller recreates a pod once the evicted one is gone)."""
+    return max(job.spec.tasks - len(job.placement) - len(job.releasing), 0)
+
+
+def pending_work(cycle: CycleContext) -> list[JobView]:
+    """Jobs with pending pods: eligible pending jobs (enqueue's list) and running jobs with
+    missing pods, gang-hung or elastic. Jobs evicted earlier in this cycle are left out."""
+    running = [
+        job
+        for job in cycle.snapshot.by_state[JobState.RUNNING]
+        if missing_tasks(job) > 0 and job.id not in cycle.evicted
+    ]
+    return [*cycle.eligible, *running]
+
+
+def can_host(room: Room, index: int, spec: JobSpec) -> bool:
+    """Node predicates: GPU model and a node big enough for one task at all."""
+    node = room.nodes[index]
+    return (
+        node_allows(room, index, spec.gpu_models)
+        and node.gpus * GPU_MILLI >= spec.gpu
+        and node.cpu >= spec.cpu
+        and node.memory >= spec.memory
+    )
+
+
+def domain_nodes(room: Room, spec: JobSpec) -> list[tuple[int, ...]] | None:
+    """The tier-N domains a hard-topology gang must fit in (None: no such constraint).
+
+    The platform renders `topology: {mode: hard}` as a required pod affinity on the switch
+    label, which Kubernetes and Volcano's network-topology mode both honour.
+    """
+    topology = spec.topology
+    if topology is None or topology.mode is not TopologyMode.HARD or spec.tasks == 1:
+        return None
+    domains = room.tier1_nodes if topology.highest_tier <= 1 else room.tier2_nodes
+    return [tuple(nodes) for _, nodes in sorted(domains.items())]
+
+
+def domain_of(room: Room, spec: JobSpec, node: int) -> tuple[int, ...] | None:
+    """The hard-topology domain holding `node`, where the gang's other pods must go."""
+    topology = spec.topology
+    if topology is None or topology.mode is not TopologyMode.HARD or spec.tasks == 1:
+        return None
+    info = room.nodes[node]
+    if topology.highest_tier <= 1:
+        return tuple(room.tier1_nodes[info.tier1])
+    return tuple(room.tier2_nodes[info.tier2])
+
+
+def place_one(room: Room, spec: JobSpec, within: Sequence[int] | None) -> TaskPlacement | None:
+    """One pod on the best node for it (binpack: the fullest node that fits), room taken."""
+    placed = place_job(room, spec, minimum=1, maximum=1, within=within)
+    return placed[0] if placed else None
+
+
+class TaskCuts:
+    """Tasks cut from running jobs this cycle, by their index in the snapshot's placement.
+
+    The runtime applies evictions in order and each one shortens the job's running placement,
+    so a later eviction of the same job must name positions in what is left: `cut` does that
+    translation.
+    """
+
+    def __init__(self) -> None:
+        self._left: dict[str, list[int]] = {}
+
+    def is_cut(self, job: JobView, index: int) -> bool:
+        left = self._left.get(job.id)
+        return left is not None and index not in left
+
+    def running(self, job: JobView) -> int:
+        """Tasks of `job` still running once this cycle's cuts apply."""
+        left = self._left.get(job.id)
+        return len(job.placement) if left is None else len(left)
+
+    def cut(self, job: JobView, indexes: Iterable[int]) -> tuple[int, ...]:
+        """Record the cut; return the positions the runtime will see for these tasks."""
+        left = self._left.setdefault(job.id, list(range(len(job.placement))))
+        chosen = sorted(set(indexes))
+        positions = tuple(left.index(i) for i in chosen)
+        for i in chosen:
+            left.remove(i)
+        return positions
+
+
+class FutureRoom:
+    """Idle room plus room held by terminating tasks (Volcano's FutureIdle), with an undo log.
+
+    Built from the snapshot: every running task is taken, terminating ones are not. Jobs the
+    cycle already evicted whole (a queue's window closed) are left out as well.
+    """
+
+    def __init__(self, snapshot: Snapshot, gone: set[str]) -> None:
+        self.room = Room(snapshot.nodes)
+        for job in snapshot.by_state[JobState.RUNNING]:
+            if job.id in gone:
+                continue
+            for task in job.placement:
+                self.room.take(task)
+
+    def fits(self, index: int, spec: JobSpec) -> bool:
+        return fit_on_node(self.room, index, spec.gpu, spec.cpu, spec.memory) is not None
+
+    def free_on(self, index: int) -> Resources:
+        room = self.room
+        return Resources(room.free_milli(index), room.cpu[index], room.memory[index])
+
+
+class Staged:
+    """An undo log over the cycle's idle room, the future room and any other state.
+
+    `mark()` then `rollback(mark)` undoes everything done since, newest first; keeping the
+    changes needs nothing (Volcano's Statement: commit or discard).
+    """
+
+    def __init__(self, idle: Room, future: FutureRoom) -> None:
+        self.idle = idle
+        self.future = future.room
+        self._undo: list[Callable[[], None]] = []
+
+    def mark(self) -> int:
+        return len(self._undo)
+
+    def rollback(self, mark: int) -> None:
+        undo = self._undo
+        while len(undo) > mark:
+            undo.pop()()
+
+    def on_undo(self, action: Callable[[], None]) -> None:
+        self._undo.append(action)
+
+    def take_idle(self, task: TaskPlacement) -> None:
+        """A task placed in idle room: taken in both views."""
+        self.idle.take(task)
+        self.future.take(task)
+
+        def undo() -> None:
+            self.idle.give(task)
+            self.future.give(task)
+
+        self._undo.append(undo)
+
+    def place_idle(self, spec: JobSpec, within: Sequence[int] | None) -> TaskPlacement | None:
+        """One pod on the best node with idle room for it (taken in both views), or None."""
+        task = place_one(self.idle, spec, within)
+        if task is None:
+            return None
+        self.future.take(task)
+
+        def undo() -> None:
+            self.idle.give(task)
+            self.future.give(task)
+
+        self._undo.append(undo)
+        return task
+
+    def place_future(self, spec: JobSpec, within: Sequence[int] | None) -> TaskPlacement | None:
+        """One pod on the best node counting room still being released, or None."""
+        task = place_one(self.future, spec, within)
+        if task is not None:
+            self._undo.append(lambda: self.future.give(task))
+        return task
+
+    def take_future(self, task: TaskPlacement) -> None:
+        """A task counted on room that is still being released (pipelined / nominated)."""
+        self.future.take(task)
+        self._undo.append(lambda: self.future.give(task))
+
+    def free_future(self, task: TaskPlacement) -> None:
+        """A victim's task signalled to leave: its room is future room from now on."""
+        self.future.give(task)
+        self._undo.append(lambda: self.future.take(task))
+
+
+def rerun_after_change(cycle: CycleContext, waiting: bool) -> None:
+    """Ask for another cycle one loop period later when this one decided something and work is
+    still waiting: a scheduler looping every second would look again at the changed cluster.
+    Cycles with no decision are not repeated — the same snapshot gives the same answer."""
+    if waiting and (cycle.starts or cycle.evictions):
+        cycle.wakeups.append(cycle.now + FOLLOW_UP)

@@ -1,0 +1,275 @@
+"""`priority-kill`: per-pod priority preemption, the way kube-scheduler does it (BASELINES.md).
+
+Rules (cited by the phases below):
+  PK1. Order: pods by priority (high first), then submit time, then id — one line for the
+       whole cluster; queues only bound what may run (capability, as a ResourceQuota does).
+  PK2. Start: a job that is not running starts all-or-nothing, at least `min_available` pods
+       at once (the platform's pod-group admission); the missing pods of a running job — a
+       gang cut below its minimum, or elastic extras — are placed one by one as room appears.
+       A job that does not fit is passed over.
+  PK3. Preempt: a pending pod that fits nowhere, not even on room still being released, picks
+       ONE node and evicts lower-priority pods there until it fits. Victims on a node follow
+       kube-scheduler's selectVictimsOnNode: remove every lower-priority pod, check the pod
+       fits, then reprieve the most important ones (priority, then earliest start) while it
+       still fits. The node follows pickOneNodeForPreemption: lowest highest-victim priority,
+       then smallest sum of victim priorities, then fewest victims, then the latest start of
+       the highest-priority victims, then the first node.
+  PK4. Victims are pods, not gangs: a gang can lose some pods and keep holding the others,
+       making no progress (gang hang). Never a victim: priority >= 1000, conformance-protected
+       (kube-system, system priority classes) or labelled protected.
+  PK5. No checkpoint signal; grace period 30 s: a victim loses everything since its last
+       periodic checkpoint (see `baseline_defaults`).
+  PK6. No reservation, no throttle: a preemptor counts on the room only inside the cycle;
+       whoever is ordered first when the room is released takes it.
+  PK7. Pods whose priority class says `Never` (debug) never preempt.
+
+A hard topology constraint is a required pod affinity on the switch label: once a pod of the
+gang runs or is nominated, its other pods stay inside that domain.
+
+Phases: the platform's `enqueue`, `pk_allocate`, `pk_preempt`, `pk_close`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from caldera.baselines.common import (
+    FutureRoom,
+    TaskCuts,
+    baseline_defaults,
+    can_host,
+    domain_nodes,
+    domain_of,
+    is_protected,
+    missing_tasks,
+    pending_work,
+    place_one,
+    rerun_after_change,
+)
+from caldera.core.context import CycleContext
+from caldera.core.decisions import Evict, EvictReason
+from caldera.core.enqueue import enqueue
+from caldera.core.placement import fit_on_node, place_job
+from caldera.core.policy import Policy, register_policy
+from caldera.core.snapshot import JobView
+from caldera.model import JobState
+
+__all__ = ["PRIORITY_KILL", "pk_allocate", "pk_close", "pk_preempt"]
+
+_SESSION = "priority-kill.session"
+
+Pod = tuple[JobView, int]
+"""A running pod: its job and its index in the job's running placement."""
+
+
+@dataclass
+class _Session:
+    """What pk_allocate hands to pk_preempt within one cycle."""
+
+    future: FutureRoom
+    gone: set[str]  # jobs evicted whole before the session opened (window close)
+    on_node: dict[int, list[Pod]]
+    cuts: TaskCuts = field(default_factory=TaskCuts)
+    waiting: list[tuple[JobView, int]] = field(default_factory=list)  # (job, pods to place)
+
+
+def _open(cycle: CycleContext) -> _Session:
+    gone = set(cycle.evicted)
+    on_node: dict[int, list[Pod]] = {}
+    for job in cycle.snapshot.by_state[JobState.RUNNING]:
+        if job.id in gone:
+            continue
+        for index, task in enumerate(job.placement):
+            on_node.setdefault(task.node, []).append((job, index))
+    return _Session(FutureRoom(cycle.snapshot, gone), gone, on_node)
+
+
+def _session(cycle: CycleContext) -> _Session:
+    return cycle.memo(_SESSION, lambda: _open(cycle))
+
+
+def pk_allocate(cycle: CycleContext) -> None:
+    """PK1, PK2: place pods in priority order; remember the pods that found no room."""
+    session = _session(cycle)
+    future = session.future.room
+    failed: set[int] = set()
+    for job in sorted(pending_work(cycle), key=lambda j: j.spec.rank):
+        spec = job.spec
+        usage = cycle.usage.get(spec.queue)
+        if usage is None:
+            continue
+        running = job.state is JobState.RUNNING
+        pods = missing_tasks(job) if running else spec.tasks
+        # A ResourceQuota refuses pods beyond the queue's capability.
+        while pods and not usage.within_capability(spec.task_request.scaled(pods)):
+            pods -= 1
+        if not pods or (not running and pods < spec.min_available):
+            continue
+        if running:
+            within = domain_of(cycle.room, spec, job.placement[0].node)
+            placed = place_job(cycle.room, spec, minimum=1, maximum=pods, within=within)
+        elif spec.shape in failed:
+            placed = None
+        else:
+            placed = place_job(cycle.room, spec, maximum=pods)
+            if placed is None:
+                failed.add(spec.shape)
+        if placed:
+            for task in placed:
+                future.take(task)
+            cycle.start(job, placed, grow=running)
+            pods -= len(placed)
+        if pods:
+            session.waiting.append((job, pods))
+            if not placed:
+                cycle.unplaced.append(job)
+
+
+def pk_preempt(cycle: CycleContext) -> None:
+    """PK3–PK7: each waiting pod claims room on one node, evicting lower-priority pods there
+    when nothing else fits. Claims last for this cycle only (PK6): they are not starts."""
+    session = _session(cycle)
+    future = session.future.room
+    hopeless: set[tuple[int, int]] = set()  # (shape, priority) that found no node anywhere
+    for job, pods in session.waiting:
+        spec = job.spec
+        if not spec.may_preempt:  # PK7
+            continue
+        scope = domain_of(future, spec, job.placement[0].node) if job.placement else None
+        hard = domain_nodes(future, spec) is not None
+        for _ in range(pods):
+            task = place_one(future, spec, scope)  # room free or being released: no eviction
+            if task is None:
+                if scope is None and (spec.shape, spec.priority) in hopeless:
+                    break
+                choice = _pick_node(session, job, scope)
+                if choice is None:
+                    if scope is None:
+                        hopeless.add((spec.shape, spec.priority))
+                    break
+                node, victims = choice
+                _evict(cycle, session, job, victims)
+                task = fit_on_node(future, node, spec.gpu, spec.cpu, spec.memory)
+                assert task is not None, "the chosen victims make the pod fit"
+                future.take(task)
+            if hard and scope is None:
+                scope = domain_of(future, spec, task.node)
+
+
+def pk_close(cycle: CycleContext) -> None:
+    """kube-scheduler retries unschedulable pods after every change; the simulator runs at
+    events, so ask for one more cycle after a cycle that decided something."""
+    rerun_after_change(cycle, bool(_session(cycle).waiting))
+
+
+# -- PK3: one node, its victims ------------------------------------------------------------
+
+
+def _candidates(session: _Session, preemptor: JobView, node: int) -> list[Pod]:
+    """PK4: running pods on `node` of lower priority that may be victims."""
+    priority = preemptor.spec.priority
+    cuts = session.cuts
+    return [
+        (job, index)
+        for job, index in session.on_node.get(node, ())
+        if job.spec.priority < priority
+        and not is_protected(job)
+        and job.id not in session.gone
+        and not cuts.is_cut(job, index)
+    ]
+
+
+def _importance(pod: Pod) -> tuple[int, float, str, int]:
+    """kube-scheduler's MoreImportantPod: higher priority, then earlier start."""
+    job, index = pod
+    started = job.first_start if job.first_start is not None else 0.0
+    return (-job.spec.priority, started, job.id, index)
+
+
+def _victims_on_node(
+    session: _Session, preemptor: JobView, node: int, candidates: Sequence[Pod]
+) -> list[Pod] | None:
+    """selectVictimsOnNode: the victims that let the pod fit on `node`, or None. The future
+    room is exactly as before when this returns."""
+    room = session.future.room
+    spec = preemptor.spec
+    for job, index in candidates:
+        room.give(job.placement[index])
+    if fit_on_node(room, node, spec.gpu, spec.cpu, spec.memory) is None:
+        for job, index in candidates:
+            room.take(job.placement[index])
+        return None
+    victims: list[Pod] = []
+    for pod in sorted(candidates, key=_importance):
+        task = pod[0].placement[pod[1]]
+        room.take(task)
+        if fit_on_node(room, node, spec.gpu, spec.cpu, spec.memory) is None:
+            room.give(task)
+            victims.append(pod)
+    for job, index in victims:
+        room.take(job.placement[index])
+    return victims
+
+
+def _node_score(node: int, victims: Sequence[Pod]) -> tuple[int, int, int, float, int]:
+    """pickOneNodeForPreemption, lowest first: 1. highest victim priority; 2. sum of victim
+    priorities; 3. number of victims; 4. latest start among the highest-priority victims
+    (negated); 5. node."""
+    top = max(job.spec.priority for job, _ in victims)
+    earliest = min((job.first_start or 0.0) for job, _ in victims if job.spec.priority == top)
+    total = sum(job.spec.priority for job, _ in victims)
+    return (top, total, len(victims), -earliest, node)
+
+
+def _pick_node(
+    session: _Session, preemptor: JobView, scope: Sequence[int] | None
+) -> tuple[int, list[Pod]] | None:
+    future = session.future
+    spec = preemptor.spec
+    nodes = scope if scope is not None else sorted(session.on_node)
+    best: tuple[tuple[int, int, int, float, int], int, list[Pod]] | None = None
+    for node in nodes:
+        if not can_host(future.room, node, spec):
+            continue
+        candidates = _candidates(session, preemptor, node)
+        if not candidates:
+            continue
+        free = future.free_on(node)
+        if (
+            free.gpu + sum(job.spec.gpu for job, _ in candidates) < spec.gpu
+            or free.cpu + sum(job.spec.cpu for job, _ in candidates) < spec.cpu
+            or free.memory + sum(job.spec.memory for job, _ in candidates) < spec.memory
+        ):
+            continue
+        victims = _victims_on_node(session, preemptor, node, candidates)
+        if not victims:
+            continue
+        score = _node_score(node, victims)
+        if best is None or score < best[0]:
+            best = (score, node, victims)
+    return None if best is None else (best[1], best[2])
+
+
+def _evict(cycle: CycleContext, session: _Session, preemptor: JobView, victims: list[Pod]) -> None:
+    """PK4: signal the victim pods, one eviction per victim job; their room becomes future
+    room the preemptor counts on."""
+    by_job: dict[str, tuple[JobView, list[int]]] = {}
+    for job, index in victims:
+        by_job.setdefault(job.id, (job, []))[1].append(index)
+    for job, indexes in by_job.values():
+        positions = session.cuts.cut(job, indexes)
+        for index in indexes:
+            session.future.room.give(job.placement[index])
+        gpu = job.spec.gpu * len(indexes)
+        cycle.evict(Evict(job.id, EvictReason.PREEMPT, preemptor.id, positions, gpu), job)
+
+
+PRIORITY_KILL = register_policy(
+    Policy(
+        name="priority-kill",
+        phases=(enqueue, pk_allocate, pk_preempt, pk_close),
+        description="kube-scheduler style: per-pod priority preemption on one node, plain kill",
+        defaults=baseline_defaults,
+    )
+)

@@ -1,0 +1,547 @@
+"""`volcano`: Volcano with preempt and reclaim enabled (its CI configuration), BASELINES.md.
+
+Points V1–V9 are BASELINES.md's numbered points for `volcano`; the phases cite them.
+  V1. A cycle on a snapshot; pipelined placements are dropped when it ends. Cadence: Volcano
+      loops every 1 s; the simulator runs a cycle at every event instant. Between events the
+      snapshot does not change, and nothing Volcano decides depends on the clock itself, so
+      a 1 s loop would repeat the same answer — except right after a cycle that decided
+      something: then `volcano_close` asks for another cycle 1 s later (a wake-up), as the
+      loop would see the changed cluster. Decisions come up to 1 s earlier than Volcano's.
+  V2. Queue deserved by water-filling, share = max over resources (`proportion`).
+  V3. Order: queues by share ascending; jobs by priority descending, then not-ready first,
+      then creation time; tasks by index (all of a job's tasks are alike here).
+  V4. Allocate: a queue whose allocation reaches deserved in every resource is skipped; each
+      task must keep the queue within deserved; it goes to the best node with idle room for
+      it (binpack score), else it is pipelined onto room being released; a gang whose task
+      fits nowhere is given up. A job binds only when ready (running + placed) reaches
+      `min_available`; pipelined room is held only until the cycle ends.
+  V5. Starving = ready + pipelined < `min_available`: only starving jobs preempt or reclaim.
+  V6. Preempt, inside a queue: per pending task of a starving job (not `Never`), nodes by
+      descending score, one node per task; victims are running tasks of strictly
+      lower-priority jobs of the same queue, never kube-system or system-critical; the gang
+      minimum of victims is NOT protected; victims in order: lower job priority, then ready
+      jobs first, then the newest task; evict one at a time until the task fits on that node;
+      keep the job's evictions only if the whole job becomes placeable (pipelined), else roll
+      back (the Statement).
+  V7. Reclaim, across queues: starving jobs of queues below deserved take running tasks of
+      other queues not marked `reclaimable: false`, but only tasks above the victim job's
+      `min_available` (the gang check in the first tier settles it, the deserved check of
+      the victim's queue is never reached); nodes in plain order; same greedy eviction.
+  V8. A victim gets the 30 s grace period and no checkpoint signal; the preemptor gets no
+      reservation across cycles (see `baseline_defaults`; nothing here nominates).
+  V9. No throttle, no dynamic weight, no cost- or progress-aware victim order, no cooldown.
+
+Modelling choices (docs/baselines.md says more):
+- Node score is binpack on GPUs (the configuration GPU clusters run); ties by node index.
+- A hard topology constraint is honoured as Volcano's network-topology (hypernode) mode: a
+  gang's tasks go inside one tier-N domain; preempt and reclaim try one domain at a time,
+  the one with the most room first.
+- Volcano's enqueue gate (overcommit) is not modelled: every pending job within its queue's
+  capability is Inqueue. Its backfill action only places pods that request nothing, which
+  no job here is, so it is left out.
+- ValidateVictims is kept: a node with no eligible victim is never a preempt/reclaim target,
+  even if it has room.
+- Reclaim works a job at a time (all its tasks) where Volcano round-robins single tasks over
+  queues; the outcome for one job is the same, the interleaving between jobs is not.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from caldera.baselines.common import (
+    FutureRoom,
+    Staged,
+    TaskCuts,
+    baseline_defaults,
+    can_host,
+    domain_nodes,
+    domain_of,
+    is_protected,
+    missing_tasks,
+    pending_work,
+    rerun_after_change,
+)
+from caldera.baselines.proportion import QueueShare, water_fill
+from caldera.core.context import CycleContext
+from caldera.core.decisions import Evict, EvictReason
+from caldera.core.enqueue import enqueue
+from caldera.core.placement import fit_on_node
+from caldera.core.policy import Policy, register_policy
+from caldera.core.room import Room, TaskPlacement
+from caldera.core.snapshot import JobView
+from caldera.model import GPU_MILLI, JobState
+
+__all__ = [
+    "VOLCANO",
+    "victim_order",
+    "volcano_allocate",
+    "volcano_close",
+    "volcano_job_order",
+    "volcano_preempt",
+    "volcano_reclaim",
+]
+
+_SESSION = "volcano.session"
+
+Pod = tuple[JobView, int]
+"""A running task: its job and its index in the job's running placement."""
+
+Scope = Sequence[int] | None
+"""Nodes a job's tasks must stay on (one hard-topology domain), or None for anywhere."""
+
+
+@dataclass
+class _Session:
+    """Volcano's session for one cycle: rooms, queue attributes, the statement, job status."""
+
+    cycle: CycleContext
+    future: FutureRoom
+    staged: Staged
+    gone: set[str]
+    queues: dict[str, QueueShare]
+    on_node: dict[int, list[Pod]]
+    cuts: TaskCuts = field(default_factory=TaskCuts)
+    cut: dict[str, set[int]] = field(default_factory=dict)  # staged or kept, by victim job
+    evictions: list[tuple[JobView, int]] = field(default_factory=list)  # staged, in order
+    counted: dict[str, int] = field(default_factory=dict)  # job -> tasks placed/pipelined
+    starving: list[JobView] = field(default_factory=list)
+
+    def running(self, job: JobView) -> int:
+        """Ready tasks of a running job once this cycle's (staged) evictions apply."""
+        return len(job.placement) - len(self.cut.get(job.id, ()))
+
+    def queue_add(self, job: JobView, sign: int) -> None:
+        """One task of `job` placed (+1) or evicted (-1): the queue's allocated follows."""
+        share = self.queues.get(job.spec.queue)
+        if share is None:
+            return
+        request = job.spec.task_request
+        share.add(request, sign)
+        self.staged.on_undo(lambda: share.add(request, -sign))
+
+    def stage_evict(self, victim: JobView, index: int) -> None:
+        """Evict one task inside the statement: its room becomes future room."""
+        self.staged.free_future(victim.placement[index])
+        self.queue_add(victim, -1)
+        cut = self.cut.setdefault(victim.id, set())
+        cut.add(index)
+        self.evictions.append((victim, index))
+
+        def undo() -> None:
+            cut.discard(index)
+            self.evictions.pop()
+
+        self.staged.on_undo(undo)
+
+
+def _open(cycle: CycleContext) -> _Session:
+    """Open the session: future room, queue attributes with water-filled deserved (V2)."""
+    snapshot = cycle.snapshot
+    gone = set(cycle.evicted)
+    future = FutureRoom(snapshot, gone)
+    queues: dict[str, QueueShare] = {}
+    on_node: dict[int, list[Pod]] = {}
+
+    def attr(name: str) -> QueueShare | None:
+        if name not in queues and name in snapshot.queues:
+            queues[name] = QueueShare(snapshot.queues[name])
+        return queues.get(name)
+
+    for job in snapshot.by_state[JobState.RUNNING]:
+        if job.id in gone:
+            continue
+        for index, task in enumerate(job.placement):
+            on_node.setdefault(task.node, []).append((job, index))
+        share = attr(job.spec.queue)
+        if share is not None:
+            request = job.spec.task_request
+            share.add(request.scaled(len(job.placement)))
+            wanted = request.scaled(len(job.placement) + missing_tasks(job))
+            share.request = [
+                share.request[0] + wanted.gpu,
+                share.request[1] + wanted.cpu,
+                share.request[2] + wanted.memory,
+            ]
+    for job in cycle.eligible:
+        share = attr(job.spec.queue)
+        if share is not None:
+            wanted = job.spec.full_request
+            share.request = [
+                share.request[0] + wanted.gpu,
+                share.request[1] + wanted.cpu,
+                share.request[2] + wanted.memory,
+            ]
+    total = (
+        float(sum(n.gpus for n in snapshot.nodes) * GPU_MILLI),
+        float(sum(n.cpu for n in snapshot.nodes)),
+        float(sum(n.memory for n in snapshot.nodes)),
+    )
+    water_fill(total, queues.values())
+    return _Session(cycle, future, Staged(cycle.room, future), gone, queues, on_node)
+
+
+def _session(cycle: CycleContext) -> _Session:
+    return cycle.memo(_SESSION, lambda: _open(cycle))
+
+
+def volcano_job_order(session: _Session, job: JobView) -> tuple[int, int, float, str]:
+    """V3, jobs inside a queue: 1. priority, high first; 2. not ready first; 3. creation
+    (submit) time; 4. id."""
+    ready = job.state is JobState.RUNNING and session.running(job) >= job.spec.min_available
+    return (-job.spec.priority, 1 if ready else 0, job.spec.submit, job.id)
+
+
+def victim_order(session: _Session, pod: Pod) -> tuple[int, int, float, int, str]:
+    """V6, victims: 1. lower job priority first; 2. ready jobs first; 3. newest task first
+    (latest started job, then highest index); 4. job id."""
+    job, index = pod
+    ready = session.running(job) >= job.spec.min_available
+    started = job.first_start if job.first_start is not None else 0.0
+    return (job.spec.priority, 0 if ready else 1, -started, -index, job.id)
+
+
+# -- V4: allocate ----------------------------------------------------------------------------
+
+
+def volcano_allocate(cycle: CycleContext) -> None:
+    """V3, V4, V5: queues by share, skipping overused ones; one job per turn; each job placed
+    task by task, bound when ready, kept pipelined, or rolled back and marked starving."""
+    session = _session(cycle)
+    per_queue: dict[str, list[JobView]] = {}
+    for job in pending_work(cycle):
+        if job.spec.queue in session.queues:
+            per_queue.setdefault(job.spec.queue, []).append(job)
+    for jobs in per_queue.values():
+        jobs.sort(key=lambda j: volcano_job_order(session, j), reverse=True)  # pop() = next
+    heap = [(session.queues[name].share, name) for name in per_queue]
+    heapq.heapify(heap)
+    failed: set[int] = set()
+    while heap:
+        _, name = heapq.heappop(heap)
+        share = session.queues[name]
+        jobs = per_queue[name]
+        if share.overused:
+            # Not allocated this cycle: those not ready are starving (V5).
+            session.starving.extend(j for j in reversed(jobs) if _starving_as_is(session, j))
+            continue
+        _allocate_job(session, jobs.pop(), failed)
+        if jobs:
+            heapq.heappush(heap, (share.share, name))
+
+
+def _starving_as_is(session: _Session, job: JobView) -> bool:
+    """V5 for a job nothing was placed for: ready tasks alone below `min_available`."""
+    ready = session.running(job) if job.state is JobState.RUNNING else 0
+    return ready < job.spec.min_available
+
+
+def _scopes(session: _Session, job: JobView, room: Room) -> list[Scope]:
+    """Where the job's tasks may go: its own domain if it runs under a hard topology, else
+    each domain (most suitable first), else anywhere."""
+    spec = job.spec
+    if job.state is JobState.RUNNING and job.placement:
+        return [domain_of(room, spec, job.placement[0].node)]
+    domains = domain_nodes(room, spec)
+    if domains is None:
+        return [None]
+    need = spec.whole_gpus * spec.min_available
+    future = session.future.room
+
+    def whole(nodes: Sequence[int], of: Room) -> int:
+        return sum(of.whole[n] for n in nodes)
+
+    usable: list[tuple[int, ...]] = [d for d in domains if whole(d, future) >= need]
+    usable.sort(key=lambda d: (whole(d, room), d[0]))  # binpack over domains
+    return [*usable]
+
+
+def _allocate_job(session: _Session, job: JobView, failed: set[int]) -> None:
+    cycle = session.cycle
+    spec = job.spec
+    usage = cycle.usage[spec.queue]
+    share = session.queues[spec.queue]
+    running = job.state is JobState.RUNNING
+    ready_now = session.running(job) if running else 0
+    want = missing_tasks(job) if running else spec.tasks
+    if not running and spec.shape in failed:
+        session.starving.append(job)
+        return
+    no_room = False
+    for scope in _scopes(session, job, cycle.room):
+        mark = session.staged.mark()
+        placed: list[TaskPlacement] = []
+        pipelined = 0
+        no_room = False
+        for _ in range(want):
+            request = spec.task_request
+            if not share.allows(request) or not usage.within_capability(
+                request.scaled(len(placed) + 1)
+            ):
+                break  # the same check fails for every other task of the job
+            task = session.staged.place_idle(spec, scope)
+            if task is not None:
+                placed.append(task)
+            elif session.staged.place_future(spec, scope) is not None:
+                pipelined += 1
+            else:
+                no_room = True
+                break  # tasks are alike: none of the rest fits either
+            session.queue_add(job, 1)
+        ready = ready_now + len(placed)
+        if ready >= spec.min_available:
+            if placed:
+                cycle.start(job, tuple(placed), grow=running)
+            session.counted[job.id] = pipelined
+            return
+        if ready + pipelined >= spec.min_available:
+            session.counted[job.id] = len(placed) + pipelined  # held until the cycle ends
+            return
+        session.staged.rollback(mark)
+    if no_room and not running:
+        failed.add(spec.shape)
+    session.starving.append(job)
+
+
+# -- V6, V7: preempt and reclaim -------------------------------------------------------------
+
+
+VictimRule = Callable[[_Session, JobView, Pod], bool]
+"""(session, preemptor, running task) -> may this task be a victim right now?"""
+
+NodeOrder = Callable[[_Session, JobView, Scope], list[int]]
+
+
+def _same_queue_lower(session: _Session, preemptor: JobView, pod: Pod) -> bool:
+    """V6 victims: other jobs of the preemptor's queue with strictly lower priority."""
+    job, _ = pod
+    return (
+        job.spec.queue == preemptor.spec.queue
+        and job.id != preemptor.id
+        and job.spec.priority < preemptor.spec.priority
+    )
+
+
+def _reclaimable_above_min(session: _Session, preemptor: JobView, pod: Pod) -> bool:
+    """V7 victims: jobs of other, reclaimable queues, only while they keep more than their
+    `min_available` (checked again before each task, as tasks go)."""
+    job, _ = pod
+    queue = session.cycle.snapshot.queues.get(job.spec.queue)
+    return (
+        job.spec.queue != preemptor.spec.queue
+        and queue is not None
+        and queue.reclaimable
+        and session.running(job) > job.spec.min_available
+    )
+
+
+def _by_score(session: _Session, job: JobView, scope: Scope) -> list[int]:
+    """V6: nodes by descending score — binpack on the room that will be free."""
+    future = session.future.room
+    nodes = scope if scope is not None else session.on_node
+    return sorted(nodes, key=lambda n: (future.whole[n], future.free_milli(n), n))
+
+
+def _plain(session: _Session, job: JobView, scope: Scope) -> list[int]:
+    """V7: nodes in plain order."""
+    return sorted(scope if scope is not None else session.on_node)
+
+
+def volcano_preempt(cycle: CycleContext) -> None:
+    """V5, V6: starving jobs, queue by queue (share order), preempt inside their queue."""
+    session = _session(cycle)
+    starving = [job for job in session.starving if job.spec.may_preempt]
+    order = sorted({job.spec.queue for job in starving}, key=lambda q: (session.queues[q].share, q))
+    hopeless: set[tuple[int, str, int]] = set()
+    for queue in order:
+        jobs = [job for job in starving if job.spec.queue == queue]
+        for job in sorted(jobs, key=lambda j: volcano_job_order(session, j)):
+            key = (job.spec.shape, queue, job.spec.priority)
+            if key in hopeless:
+                continue
+            if _take_room(session, job, EvictReason.PREEMPT, _same_queue_lower, _by_score):
+                hopeless.clear()  # evictions may leave spare room others can use
+            else:
+                hopeless.add(key)
+
+
+def volcano_reclaim(cycle: CycleContext) -> None:
+    """V5, V7: queues by share (skipping overused ones), their starving jobs in order, take
+    room back from other queues."""
+    session = _session(cycle)
+    per_queue: dict[str, list[JobView]] = {}
+    for job in session.starving:
+        if job.spec.may_preempt and job.id not in session.counted:
+            per_queue.setdefault(job.spec.queue, []).append(job)
+    for jobs in per_queue.values():
+        jobs.sort(key=lambda j: volcano_job_order(session, j), reverse=True)
+    heap = [(session.queues[name].share, name) for name in per_queue]
+    heapq.heapify(heap)
+    while heap:
+        _, name = heapq.heappop(heap)
+        share = session.queues[name]
+        if share.overused:
+            continue
+        jobs = per_queue[name]
+        _take_room(session, jobs.pop(), EvictReason.RECLAIM, _reclaimable_above_min, _plain)
+        if jobs:
+            heapq.heappush(heap, (share.share, name))
+
+
+def volcano_close(cycle: CycleContext) -> None:
+    """V1: one more cycle 1 s after a cycle that decided something, while jobs starve."""
+    session = _session(cycle)
+    waiting = any(job.id not in session.counted for job in session.starving)
+    rerun_after_change(cycle, waiting)
+
+
+def _take_room(
+    session: _Session,
+    job: JobView,
+    reason: EvictReason,
+    rule: VictimRule,
+    order: NodeOrder,
+) -> bool:
+    """Pipeline the starving job's pending tasks, one node per task, evicting greedily; keep
+    the evictions only if the job stops starving (V6 commit / discard). True when kept."""
+    spec = job.spec
+    running = job.state is JobState.RUNNING
+    ready = session.running(job) if running else 0
+    want = missing_tasks(job) if running else spec.tasks
+    share = session.queues[spec.queue]
+    future = session.future.room
+    domains = domain_nodes(future, spec)
+    if running and job.placement:
+        scopes: list[Scope] = [domain_of(future, spec, job.placement[0].node)]
+    elif domains is not None:
+        # Most room that will be free first: the fewest evictions.
+        roomiest = sorted(domains, key=lambda d: (-sum(future.whole[n] for n in d), d[0]))
+        scopes = [*roomiest]
+    else:
+        scopes = [None]
+    for scope in scopes:
+        mark = session.staged.mark()
+        first = len(session.evictions)
+        pipelined = 0
+        for _ in range(want):
+            if ready + pipelined >= spec.min_available:
+                break  # no longer starving
+            if reason is EvictReason.RECLAIM and not share.allows(spec.task_request):
+                break  # V7: only while the queue stays within what it deserves
+            placed, tried = _preempt_task(session, job, scope, reason, rule, order)
+            if placed:
+                pipelined += 1
+            elif not tried:
+                break  # nothing changed: the next (identical) task fails the same way
+        if ready + pipelined >= spec.min_available:
+            _commit(session, job, reason, first)
+            session.counted[job.id] = pipelined
+            return True
+        session.staged.rollback(mark)
+    return False
+
+
+def _preempt_task(
+    session: _Session,
+    job: JobView,
+    scope: Scope,
+    reason: EvictReason,
+    rule: VictimRule,
+    order: NodeOrder,
+) -> tuple[bool, bool]:
+    """One task, one node at a time (V6/V7). Returns (pipelined, any node was tried)."""
+    spec = job.spec
+    room = session.future.room
+    preempting = reason is EvictReason.PREEMPT
+    tried = False
+    for node in order(session, job, scope):
+        if not can_host(room, node, spec):
+            continue
+        victims = _victims_on(session, job, node, rule, reclaiming=not preempting)
+        if not victims:
+            continue  # ValidateVictims: no victims, not a candidate
+        free = session.future.free_on(node)
+        if (
+            free.gpu + sum(p[0].spec.gpu for p in victims) < spec.gpu
+            or free.cpu + sum(p[0].spec.cpu for p in victims) < spec.cpu
+            or free.memory + sum(p[0].spec.memory for p in victims) < spec.memory
+        ):
+            continue  # ValidateVictims: not enough even with all of them
+        tried = True
+
+        for pod in victims:
+            if _enough(session, job, node, preempting):
+                break
+            if rule(session, job, pod):  # reclaim's gang check changes as tasks go
+                session.stage_evict(*pod)
+        if _enough(session, job, node, preempting):
+            task = fit_on_node(room, node, spec.gpu, spec.cpu, spec.memory)
+            assert task is not None
+            session.staged.take_future(task)
+            session.queue_add(job, 1)
+            return True, True
+        # Evictions on this node stay in the statement (Volcano does not undo them per node).
+    return False, tried
+
+
+def _enough(session: _Session, job: JobView, node: int, preempting: bool) -> bool:
+    """Stop evicting: the task fits on the node's future room — and, in preempt, its queue
+    stays within deserved (Volcano keeps preempting while the queue would be overused)."""
+    spec = job.spec
+    if preempting and not session.queues[spec.queue].allows(spec.task_request):
+        return False
+    room = session.future.room
+    return fit_on_node(room, node, spec.gpu, spec.cpu, spec.memory) is not None
+
+
+def _victims_on(
+    session: _Session, job: JobView, node: int, rule: VictimRule, reclaiming: bool
+) -> list[Pod]:
+    """Eligible victims on `node` in victim order. For reclaim, each victim job offers only
+    its tasks above `min_available` (the gang plugin counts them down as it lists them)."""
+    victims = sorted(
+        (
+            pod
+            for pod in session.on_node.get(node, ())
+            if not is_protected(pod[0])
+            and pod[0].id not in session.gone
+            and pod[1] not in session.cut.get(pod[0].id, ())
+            and rule(session, job, pod)
+        ),
+        key=lambda p: victim_order(session, p),
+    )
+    if not reclaiming:
+        return victims
+    spare: dict[str, int] = {}
+    offered: list[Pod] = []
+    for pod in victims:
+        victim = pod[0]
+        left = spare.setdefault(victim.id, session.running(victim) - victim.spec.min_available)
+        if left > 0:
+            spare[victim.id] = left - 1
+            offered.append(pod)
+    return offered
+
+
+def _commit(session: _Session, job: JobView, reason: EvictReason, first: int) -> None:
+    """Turn the statement's evictions for `job` into decisions, one per victim job."""
+    by_victim: dict[str, tuple[JobView, list[int]]] = {}
+    for victim, index in session.evictions[first:]:
+        by_victim.setdefault(victim.id, (victim, []))[1].append(index)
+    cycle = session.cycle
+    for victim, indexes in by_victim.values():
+        positions = session.cuts.cut(victim, indexes)
+        gpu = victim.spec.gpu * len(indexes)
+        cycle.evict(Evict(victim.id, reason, job.id, positions, gpu), victim)
+
+
+VOLCANO = register_policy(
+    Policy(
+        name="volcano",
+        phases=(enqueue, volcano_allocate, volcano_preempt, volcano_reclaim, volcano_close),
+        description="Volcano with preempt and reclaim: proportion, gang, per-task greedy victims",
+        defaults=baseline_defaults,
+    )
+)
