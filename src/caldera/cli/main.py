@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from caldera.cli import simulate
+from caldera.cli import service_cmds, simulate
 from caldera.cli.bench import bench_app
 
 __all__ = ["app", "main"]
@@ -17,6 +17,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 simulate.register(app)
+service_cmds.register(app)
 app.add_typer(bench_app, name="bench")
 
 

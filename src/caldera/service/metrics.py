@@ -1,0 +1,257 @@
+"""`/metrics`: the DESIGN §5 metrics with a `caldera_` prefix, queue gauges, throttle state and
+the cycle latency, in Prometheus text format (prometheus-client).
+
+History metrics (waits, SLA attainment, wasted GPU-hours, preemptions, throttle episodes) are
+computed from the database at scrape time, so they survive restarts; utilisation and gang-hang
+time are integrated by the runtime since this server started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from caldera.metrics_util import percentile
+from caldera.model import GPU_MILLI, JobState, JobType
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from caldera.service.runtime import Runtime
+
+__all__ = ["CONTENT_TYPE", "ServiceMetrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_CYCLE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class ServiceMetrics:
+    """One registry per server (tests run several in one process)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.cycle_seconds = Histogram(
+            "caldera_cycle_duration_seconds",
+            "Wall time of one scheduling cycle (caldera.core.run).",
+            buckets=_CYCLE_BUCKETS,
+            registry=self.registry,
+        )
+        self._runtime: Runtime | None = None
+
+    def attach(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self.registry.register(_StateCollector(runtime))
+
+    def observe_cycle(self, seconds: float) -> None:
+        self.cycle_seconds.observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _StateCollector(Collector):
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def collect(self) -> Iterator[Metric]:
+        runtime = self.runtime
+        store = runtime.store
+        history = store.history()
+        slo = runtime.policy_config.slo
+        types = [t.value for t in JobType]
+        waits: dict[str, list[float]] = {t: [] for t in types}
+        sla_total = dict.fromkeys(types, 0)
+        sla_met = dict.fromkeys(types, 0)
+        wasted = 0.0
+        large_max: float | None = None
+        now = runtime.clock()
+        for job in history:
+            kind = job["type"]
+            wasted += job["lost_gpu_seconds"] or 0.0
+            start = job["first_start"]
+            if start is not None:
+                waits[kind].append(start - job["submit_time"])
+            if kind == JobType.LARGE.value and job["state"] != JobState.CANCELLED.value:
+                wait = (start if start is not None else now) - job["submit_time"]
+                large_max = wait if large_max is None else max(large_max, wait)
+            limit = slo.get(kind)
+            if limit is None:
+                continue
+            if start is None and (
+                job["state"] == JobState.CANCELLED.value or job["submit_time"] + limit > now
+            ):
+                continue
+            sla_total[kind] += 1
+            if start is not None and start - job["submit_time"] <= limit and not job["evictions"]:
+                sla_met[kind] += 1
+
+        wait = GaugeMetricFamily(
+            "caldera_wait_seconds",
+            "First start minus submit, by job type (quantile or mean/max).",
+            labels=["type", "stat"],
+        )
+        count = GaugeMetricFamily(
+            "caldera_wait_count", "Jobs that have started, by type.", labels=["type"]
+        )
+        for kind, values in waits.items():
+            values.sort()
+            count.add_metric([kind], len(values))
+            if not values:
+                continue
+            wait.add_metric([kind, "mean"], sum(values) / len(values))
+            for q in (0.5, 0.95, 0.99):
+                wait.add_metric([kind, f"p{round(q * 100)}"], percentile(values, q))
+            wait.add_metric([kind, "max"], values[-1])
+        yield wait
+        yield count
+
+        sla = GaugeMetricFamily(
+            "caldera_sla_attainment",
+            "Share of jobs that started within the type's start SLO and were never preempted.",
+            labels=["type"],
+        )
+        for kind in types:
+            if slo.get(kind) is not None and sla_total[kind]:
+                sla.add_metric([kind], sla_met[kind] / sla_total[kind])
+        yield sla
+        yield GaugeMetricFamily(
+            "caldera_wasted_gpu_hours", "GPU-hours of work lost to evictions.", value=wasted / 3600
+        )
+
+        preemptions = CounterMetricFamily(
+            "caldera_preemptions",
+            "Evictions by victim type, preemptor type and reason.",
+            labels=["victim_type", "preemptor_type", "reason"],
+        )
+        tally: dict[tuple[str, str, str], int] = {}
+        critical_preempted = 0
+        for event in store.events_of_kind("evict"):
+            data = event["data"] or {}
+            if data.get("reason") == "cancel":
+                continue
+            key = (
+                str(data.get("victim_type")),
+                str(data.get("preemptor_type") or "none"),
+                str(data.get("reason")),
+            )
+            tally[key] = tally.get(key, 0) + 1
+            if data.get("victim_type") == JobType.CRITICAL.value:
+                critical_preempted += 1
+        for key, value in sorted(tally.items()):
+            preemptions.add_metric(list(key), value)
+        yield preemptions
+        yield GaugeMetricFamily(
+            "caldera_critical_preempted",
+            "Critical jobs evicted (must be 0).",
+            value=critical_preempted,
+        )
+
+        stats = runtime.stats
+        capacity = runtime.room.capacity_gpus
+        yield GaugeMetricFamily(
+            "caldera_gang_hang_gpu_hours",
+            "GPU-hours held by gangs running below min_available (since this server started).",
+            value=stats.hung_area / GPU_MILLI / 3600,
+        )
+        observed = stats.observed
+        yield GaugeMetricFamily(
+            "caldera_gpu_utilization",
+            "Allocated GPU time over GPUs x observed time (since this server started).",
+            value=stats.allocated_area / GPU_MILLI / (capacity * observed)
+            if capacity and observed
+            else 0.0,
+        )
+        if large_max is not None:
+            yield GaugeMetricFamily(
+                "caldera_large_job_max_wait",
+                "Longest wait of a large job, seconds (a waiting one counts up to now).",
+                value=large_max,
+            )
+        yield CounterMetricFamily(
+            "caldera_throttle_episodes",
+            "Times a queue entered waiting mode for a large job.",
+            value=store.count_events("throttle_on"),
+        )
+        yield GaugeMetricFamily(
+            "caldera_throttle_held_seconds",
+            "Seconds jobs spent Held by a throttle, summed.",
+            value=stats.throttle_held_seconds,
+        )
+        yield CounterMetricFamily(
+            "caldera_refused_evictions",
+            "Evictions of protected or critical jobs the runtime refused (must be 0).",
+            value=stats.refused_evictions,
+        )
+        yield from self._queues(capacity)
+
+    def _queues(self, capacity: int) -> Iterator[Metric]:
+        runtime = self.runtime
+        allocated: dict[str, int] = {}
+        pending: dict[tuple[str, str], int] = {}
+        states: dict[str, int] = {}
+        demand = 0
+        with runtime.lock:
+            queues = dict(runtime.queues)
+            throttles = dict(runtime.throttles)
+            for job in runtime.jobs.values():
+                states[job.state.value] = states.get(job.state.value, 0) + 1
+                held = sum(t.placement.gpu for t in job.tasks)
+                if held:
+                    allocated[job.spec.queue] = allocated.get(job.spec.queue, 0) + held
+                if job.state in (JobState.PENDING, JobState.HELD):
+                    key = (job.spec.queue, job.spec.type.value)
+                    pending[key] = pending.get(key, 0) + 1
+                    demand += job.spec.gang_request.gpu
+        total = capacity * GPU_MILLI
+        weights = sum(max(q.weight, 0) for q in queues.values()) or 1
+        alloc = GaugeMetricFamily(
+            "caldera_queue_allocated_gpus",
+            "GPUs held by the queue's running and releasing tasks.",
+            labels=["queue"],
+        )
+        deserved = GaugeMetricFamily(
+            "caldera_queue_deserved_gpus",
+            "The queue's deserved GPUs (set, or the cluster split by weight).",
+            labels=["queue"],
+        )
+        waiting = GaugeMetricFamily(
+            "caldera_queue_pending_jobs",
+            "Pending or Held jobs by queue and job type.",
+            labels=["queue", "type"],
+        )
+        throttled = GaugeMetricFamily(
+            "caldera_queue_throttled",
+            "1 while the queue is in waiting mode for a large job.",
+            labels=["queue"],
+        )
+        for name, queue in sorted(queues.items()):
+            alloc.add_metric([name], allocated.get(name, 0) / GPU_MILLI)
+            share = queue.deserved.gpu if queue.deserved and queue.deserved.gpu > 0 else 0
+            if not share:
+                share = total * max(queue.weight, 0) // weights
+            deserved.add_metric([name], share / GPU_MILLI)
+            throttled.add_metric([name], 1.0 if name in throttles else 0.0)
+            for kind in JobType:
+                waiting.add_metric([name, kind.value], pending.get((name, kind.value), 0))
+        yield alloc
+        yield deserved
+        yield waiting
+        yield throttled
+        jobs = GaugeMetricFamily("caldera_jobs", "Live jobs by state.", labels=["state"])
+        for state in (JobState.HELD, JobState.PENDING, JobState.RUNNING, JobState.RELEASING):
+            jobs.add_metric([state.value], states.get(state.value, 0))
+        yield jobs
+        used = sum(allocated.values())
+        possible = min(total, used + demand)
+        yield GaugeMetricFamily(
+            "caldera_gpu_allocation_rate",
+            "Allocated GPUs over what could be allocated now (capacity or demand).",
+            value=min(used / possible, 1.0) if possible else 0.0,
+        )
+        yield CounterMetricFamily(
+            "caldera_cycles", "Scheduling cycles run by this server.", value=runtime.stats.cycles
+        )

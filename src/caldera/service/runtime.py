@@ -1,0 +1,836 @@
+"""The local runtime: the same cycle as the simulator, applied to processes on this host.
+
+One loop thread owns time. It wakes on a submission, a cancel, a process exit (polled every
+`poll_interval`), a cycle's wake-up time and a periodic timer; it takes a snapshot under the
+lock, runs `caldera.core.run` without it (submissions keep flowing), and applies the
+decisions under the lock with the same meaning as the simulator's `_apply`:
+
+- start: the job's tasks are committed to the database, then spawned, each in its own process
+  group through `caldera.service.runner`, with CUDA_VISIBLE_DEVICES and the rank variables;
+- evict: Releasing is committed, then SIGTERM goes to each task's group; at the end of the
+  grace period SIGKILL. The room stays taken until every signalled process has exited; then
+  the job is requeued with its original submit time and resumes from its last checkpoint;
+- nominate: the reservation is stored on the preemptor until it starts;
+- hold / release / throttle on / off: Held ⇄ Pending and the queue's waiting mode.
+
+Decisions that no longer match the job (cancelled between snapshot and apply) are skipped.
+A start that would give a GPU twice raises `CapacityError` in our own room index and is
+skipped: the room is the last line of defence, never the first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from caldera.core import (
+    Decisions,
+    Evict,
+    EvictReason,
+    Room,
+    Snapshot,
+    TaskPlacement,
+    Throttle,
+    ThrottleOff,
+    ThrottleOn,
+    admit,
+    get_policy,
+    run,
+)
+from caldera.model import (
+    CRITICAL_PRIORITY,
+    GPU_MILLI,
+    JobState,
+    Node,
+    Queue,
+    QueueState,
+    check_transition,
+)
+from caldera.service.config import ServiceConfig
+from caldera.service.jobs import LiveJob, TaskRun, spec_from_request
+from caldera.service.launcher import JobFiles, Launch, Launcher, ProcessLauncher, environment
+from caldera.service.store import Batch, Store
+
+__all__ = ["Conflict", "NotFound", "Rejected", "Runtime", "RuntimeStats"]
+
+log = logging.getLogger("caldera.service")
+
+_MAX_CYCLES_PER_WAKE = 8
+_TIMER = 5.0  # seconds: the cycle runs at least this often (effective weights move with time)
+_TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.REJECTED})
+
+
+class Rejected(ValueError):
+    """Admission refused the submission. `closed`: because the queue is not Open."""
+
+    def __init__(self, reason: str, closed: bool = False) -> None:
+        super().__init__(reason)
+        self.closed = closed
+
+
+class NotFound(LookupError):
+    pass
+
+
+class Conflict(ValueError):
+    pass
+
+
+@dataclass
+class RuntimeStats:
+    """Counters since this server started, for /metrics."""
+
+    cycles: int = 0
+    allocated_area: float = 0.0  # milli-GPU seconds allocated
+    hung_area: float = 0.0  # milli-GPU seconds held by gangs below min_available
+    observed: float = 0.0
+    refused_evictions: int = 0
+    throttle_held_seconds: float = 0.0
+    last_poll: float | None = None
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _fits(room: Room, task: TaskPlacement) -> bool:
+    """Would `room.take(task)` succeed? Checked first: a failed take is not rolled back."""
+    free = room.free[task.node]
+    return (
+        all(free[d] >= task.milli for d in task.devices)
+        and room.cpu[task.node] >= task.cpu
+        and room.memory[task.node] >= task.memory
+    )
+
+
+def _periodic(work: float, interval: float | None) -> float:
+    if not interval or interval <= 0:
+        return 0.0
+    return (work // interval) * interval
+
+
+class Runtime:
+    """Owns the live jobs; every public method is safe to call from API threads."""
+
+    def __init__(
+        self,
+        config: ServiceConfig,
+        store: Store,
+        data_dir: Path,
+        nodes: tuple[Node, ...],
+        launcher: Launcher | None = None,
+        clock: Callable[[], float] = time.time,
+        observe_cycle: Callable[[float], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.policy_config = config.policy
+        self.policy = get_policy(config.policy.name)
+        self.store = store
+        self.data_dir = data_dir
+        self.nodes = nodes
+        self.launcher: Launcher = launcher if launcher is not None else ProcessLauncher()
+        self.clock = clock
+        self.observe_cycle = observe_cycle
+        self.lock = threading.RLock()
+        self.wake = threading.Event()
+        self.queues: dict[str, Queue] = {q.name: q for q in config.queues}
+        self.jobs: dict[str, LiveJob] = {}
+        self.throttles: dict[str, Throttle] = {}
+        self.room = Room(nodes)
+        self.stats = RuntimeStats()
+        self._dirty: dict[str, LiveJob] = {}
+        self._events: list[dict[str, Any]] = []
+        self._throttle_writes: list[tuple[str, Throttle | None]] = []
+        self._actions: list[Callable[[], None]] = []
+        self._cycle_needed = True
+        self._next_wakeup: float | None = None
+        self._last_cycle = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Take back what the database holds, then run the loop in a thread."""
+        self.recover()
+        self._thread = threading.Thread(target=self._loop, name="caldera-cycle", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop deciding. Running tasks keep running; the next server adopts them."""
+        self._stop.set()
+        self.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _loop(self) -> None:
+        interval = self.config.poll_interval
+        while not self._stop.is_set():
+            timeout = interval
+            wakeup = self._next_wakeup
+            if wakeup is not None:
+                timeout = min(timeout, max(wakeup - self.clock(), 0.0))
+            self.wake.wait(timeout)
+            self.wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self.step()
+            except Exception:  # the loop must outlive one bad decision; the log says why
+                log.exception("scheduling loop step failed")
+                time.sleep(interval)
+
+    def step(self) -> None:
+        """One turn of the loop: look at the processes, then run the cycle if needed."""
+        now = self.clock()
+        with self.lock:
+            self._poll(now)
+            self._flush()
+            wakeup = self._next_wakeup
+            needed = (
+                self._cycle_needed
+                or (wakeup is not None and now >= wakeup)
+                or now - self._last_cycle >= _TIMER
+            )
+        if needed:
+            self.cycle()
+
+    # -- the cycle -------------------------------------------------------------------------
+
+    def snapshot(self, now: float) -> Snapshot:
+        with self.lock:
+            views = tuple(job.view() for job in self.jobs.values())
+            queues = dict(self.queues)
+            throttles = dict(self.throttles)
+        return Snapshot(
+            now=now,
+            nodes=self.nodes,
+            queues=queues,
+            jobs=views,
+            config=self.policy_config,
+            throttles=throttles,
+        )
+
+    def cycle(self) -> Decisions:
+        """Run the cycle until it stops releasing held jobs; apply each result."""
+        decisions = Decisions()
+        for _ in range(_MAX_CYCLES_PER_WAKE):
+            with self.lock:
+                self._cycle_needed = False
+            now = self.clock()
+            snapshot = self.snapshot(now)
+            began = time.perf_counter()
+            decisions = run(snapshot, self.policy)
+            elapsed = time.perf_counter() - began
+            self.stats.cycles += 1
+            if self.observe_cycle is not None:
+                self.observe_cycle(elapsed)
+            with self.lock:
+                self._last_cycle = now
+                self.apply(decisions, snapshot)
+                self._next_wakeup = decisions.wakeup
+            again = decisions.releases or any(
+                isinstance(change, ThrottleOff) for change in decisions.throttles
+            )
+            if not again:
+                break
+        return decisions
+
+    def apply(self, decisions: Decisions, snapshot: Snapshot) -> None:
+        """Apply one cycle's decisions (caller holds the lock). Memory first, then one commit,
+        then the side effects that depend on it, then their pids."""
+        now = snapshot.now
+        seen = {view.id: view for view in snapshot.jobs}
+        for change in decisions.throttles:
+            if isinstance(change, ThrottleOn):
+                throttle = Throttle(change.queue, change.job, now)
+                self.throttles[change.queue] = throttle
+                self._throttle_writes.append((change.queue, throttle))
+                job = self.jobs.get(change.job)
+                if job is not None:
+                    job.throttled_once = True
+                    self._mark(job)
+                self._event(now, "throttle_on", change.job, queue=change.queue)
+            else:
+                waiting = self.throttles.pop(change.queue, None)
+                self._throttle_writes.append((change.queue, None))
+                self._event(
+                    now,
+                    "throttle_off",
+                    waiting.job if waiting else None,
+                    queue=change.queue,
+                    reason=change.reason,
+                )
+        for evict in decisions.evictions:
+            job = self.jobs.get(evict.job)
+            view = seen.get(evict.job)
+            if job is None or view is None or job.state is not JobState.RUNNING:
+                continue
+            if tuple(t.placement for t in job.running) != view.placement:
+                continue  # its tasks changed since the snapshot; the next cycle re-plans
+            self.evict(job, evict, now)
+        for nominate in decisions.nominations:
+            job = self.jobs.get(nominate.job)
+            if job is not None and job.state is JobState.PENDING:
+                job.nomination = nominate.nomination
+                self._mark(job)
+        for start in decisions.starts:
+            job = self.jobs.get(start.job)
+            if job is None:
+                continue
+            expected = JobState.RUNNING if start.grow else JobState.PENDING
+            if job.state is expected:
+                self._start(job, start.placement, start.grow, now)
+        for hold in decisions.holds:
+            job = self.jobs.get(hold.job)
+            if job is not None and job.state is JobState.PENDING:
+                self._set_state(job, JobState.HELD)
+                job.hold_reason = hold.reason
+                job.hold_since = now
+                self._event(now, "hold", job.id, reason=hold.reason)
+        for release in decisions.releases:
+            job = self.jobs.get(release.job)
+            if job is not None and job.state is JobState.HELD:
+                held = now - (job.hold_since or now)
+                if job.hold_reason == "throttle":
+                    self.stats.throttle_held_seconds += held
+                job.hold_reason = None
+                job.hold_since = None
+                self._set_state(job, JobState.PENDING)
+                self._event(now, "release", job.id, reason=release.reason, held=round(held, 3))
+        self._flush()
+
+    # -- transitions -----------------------------------------------------------------------
+
+    def _set_state(self, job: LiveJob, state: JobState) -> None:
+        if job.state is not state:
+            job.state = check_transition(job.state, state)
+        self._mark(job)
+
+    def _mark(self, job: LiveJob) -> None:
+        job.touch()
+        self._dirty[job.id] = job
+
+    def _event(self, now: float, kind: str, job: str | None, **data: Any) -> None:
+        self._events.append({"t": now, "kind": kind, "job": job, "data": data})
+
+    def _flush(self) -> None:
+        """Commit what changed, then run the side effects waiting on that commit."""
+        while self._dirty or self._events or self._throttle_writes or self._actions:
+            if self._dirty or self._events or self._throttle_writes:
+                rows = [job.row() for job in self._dirty.values()]
+                events, throttles = self._events, self._throttle_writes
+                self._dirty, self._events, self._throttle_writes = {}, [], []
+                with self.store.batch() as batch:
+                    batch.update_jobs(rows)
+                    batch.events(events)
+                    self._write_throttles(batch, throttles)
+            actions, self._actions = self._actions, []
+            for action in actions:
+                action()
+
+    @staticmethod
+    def _write_throttles(batch: Batch, writes: list[tuple[str, Throttle | None]]) -> None:
+        for queue, throttle in writes:
+            if throttle is None:
+                batch.drop_throttle(queue)
+            else:
+                batch.set_throttle(queue, throttle.job, throttle.since)
+
+    def _start(
+        self, job: LiveJob, placement: tuple[TaskPlacement, ...], grow: bool, now: float
+    ) -> None:
+        taken: list[TaskPlacement] = []
+        for task in placement:
+            if not _fits(self.room, task):
+                # The core never asks for this; if it ever does, nobody gets a GPU twice.
+                for given in taken:
+                    self.room.give(given)
+                log.error(
+                    "refused start of %s: node %d devices %s are taken",
+                    job.id,
+                    task.node,
+                    task.devices,
+                )
+                return
+            self.room.take(task)
+            taken.append(task)
+        if not grow:
+            job.attempts += 1
+            job.tasks = [t for t in job.tasks if t.leaving]
+            job.exit_code = None
+        first_rank = max((t.rank + 1 for t in job.running), default=0)
+        port = next((t.master_port for t in job.running), 0) or _free_port()
+        new = [
+            TaskRun(rank=first_rank + i, attempt=job.attempts, placement=p, master_port=port)
+            for i, p in enumerate(placement)
+        ]
+        job.tasks.extend(new)
+        if job.state is JobState.PENDING:
+            self._set_state(job, JobState.RUNNING)
+            job.nomination = None
+            job.start_time = now
+            if job.first_start is None:
+                job.first_start = now
+        if job.running_since is None and len(job.running) >= job.spec.min_available:
+            job.running_since = now
+            job.work_base = job.saved_work
+        self._mark(job)
+        gpus = sum(p.gpu for p in placement) / GPU_MILLI
+        where: dict[str, float] = {}
+        for p in placement:
+            name = self.nodes[p.node].name
+            where[name] = where.get(name, 0.0) + p.gpu / GPU_MILLI
+        self._event(
+            now, "start", job.id, placement=where, gpus=gpus, attempt=job.attempts, grow=grow
+        )
+        for run_ in new:
+            self._actions.append(partial(self._spawn, job, run_))
+
+    def _spawn(self, job: LiveJob, task: TaskRun) -> None:
+        files = JobFiles(self.data_dir, job.id)
+        request = job.request
+        caldera_env = {
+            "CUDA_VISIBLE_DEVICES": ",".join(str(d) for d in task.placement.devices),
+            "RANK": str(task.rank),
+            "LOCAL_RANK": str(task.rank),
+            "WORLD_SIZE": str(job.spec.tasks),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(task.master_port),
+            "CALDERA_JOB_ID": job.id,
+            "CALDERA_ATTEMPT": str(task.attempt),
+            "CALDERA_CHECKPOINT_DIR": str(files.checkpoint),
+            "CALDERA_CONTROL_DIR": str(files.control),
+            "CALDERA_GRACE_PERIOD": str(self.policy_config.grace_period),
+        }
+        if job.checkpoint_step is not None:
+            caldera_env["CALDERA_RESUME_STEP"] = str(job.checkpoint_step)
+        if 0 < task.placement.milli < GPU_MILLI:
+            caldera_env["CALDERA_GPU_FRACTION"] = f"{task.placement.milli / GPU_MILLI:g}"
+        workdir = Path(request.get("workdir") or files.root)
+        launch = Launch(
+            job=job.id,
+            rank=task.rank,
+            attempt=task.attempt,
+            command=tuple(request["command"]),
+            env=environment(dict(os.environ), dict(request.get("env") or {}), caldera_env),
+            cwd=workdir,
+            files=files,
+        )
+        try:
+            files.make()
+            task.pid, task.start_ticks = self.launcher.spawn(launch)
+        except OSError as error:
+            task.done = True
+            task.exit_code = 127
+            job.reason = f"cannot start task {task.rank}: {error.strerror or error}"
+            self._mark(job)
+            self._settle(job, self.clock())
+            return
+        self._mark(job)
+
+    def _signal(self, task: TaskRun, signum: signal.Signals) -> None:
+        self.launcher.signal(task.pid, task.start_ticks, signum)
+
+    def evict(self, job: LiveJob, evict: Evict, now: float) -> None:
+        """Signal a running job (or some of its tasks) to give way (caller holds the lock)."""
+        spec = job.spec
+        is_cancel = evict.reason is EvictReason.CANCEL
+        if not is_cancel and (
+            spec.priority >= CRITICAL_PRIORITY or spec.protected or spec.conformance_protected
+        ):
+            # DESIGN §3: never, in any runtime. The core never asks; refuse if it ever does.
+            self.stats.refused_evictions += 1
+            log.error("refused to evict protected job %s (%s)", job.id, evict.reason)
+            return
+        running = job.running
+        chosen = set(evict.tasks) if evict.tasks else set(range(len(running)))
+        leaving = [t for i, t in enumerate(running) if i in chosen]
+        staying = [t for i, t in enumerate(running) if i not in chosen]
+        if not leaving:
+            return
+        if job.running_since is not None and len(staying) < spec.min_available:
+            job.work_at_signal = job.work_done(now)
+            job.signal_gpu = sum(t.placement.gpu for t in running)
+            job.work_base = job.work_at_signal
+            job.running_since = None
+        grace = self.policy_config.grace_period
+        for task in leaving:
+            task.leaving = True
+            task.kill_at = now + grace
+            self._actions.append(partial(self._signal, task, signal.SIGTERM))
+        if not is_cancel:
+            job.evictions += 1
+            job.last_evicted_at = now
+        if not staying:
+            job.evicted_for = evict.preemptor
+            job.evict_reason = evict.reason.value
+            job.signalled_at = now
+            self._set_state(job, JobState.RELEASING)
+        self._mark(job)
+        preemptor = self.jobs.get(evict.preemptor) if evict.preemptor else None
+        self._event(
+            now,
+            "evict",
+            job.id,
+            reason=evict.reason.value,
+            preemptor=evict.preemptor,
+            victim_type=spec.type.value,
+            preemptor_type=preemptor.spec.type.value if preemptor else None,
+            tasks=[t.rank for t in leaving],
+            gpus=sum(t.placement.gpu for t in leaving) / GPU_MILLI,
+            released_at=now + grace,
+        )
+
+    # -- processes -------------------------------------------------------------------------
+
+    def _poll(self, now: float) -> None:
+        """Exits, SIGKILL deadlines and the jobs' status files (caller holds the lock)."""
+        last = self.stats.last_poll
+        if last is not None and now > last:
+            allocated = self.room.capacity_gpus * GPU_MILLI - sum(
+                sum(free) for free in self.room.free
+            )
+            self.stats.allocated_area += allocated * (now - last)
+            self.stats.observed += now - last
+        self.stats.last_poll = now
+        if last is not None and now > last:
+            for job in self.jobs.values():
+                alive = [t for t in job.running if not t.done]
+                if (
+                    alive
+                    and job.state is JobState.RUNNING
+                    and (len(alive) < job.spec.min_available)
+                ):
+                    # A gang with a dead member, until its other tasks are stopped.
+                    self.stats.hung_area += sum(t.placement.gpu for t in alive) * (now - last)
+        for job in list(self.jobs.values()):
+            if not job.tasks:
+                continue
+            ended = False
+            files = JobFiles(self.data_dir, job.id)
+            for task in job.tasks:
+                if task.done:
+                    continue
+                if task.pid is None:
+                    continue  # spawned in this very flush; looked at next turn
+                over, code = self.launcher.ended(
+                    files, task.attempt, task.rank, task.pid, task.start_ticks
+                )
+                if over:
+                    task.done = True
+                    task.exit_code = code
+                    ended = True
+                    self._mark(job)
+                elif task.kill_at is not None and now >= task.kill_at and not task.killed:
+                    task.killed = True
+                    self._signal(task, signal.SIGKILL)
+                    self._mark(job)
+            if job.state in (JobState.RUNNING, JobState.RELEASING):
+                self._read_status(job, files, now)
+            if ended:
+                self._settle(job, now)
+
+    def _read_status(self, job: LiveJob, files: JobFiles, now: float) -> None:
+        """Checkpoints and progress the job reported through `caldera.sdk.preemption`."""
+        try:
+            entries = list(os.scandir(files.control))
+        except OSError:
+            return
+        for entry in entries:
+            if not entry.name.endswith(".json") or entry.name.startswith("."):
+                continue
+            try:
+                mtime = entry.stat().st_mtime
+            except OSError:
+                continue
+            if job.control_seen.get(entry.name) == mtime:
+                continue
+            job.control_seen[entry.name] = mtime
+            report = _read_report(Path(entry.path))
+            if report is None:
+                continue
+            progress = report.get("progress")
+            if isinstance(progress, int | float) and progress != job.reported_progress:
+                job.reported_progress = float(min(max(progress, 0.0), 1.0))
+                self._mark(job)
+            checkpoint = report.get("checkpoint")
+            if not isinstance(checkpoint, dict):
+                continue
+            at = checkpoint.get("time")
+            step = checkpoint.get("step")
+            if not isinstance(at, int | float) or at <= (job.checkpoint_seen or 0.0):
+                continue
+            job.checkpoint_seen = float(at)
+            job.checkpoint_step = step if isinstance(step, int) else job.checkpoint_step
+            job.saved_work = max(job.saved_work, job.work_done(min(float(at), now)))
+            self._mark(job)
+            kind = "sigterm" if job.state is JobState.RELEASING else "periodic"
+            self._event(now, "checkpoint", job.id, reason=kind, step=job.checkpoint_step)
+
+    def _settle(self, job: LiveJob, now: float) -> None:
+        """Give back the room of tasks that ended and move the job on if it is over."""
+        for task in [t for t in job.tasks if t.leaving and t.done]:
+            self.room.give(task.placement)
+            job.tasks.remove(task)
+            self._mark(job)
+        self._cycle_needed = True
+        if job.state is JobState.RELEASING:
+            if not job.tasks:
+                self._requeue(job, now)
+        elif job.state is JobState.RUNNING:
+            running = job.running
+            if running and all(t.done for t in running):
+                self._finish(job, running, now)
+            elif job.exit_code is None:
+                failed = next(
+                    (t for t in running if t.done and t.exit_code != 0 and t.pid is not None),
+                    None,
+                )
+                vanished = next((t for t in running if t.done and t.exit_code is None), None)
+                if failed is not None or vanished is not None:
+                    # A gang with a dead member cannot progress: stop the others too. A member
+                    # that vanished unseen (never spawned, runner killed) makes the job lost,
+                    # not failed: it is requeued once the others are down.
+                    if failed is not None:
+                        job.exit_code = failed.exit_code
+                    grace = self.policy_config.grace_period
+                    for task in running:
+                        if not task.done and task.kill_at is None:
+                            task.kill_at = now + grace
+                            self._actions.append(partial(self._signal, task, signal.SIGTERM))
+                    self._mark(job)
+            elif not running:
+                self._requeue(job, now, lost=True)
+        self._retire(job)
+
+    def _finish(self, job: LiveJob, running: list[TaskRun], now: float) -> None:
+        codes = [t.exit_code for t in running]
+        for task in running:
+            self.room.give(task.placement)
+            job.tasks.remove(task)
+        if job.running_since is not None:
+            job.work_base = job.work_done(now)
+            job.running_since = None
+        job.end_time = now
+        if job.cancel_requested:
+            self._set_state(job, JobState.CANCELLED)
+            self._event(now, "cancel", job.id, reason="user")
+        elif all(code == 0 for code in codes) and job.exit_code in (None, 0):
+            job.exit_code = 0
+            self._set_state(job, JobState.SUCCEEDED)
+            self._event(now, "finish", job.id, exit_code=0)
+        elif job.exit_code is None and any(code is None for code in codes):
+            job.end_time = None
+            self._requeue(job, now, lost=True)
+            return
+        else:
+            code = job.exit_code
+            if code is None:
+                code = next(c for c in codes if c != 0)
+            job.exit_code = code
+            if job.retries < job.spec.max_retries:
+                job.retries += 1
+                job.end_time = None
+                self._event(now, "fail", job.id, exit_code=code, retry=job.retries)
+                self._requeue(job, now, retry=True)
+                return
+            job.reason = job.reason or f"exited with code {code}"
+            self._set_state(job, JobState.FAILED)
+            self._event(now, "fail", job.id, exit_code=code)
+        self._mark(job)
+
+    def _requeue(self, job: LiveJob, now: float, lost: bool = False, retry: bool = False) -> None:
+        """Back to Pending with the original submit time, resuming from the last checkpoint."""
+        for task in job.running:
+            self.room.give(task.placement)
+            job.tasks.remove(task)
+        work = job.work_at_signal
+        if work is None:
+            work = job.work_done(now)
+            job.signal_gpu = job.signal_gpu or job.spec.gpu * job.spec.tasks
+        saved = min(max(job.saved_work, _periodic(work, job.spec.checkpoint.interval)), work)
+        lost_seconds = job.signal_gpu / GPU_MILLI * max(work - saved, 0.0)
+        job.lost_gpu_seconds += lost_seconds
+        job.work_base = saved
+        job.saved_work = saved
+        job.running_since = None
+        job.work_at_signal = None
+        job.signal_gpu = 0
+        job.evicted_for = None
+        job.signalled_at = None
+        cancelled = job.cancel_requested or job.evict_reason == EvictReason.CANCEL.value
+        job.evict_reason = None
+        if cancelled:
+            job.end_time = now
+            self._set_state(job, JobState.CANCELLED)
+            self._event(now, "cancel", job.id, reason="user")
+        else:
+            if job.state is JobState.RUNNING and not (lost or retry):
+                raise AssertionError("a running job is requeued only when lost or retried")
+            self._set_state(job, JobState.PENDING)
+            why = "lost" if lost else ("retry" if retry else "evicted")
+            self._event(now, "requeue", job.id, reason=why, lost_gpu_seconds=lost_seconds)
+        self._mark(job)
+
+    def _retire(self, job: LiveJob) -> None:
+        if job.state in _TERMINAL and not job.tasks:
+            self.jobs.pop(job.id, None)
+
+    # -- the API's calls -------------------------------------------------------------------
+
+    def submit(self, request: dict[str, Any], user: str) -> dict[str, Any]:
+        """Admit and record a normalised request; raises Rejected or ValueError."""
+        with self.lock:
+            now = self.clock()
+            job_id = "j-" + secrets.token_hex(6)
+            spec = spec_from_request(job_id, request, now, user)
+            admission = admit(
+                spec, self.queues, self.throttles, now, self.nodes, self.policy_config.week_offset
+            )
+            if admission.state is JobState.REJECTED:
+                queue = self.queues.get(spec.queue)
+                closed = queue is not None and queue.state is not QueueState.OPEN
+                raise Rejected(admission.reason, closed)
+            job = LiveJob(spec=spec, request=request, state=admission.state)
+            events = [{"t": now, "kind": "submit", "job": job_id, "data": {"user": user}}]
+            if admission.state is JobState.HELD:
+                job.hold_reason = admission.reason
+                job.hold_since = now
+                events.append(
+                    {"t": now, "kind": "hold", "job": job_id, "data": {"reason": admission.reason}}
+                )
+            with self.store.batch() as batch:
+                batch.insert_job(job.row())
+                batch.events(events)
+            self.jobs[job_id] = job
+            self._cycle_needed = True
+            row = job.row()
+        self.wake.set()
+        return row
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        with self.lock:
+            job = self.jobs.get(job_id)
+            if job is None:
+                row = self.store.job(job_id)
+                if row is None:
+                    raise NotFound(job_id)
+                raise Conflict(f"job {job_id} has already ended ({row['state']})")
+            now = self.clock()
+            if job.state in (JobState.PENDING, JobState.HELD):
+                job.end_time = now
+                job.nomination = None
+                self._set_state(job, JobState.CANCELLED)
+                self._event(now, "cancel", job.id, reason="user")
+                self._retire(job)
+            elif job.state is JobState.RUNNING:
+                job.cancel_requested = True
+                self.evict(job, Evict(job.id, EvictReason.CANCEL), now)
+            elif job.state is JobState.RELEASING:
+                job.cancel_requested = True
+                self._mark(job)
+            else:
+                raise Conflict(f"job {job_id} has already ended ({job.state.value})")
+            self._cycle_needed = True
+            self._flush()
+            row = job.row()
+        self.wake.set()
+        return row
+
+    def set_queue_state(self, name: str, state: QueueState) -> Queue:
+        with self.lock:
+            queue = self.queues.get(name)
+            if queue is None:
+                raise NotFound(name)
+            queue = replace(queue, state=state)
+            self.queues[name] = queue
+            with self.store.batch() as batch:
+                batch.set_queue_state(name, state.value)
+            self._cycle_needed = True
+        self.wake.set()
+        return queue
+
+    # -- restart ---------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Rebuild memory from the database and adopt the processes that are still ours."""
+        with self.lock:
+            for name, state in self.store.queue_states().items():
+                if name in self.queues:
+                    self.queues[name] = replace(self.queues[name], state=QueueState(state))
+            for row in self.store.throttles():
+                self.throttles[row["queue"]] = Throttle(row["queue"], row["job"], row["since"])
+            now = self.clock()
+            adopted = 0
+            for row in self.store.active_jobs():
+                job = LiveJob.from_row(row)
+                self.jobs[job.id] = job
+                files = JobFiles(self.data_dir, job.id)
+                for task in job.tasks:
+                    if task.done:
+                        continue
+                    if task.pid is None:
+                        recorded = self.launcher.recorded(files, task.attempt, task.rank)
+                        if recorded is None:
+                            # Committed but never spawned: the server died in between.
+                            task.done = True
+                            task.exit_code = None
+                            continue
+                        task.pid, task.start_ticks = recorded
+                    adopted += 1
+                for task in list(job.tasks):
+                    if _fits(self.room, task.placement):
+                        self.room.take(task.placement)
+                        continue
+                    # Two records claim one device: stop this one rather than let a GPU be
+                    # used twice, and forget it (its room belongs to the other).
+                    log.error("job %s task %d overlaps another; stopping it", job.id, task.rank)
+                    if not task.done:
+                        self._signal(task, signal.SIGKILL)
+                    job.tasks.remove(task)
+                    job.exit_code = job.exit_code if task.leaving else None
+                self._mark(job)
+                if job.state is JobState.RUNNING and not job.tasks:
+                    self._requeue(job, now, lost=True)
+                if job.tasks and job.state in (JobState.RUNNING, JobState.RELEASING):
+                    self._event(now, "adopt", job.id, tasks=len(job.tasks))
+            for job in list(self.jobs.values()):
+                if any(t.done for t in job.tasks):
+                    self._settle(job, now)
+            self.stats.throttle_held_seconds = sum(
+                float((e.get("data") or {}).get("held", 0.0))
+                for e in self.store.events_of_kind("release")
+                if (e.get("data") or {}).get("reason") == "throttle"
+            )
+            self._flush()
+            if adopted:
+                log.info("adopted %d running task(s) from the previous server", adopted)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def live(self) -> list[LiveJob]:
+        with self.lock:
+            return list(self.jobs.values())
+
+
+def _read_report(path: Path) -> dict[str, Any] | None:
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,165 @@
+"""`caldera serve`: wire the configuration, the database, this host's GPUs, the runtime and
+the API together, and run them under uvicorn.
+
+The data dir (default `$CALDERA_DATA_DIR`, else `$XDG_DATA_HOME/caldera`, else
+`~/.local/share/caldera`) holds the SQLite database, each job's logs, checkpoint and control
+folders, and `server.lock`, which keeps a second server off the same GPUs and state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import secrets
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from caldera.service.config import ConfigError, ServiceConfig, default_config, load_config
+from caldera.service.config import parse_config as parse_config_data
+from caldera.service.gpus import DetectedGPUs, local_node
+from caldera.service.metrics import ServiceMetrics
+from caldera.service.runtime import Runtime
+from caldera.service.store import Store, database_url_for
+
+__all__ = ["Service", "ServiceError", "build_service", "default_data_dir", "serve"]
+
+log = logging.getLogger("caldera.service")
+
+
+class ServiceError(RuntimeError):
+    """The service cannot start. One line, for the user."""
+
+
+def default_data_dir() -> Path:
+    explicit = os.environ.get("CALDERA_DATA_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "caldera"
+
+
+@dataclass
+class Service:
+    config: ServiceConfig
+    store: Store
+    runtime: Runtime
+    metrics: ServiceMetrics
+    gpus: DetectedGPUs
+    data_dir: Path
+    lock: IO[str]
+    app: Any
+    admin_token: str | None = None
+
+
+def _lock(data_dir: Path) -> IO[str]:
+    handle = open(data_dir / "server.lock", "a+", encoding="utf-8")  # noqa: SIM115 - held open
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ServiceError(
+            f"another caldera server is using {data_dir} (two servers would give GPUs twice)"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+def _default_token(data_dir: Path) -> str:
+    path = data_dir / "admin-token"
+    if path.exists():
+        return path.read_text(encoding="utf-8").strip()
+    token = secrets.token_urlsafe(24)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(token + "\n")
+    return token
+
+
+def build_service(
+    config_path: Path | None,
+    data_dir: Path | None = None,
+    gpus: int | None = None,
+    database_url: str | None = None,
+) -> Service:
+    """Everything but the HTTP server. Raises ConfigError or ServiceError."""
+    from caldera.service.api import create_app  # FastAPI is only needed to serve
+
+    data = (data_dir or default_data_dir()).expanduser().resolve()
+    try:
+        data.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ServiceError(f"cannot create data dir {data}: {error.strerror}") from None
+    if gpus is not None and gpus < 0:
+        raise ServiceError("--gpus must be 0 or more")
+    admin_token = None
+    if config_path is None:
+        admin_token = _default_token(data)
+        config = parse_config_data(default_config(admin_token))
+    else:
+        config = load_config(config_path)
+    lock = _lock(data)
+    try:
+        store = Store(database_url or database_url_for(data))
+        store.migrate()
+    except ConfigError:
+        raise
+    except Exception as error:
+        lock.close()
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ServiceError(f"database: {first}") from None
+    node, detected = local_node(gpus)
+    metrics = ServiceMetrics()
+    runtime = Runtime(config, store, data, (node,), observe_cycle=metrics.observe_cycle)
+    metrics.attach(runtime)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
+        runtime.start()
+        try:
+            yield
+        finally:
+            runtime.stop()
+
+    app = create_app(runtime, metrics.render, lifespan)
+    return Service(config, store, runtime, metrics, detected, data, lock, app, admin_token)
+
+
+def serve(
+    config_path: Path | None,
+    data_dir: Path | None,
+    gpus: int | None,
+    host: str,
+    port: int,
+    database_url: str | None,
+) -> None:
+    import uvicorn
+
+    service = build_service(config_path, data_dir, gpus, database_url)
+    logging.basicConfig(level=logging.INFO, format="caldera: %(message)s", stream=sys.stderr)
+    where = "SQLite in the data dir" if service.store.is_sqlite else "PostgreSQL"
+    sys.stderr.write(
+        f"caldera: serving on http://{host}:{port} — {service.gpus.count} GPU(s) "
+        f"({service.gpus.source}), state in {where}, data dir {service.data_dir}\n"
+    )
+    if service.admin_token is not None:
+        sys.stderr.write(
+            f"caldera: no --config: queue 'default', admin token in "
+            f"{service.data_dir / 'admin-token'}\n"
+        )
+    sys.stderr.flush()
+    config = uvicorn.Config(
+        service.app, host=host, port=port, log_level="warning", access_log=False
+    )
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        service.store.close()
+        service.lock.close()
