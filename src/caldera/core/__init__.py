@@ -15,8 +15,9 @@ from caldera.core.decisions import (
     ThrottleOn,
 )
 from caldera.core.policy import Policy, get_policy, policy_names, register_policy
+from caldera.core.jobindex import JobIndex
 from caldera.core.room import CapacityError, Room, TaskPlacement
-from caldera.core.snapshot import JobView, Nomination, Snapshot, Throttle
+from caldera.core.snapshot import JobView, Nomination, PendingVictim, Snapshot, Throttle
 from caldera.core.weight import effective_weight
 
 __all__ = [
@@ -29,9 +30,11 @@ __all__ = [
     "Evict",
     "EvictReason",
     "Hold",
+    "JobIndex",
     "JobView",
     "Nominate",
     "Nomination",
+    "PendingVictim",
     "Policy",
     "PolicyConfig",
     "Release",

@@ -33,23 +33,38 @@ class Admission:
     reason: str = ""
 
 
+_NodeKind = tuple[str, int, int, int]  # model, gpus, cpu, memory
+_KINDS: dict[int, tuple[tuple[Node, ...], dict[_NodeKind, int]]] = {}
+
+
+def _node_kinds(nodes: tuple[Node, ...]) -> dict[_NodeKind, int]:
+    """Distinct node kinds with their counts (a cluster has few; remembered per node tuple)."""
+    cached = _KINDS.get(id(nodes))
+    if cached is not None and cached[0] is nodes:
+        return cached[1]
+    kinds: dict[_NodeKind, int] = {}
+    for node in nodes:
+        kind = (node.gpu_model, node.gpus, node.cpu, node.memory)
+        kinds[kind] = kinds.get(kind, 0) + 1
+    if len(_KINDS) > 64:
+        _KINDS.clear()
+    _KINDS[id(nodes)] = (nodes, kinds)
+    return kinds
+
+
 def could_ever_fit(spec: JobSpec, nodes: tuple[Node, ...]) -> bool:
     """Is there any node that could host one task, and enough such GPUs for the gang?"""
     models = spec.gpu_models
-    suitable = [
-        node
-        for node in nodes
-        if (models is None or node.gpu_model in models)
-        and node.gpus * GPU_MILLI >= spec.gpu
-        and node.cpu >= spec.cpu
-        and node.memory >= spec.memory
-    ]
-    if not suitable:
-        return False
-    if spec.gpu < GPU_MILLI:
-        return True
-    per_node = [node.gpus // spec.whole_gpus for node in suitable]
-    return sum(per_node) >= spec.min_available
+    capacity = 0
+    for (model, gpus, cpu, memory), count in _node_kinds(nodes).items():
+        if models is not None and model not in models:
+            continue
+        if gpus * GPU_MILLI < spec.gpu or cpu < spec.cpu or memory < spec.memory:
+            continue
+        if spec.gpu < GPU_MILLI:
+            return True
+        capacity += count * (gpus // spec.whole_gpus if spec.whole_gpus else spec.min_available)
+    return capacity >= spec.min_available
 
 
 def admit(

@@ -2,24 +2,24 @@
 
 Order:
   1. preemptors holding a nomination start on their promised room as soon as all of it is
-     free; until then its free part is blocked for everyone else;
+     free (or on other free room); until then its free part is blocked for everyone else;
   2. queues by share (allocated / deserved, lowest first) — except that a queue whose next
      job is critical goes first: critical work is not held back by fairness;
   3. inside a queue: priority (high first), then submit time, then id.
 
-May: take free room, start jobs, remember which could not be placed (for preempt/reclaim).
+May: take free room, start jobs, record which could not be placed (for preempt/reclaim).
 May not: evict, exceed a queue's capability, start a gang with fewer than `min_available`
 tasks, or use room blocked for a nomination.
-Placement failure is monotone inside this phase (room only shrinks), so a task shape that
-failed once is not tried again.
+Room only shrinks inside this phase, so a shape that failed once fails for the rest of it,
+and a queue that hit its capability stays there: such a pending group is settled at once,
+which keeps the phase's cost proportional to what starts, not to the backlog.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import deque
 
-from caldera.core.context import CycleContext, shape_key
+from caldera.core.context import CycleContext, PendingGroup
 from caldera.core.decisions import Nominate
 from caldera.core.placement import place_job
 from caldera.core.room import Room, TaskPlacement
@@ -52,7 +52,7 @@ def placement_is_free(room: Room, placement: tuple[TaskPlacement, ...]) -> bool:
 
 
 def place_nominated(cycle: CycleContext, job: JobView) -> bool:
-    """Start a nominated preemptor on its promised room, or block that room. True: started."""
+    """Start a nominated preemptor on its promised room, or block that room. True: handled."""
     nomination = job.nomination
     assert nomination is not None
     if placement_is_free(cycle.room, nomination.placement):
@@ -78,51 +78,71 @@ def place_nominated(cycle: CycleContext, job: JobView) -> bool:
     return True
 
 
+_STARTED, _WAITING, _CAPPED = range(3)
+
+
 def allocate(cycle: CycleContext) -> None:
     room = cycle.room
-    free_agents: list[JobView] = []
-    for job in cycle.memo("eligible_in_order", lambda: sorted(cycle.eligible, key=job_order)):
-        if job.nomination is not None and place_nominated(cycle, job):
-            continue
-        free_agents.append(job)
+    eligible_queues = {key[0] for key, _ in cycle.eligible_groups}
+    handled: set[str] = set()
+    nominated = sorted(
+        (j for j in cycle.snapshot.job_index.nominated.values() if j.spec.queue in eligible_queues),
+        key=job_order,
+    )
+    for job in nominated:
+        if place_nominated(cycle, job):
+            handled.add(job.id)
 
-    per_queue: dict[str, deque[JobView]] = {}
-    for job in free_agents:
-        if job.spec.queue in cycle.usage:
-            per_queue.setdefault(job.spec.queue, deque()).append(job)
+    # Per queue, a heap of its groups' next jobs: (rank, group number, position).
+    groups: list[PendingGroup] = [g for g in cycle.eligible_groups if g[0][0] in cycle.usage]
+    heads: dict[str, list[tuple[tuple[int, float, str], int, int]]] = {}
+    for number, (key, jobs) in enumerate(groups):
+        heads.setdefault(key[0], []).append((jobs[0].spec.rank, number, 0))
+    for queue_heads in heads.values():
+        heapq.heapify(queue_heads)
 
-    def band(job: JobView) -> int:
-        return 0 if job.spec.priority >= CRITICAL_PRIORITY else 1
+    def band(name: str) -> int:
+        rank = heads[name][0][0]
+        return 0 if -rank[0] >= CRITICAL_PRIORITY else 1
 
-    heap = [(band(jobs[0]), cycle.usage[name].share, name) for name, jobs in per_queue.items()]
-    heapq.heapify(heap)
+    queues = [(band(name), cycle.usage[name].share, name) for name in heads]
+    heapq.heapify(queues)
     failed: set[int] = set()
-    while heap:
-        head_band, _, name = heapq.heappop(heap)
-        jobs = per_queue[name]
+    while queues:
+        head_band, _, name = heapq.heappop(queues)
+        queue_heads = heads[name]
         # A queue's share changes only when one of its jobs starts: until then it stays the
-        # lowest, so keep taking its jobs without going back through the heap.
-        while jobs and band(jobs[0]) == head_band:
-            if _try_allocate(cycle, room, jobs.popleft(), failed):
+        # lowest, so keep taking its jobs without going back through the queue heap.
+        while queue_heads and band(name) == head_band:
+            _, number, position = heapq.heappop(queue_heads)
+            jobs = groups[number][1]
+            job = jobs[position]
+            outcome = _STARTED if job.id in handled else _try_allocate(cycle, room, job, failed)
+            if outcome == _WAITING:
+                cycle.waiting.append((groups[number], position))
+                continue
+            if outcome == _CAPPED:
+                continue
+            if position + 1 < len(jobs):
+                heapq.heappush(queue_heads, (jobs[position + 1].spec.rank, number, position + 1))
+            if job.id not in handled:
                 break
-        if jobs:
-            heapq.heappush(heap, (band(jobs[0]), cycle.usage[name].share, name))
+        if queue_heads:
+            heapq.heappush(queues, (band(name), cycle.usage[name].share, name))
 
 
-def _try_allocate(cycle: CycleContext, room: Room, job: JobView, failed: set[int]) -> bool:
-    """Place one job if it fits; True when it started."""
+def _try_allocate(cycle: CycleContext, room: Room, job: JobView, failed: set[int]) -> int:
+    """Place one job if it fits: _STARTED, _WAITING (did not fit) or _CAPPED (quota)."""
     usage = cycle.usage[job.spec.queue]
     if not usage.within_capability(job.spec.gang_request):
-        return False
-    key = shape_key(job)
-    if key in failed:
-        cycle.unplaced.append(job)
-        return False
+        return _CAPPED
+    shape = job.spec.shape
+    if shape in failed:
+        return _WAITING
     placement = place_job(room, job.spec)
     if placement is None:
-        failed.add(key)
-        cycle.unplaced.append(job)
-        return False
+        failed.add(shape)
+        return _WAITING
     if len(placement) > job.spec.min_available and not usage.within_capability(
         job.spec.task_request.scaled(len(placement))
     ):
@@ -131,4 +151,4 @@ def _try_allocate(cycle: CycleContext, room: Room, job: JobView, failed: set[int
             room.give(task)
         placement = placement[: job.spec.min_available]
     cycle.start(job, placement)
-    return True
+    return _STARTED

@@ -26,9 +26,8 @@ def backfill(cycle: CycleContext) -> None:
 def _grow_elastic(cycle: CycleContext) -> None:
     growing = [
         job
-        for job in cycle.snapshot.by_state[JobState.RUNNING]
-        if job.id not in cycle.evicted
-        and job.spec.min_available <= len(job.placement) < job.spec.tasks
+        for job in cycle.snapshot.job_index.growable.values()
+        if job.id not in cycle.evicted and job.state is JobState.RUNNING
     ]
     for job in sorted(growing, key=job_order):
         usage = cycle.usage.get(job.spec.queue)
@@ -63,7 +62,7 @@ def _ready_at(cycle: CycleContext, preemptor: JobView) -> float | None:
     victims = nomination.victims if nomination else ()
     if not victims:
         victims = tuple(e.job for e in cycle.evictions if e.preemptor == preemptor.id)
-    if nomination is not None and nomination.pending_victims:
+    if nomination is not None and nomination.pending:
         return None
     latest = cycle.now
     for victim_id in victims:
@@ -92,7 +91,7 @@ def _fill_reserved_room(cycle: CycleContext) -> None:
     fillers = sorted(
         (
             job
-            for job in cycle.unplaced
+            for job in cycle.waiting_jobs()
             if job.spec.expected_duration is not None
             and job.spec.expected_duration <= longest
             and job.id not in cycle.started

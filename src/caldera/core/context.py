@@ -1,11 +1,16 @@
 """The working state of one cycle: a scratch room, queue usage and the decisions so far.
 
 Phases read the snapshot and write only here. A `CycleContext` never outlives `cycle.run`.
+
+Pending jobs travel through the phases as groups of one queue, priority and shape (see
+`JobIndex`): enqueue keeps the groups that may be scheduled, allocate records the groups it
+could not place (`waiting`, each from the first job that did not fit), preempt and reclaim
+work through those. `eligible` and `unplaced` flatten them for policies that go job by job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
@@ -20,13 +25,16 @@ from caldera.core.decisions import (
     ThrottleOff,
     ThrottleOn,
 )
+from caldera.core.jobindex import GroupKey
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView, Snapshot
-from caldera.model import GPU_MILLI, JobState, Queue, Resources
+from caldera.model import GPU_MILLI, Queue, Resources
 
-__all__ = ["CycleContext", "QueueUsage", "shape_key"]
+__all__ = ["CycleContext", "PendingGroup", "QueueUsage", "shape_key"]
 
 T = TypeVar("T")
+
+PendingGroup = tuple[GroupKey, list[JobView]]
 
 
 def _rank(job: JobView) -> tuple[int, float, str]:
@@ -69,7 +77,7 @@ class QueueUsage:
 
 def _default_deserved(snapshot: Snapshot) -> dict[str, Resources]:
     """Queues without a deserved GPU value get the cluster split by weight."""
-    total_gpu = sum(node.gpus for node in snapshot.nodes) * GPU_MILLI
+    total_gpu = snapshot.free_room.capacity_gpus * GPU_MILLI
     weights = sum(max(q.weight, 0) for q in snapshot.queues.values()) or 1
     result: dict[str, Resources] = {}
     for name, queue in snapshot.queues.items():
@@ -87,7 +95,8 @@ class CycleContext:
     room: Room
     jobs: Mapping[str, JobView] = field(init=False)
     usage: dict[str, QueueUsage] = field(init=False)
-    eligible: list[JobView] = field(default_factory=list)
+    eligible_groups: list[PendingGroup] = field(default_factory=list)
+    waiting: list[tuple[PendingGroup, int]] = field(default_factory=list)
     unplaced: list[JobView] = field(default_factory=list)
     starts: list[Start] = field(default_factory=list)
     evictions: list[Evict] = field(default_factory=list)
@@ -99,32 +108,21 @@ class CycleContext:
     evicted: set[str] = field(default_factory=set)
     blocked: dict[str, list[TaskPlacement]] = field(default_factory=dict)
     evicted_gpu: int = 0
-    _unplaced_sorted: list[JobView] | None = None
-    _memo: dict[str, object] = field(default_factory=dict)
     wakeups: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    _memo: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         snapshot = self.snapshot
         self.jobs = snapshot.by_id
         deserved = _default_deserved(snapshot)
-        self.usage = {
-            name: QueueUsage(queue, deserved[name]) for name, queue in snapshot.queues.items()
-        }
-        held: dict[str, list[int]] = {name: [0, 0, 0, 0] for name in self.usage}
-        by_state = snapshot.by_state
-        for job in (*by_state[JobState.RUNNING], *by_state[JobState.RELEASING]):
-            totals = held.get(job.spec.queue)
-            if totals is not None:
-                spec = job.spec
-                tasks = len(job.placement) + len(job.releasing)
-                totals[0] += spec.gpu * tasks
-                totals[1] += spec.cpu * tasks
-                totals[2] += spec.memory * tasks
-                totals[3] += spec.gpu * len(job.releasing)
-        for name, (gpu, cpu, memory, leaving) in held.items():
-            self.usage[name].allocated = Resources(gpu, cpu, memory)
-            self.usage[name].releasing = leaving
+        held = snapshot.job_index.usage
+        self.usage = {}
+        for name, queue in snapshot.queues.items():
+            gpu, cpu, memory, leaving = held.get(name, (0, 0, 0, 0))
+            self.usage[name] = QueueUsage(
+                queue, deserved[name], Resources(gpu, cpu, memory), leaving
+            )
 
     def memo(self, name: str, build: Callable[[], T]) -> T:
         """A value computed once per cycle and shared between phases."""
@@ -132,16 +130,19 @@ class CycleContext:
             self._memo[name] = build()
         return cast(T, self._memo[name])
 
-    def unplaced_in_order(self) -> list[JobView]:
-        """Jobs allocate could not place, highest priority first (sorted once per cycle)."""
-        if self._unplaced_sorted is None or len(self._unplaced_sorted) != len(self.unplaced):
-            ordered = self.memo("eligible_in_order", lambda: sorted(self.eligible, key=_rank))
-            waiting = {job.id for job in self.unplaced}
-            in_order = [job for job in ordered if job.id in waiting]
-            if len(in_order) != len(waiting):  # a phase added jobs that were not eligible
-                in_order = sorted(self.unplaced, key=_rank)
-            self._unplaced_sorted = in_order
-        return self._unplaced_sorted
+    @property
+    def eligible(self) -> list[JobView]:
+        """Every pending job enqueue admitted, in rank order (for job-by-job policies)."""
+        return self.memo(
+            "eligible",
+            lambda: sorted((j for _, jobs in self.eligible_groups for j in jobs), key=_rank),
+        )
+
+    def waiting_jobs(self) -> Iterator[JobView]:
+        """Jobs allocate could not place: the waiting groups' jobs, then `unplaced`."""
+        for (_, jobs), first in self.waiting:
+            yield from jobs[first:]
+        yield from self.unplaced
 
     @property
     def now(self) -> float:

@@ -8,12 +8,13 @@ nominate the room for the preemptor. Debug jobs (policy Never) never get here.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 
 from caldera.core.allocate import job_order
 from caldera.core.context import CycleContext
 from caldera.core.decisions import Evict, EvictReason, Nominate
-from caldera.core.snapshot import JobView, Nomination
+from caldera.core.snapshot import JobView, Nomination, PendingVictim
 from caldera.core.victims import Plan, Unit, VictimIndex, find_plan, is_protected, victim_units
 from caldera.core.weight import effective_weight
 from caldera.model import CRITICAL_PRIORITY, JobState
@@ -30,7 +31,7 @@ VictimPool = Callable[[JobView, VictimsByQueue], list[list[JobView]]]
 def _victims_by_queue(cycle: CycleContext) -> VictimsByQueue:
     """Running jobs that could ever be victims (preemptor-independent rules)."""
     by_queue: VictimsByQueue = {}
-    for victim in cycle.snapshot.by_state[JobState.RUNNING]:
+    for victim in cycle.snapshot.in_state(JobState.RUNNING):
         if is_protected(victim):
             continue
         if victim.id in cycle.started or len(victim.placement) < victim.spec.min_available:
@@ -43,19 +44,6 @@ def _victims_by_queue(cycle: CycleContext) -> VictimsByQueue:
 def lower_priority(by_priority: dict[int, list[JobView]], priority: int) -> list[list[JobView]]:
     """The groups strictly below `priority`: equal priorities never preempt each other."""
     return [jobs for value, jobs in by_priority.items() if value < priority]
-
-
-def _preemptors(
-    cycle: CycleContext,
-) -> list[tuple[JobView, tuple[str, int], tuple[int, str, int]]]:
-    """Unplaced jobs that may cause evictions, in order, with their group and shape keys."""
-    found = []
-    for job in cycle.unplaced_in_order():
-        spec = job.spec
-        if not spec.may_preempt or job.nomination is not None:
-            continue
-        found.append((job, (spec.queue, spec.priority), (spec.shape, spec.queue, spec.priority)))
-    return found
 
 
 def _eligible(cycle: CycleContext, preemptor: JobView, victim: JobView) -> bool:
@@ -86,21 +74,37 @@ def give_way(
     allow: Callable[[JobView, Unit, Sequence[Unit]], bool] | None = None,
     may_try: Callable[[JobView], bool] | None = None,
 ) -> None:
+    """Work through the waiting groups in rank order; a group whose head finds no plan is
+    settled for this phase (its jobs would search the same victims for the same shape)."""
+    heads: list[tuple[tuple[int, float, str], int, int]] = []
+    groups = [group for group, _ in cycle.waiting]
+    for number, ((_, jobs), first) in enumerate(cycle.waiting):
+        if jobs[first].spec.may_preempt:
+            heads.append((jobs[first].spec.rank, number, first))
+    if not heads:
+        return
+    heapq.heapify(heads)
     by_queue = cycle.memo("victims_by_queue", lambda: _victims_by_queue(cycle))
     units_of: dict[str, list[Unit]] = cycle.memo("victim_units", dict)
     indexes: dict[tuple[str, int], VictimIndex] = {}
-    hopeless: set[tuple[str, int]] = set()
-    failed: set[tuple[int, str, int]] = set()
     started, blocked = cycle.started, cycle.blocked
-    for job, group, key in cycle.memo("preemptors", lambda: _preemptors(cycle)):
-        if group in hopeless or key in failed:
-            continue
-        if job.id in started or job.id in blocked:
-            continue
-        if may_try is not None and not may_try(job):
-            continue
+    while heads:
         if cycle.eviction_budget <= 0 and cycle.evicted_gpu > 0:
             break
+        _, number, position = heapq.heappop(heads)
+        (queue, priority, _shape), jobs = groups[number]
+        job = jobs[position]
+        if position + 1 < len(jobs):
+            following = (jobs[position + 1].spec.rank, number, position + 1)
+        else:
+            following = None
+        if job.id in started or job.id in blocked or job.nomination is not None:
+            if following is not None:
+                heapq.heappush(heads, following)
+            continue
+        if may_try is not None and not may_try(job):
+            continue  # the whole group asks the same of the same queue
+        group = (queue, priority)
         index = indexes.get(group)
         if index is None:
             units: list[Unit] = []
@@ -112,24 +116,24 @@ def give_way(
                         units.extend(units_of[victim.id])
             index = indexes[group] = VictimIndex(units)
         if not index.units:
-            hopeless.add(group)
             continue
         veto = None if allow is None else (lambda unit, chosen, p=job: allow(p, unit, chosen))
         plan = find_plan(cycle.room, job.spec, index, cycle.evicted, veto)
         if plan is None:
-            failed.add(key)
             continue
         _execute(cycle, job, plan, reason)
+        if following is not None:
+            heapq.heappush(heads, following)
 
 
 def _execute(cycle: CycleContext, job: JobView, plan: Plan, reason: EvictReason) -> None:
-    pending: list[str] = []
+    pending: list[PendingVictim] = []
     for unit in plan.units:
         if unit.gpu <= cycle.eviction_budget or cycle.evicted_gpu == 0:
             tasks = () if unit.whole else unit.tasks
             cycle.evict(Evict(unit.job.id, reason, job.id, tasks, unit.gpu), unit.job)
         else:
-            pending.append(unit.job.id)
+            pending.append(PendingVictim(unit.job.id, () if unit.whole else unit.placements))
     victims = tuple(dict.fromkeys(unit.job.id for unit in plan.units))
     nomination = Nomination(plan.placement, victims, tuple(pending), cycle.now, reason.value)
     cycle.nominations.append(Nominate(job.id, nomination))
@@ -140,27 +144,40 @@ def _execute(cycle: CycleContext, job: JobView, plan: Plan, reason: EvictReason)
 
 def continue_nominations(cycle: CycleContext) -> None:
     """Signal victims a nomination still waits for, as far as this cycle's budget allows."""
-    nominated = [job for job in cycle.eligible if job.nomination is not None]
+    eligible = {key[0] for key, _ in cycle.eligible_groups}
+    nominated = [
+        job for job in cycle.snapshot.job_index.nominated.values() if job.spec.queue in eligible
+    ]
     for job in sorted(nominated, key=job_order):
         nomination = job.nomination
-        if nomination is None or not nomination.pending_victims or job.id in cycle.started:
+        if nomination is None or not nomination.pending or job.id in cycle.started:
             continue
         if job.id not in cycle.blocked:
             continue  # the nomination was dropped this cycle
-        still: list[str] = []
+        still: list[PendingVictim] = []
         reason = EvictReason(nomination.reason)
-        for victim_id in nomination.pending_victims:
-            victim = cycle.jobs.get(victim_id)
+        for pending in nomination.pending:
+            victim = cycle.jobs.get(pending.job)
             if victim is None or victim.state is not JobState.RUNNING or is_protected(victim):
                 continue
             if victim.id in cycle.evicted:
                 continue
-            gpu = victim.spec.gpu * len(victim.placement)
-            if gpu <= cycle.eviction_budget or cycle.evicted_gpu == 0:
-                cycle.evict(Evict(victim.id, reason, job.id, (), gpu), victim)
+            if pending.tasks:
+                wanted = set(pending.tasks)
+                tasks = tuple(i for i, t in enumerate(victim.placement) if t in wanted)
+                if not tasks:
+                    continue  # those tasks are gone already
+                if len(victim.placement) - len(tasks) < victim.spec.min_available:
+                    continue  # never cut a gang below its minimum
             else:
-                still.append(victim.id)
-        if tuple(still) != nomination.pending_victims:
+                tasks = ()
+            count = len(tasks) if tasks else len(victim.placement)
+            gpu = victim.spec.gpu * count
+            if gpu <= cycle.eviction_budget or cycle.evicted_gpu == 0:
+                cycle.evict(Evict(victim.id, reason, job.id, tasks, gpu), victim)
+            else:
+                still.append(pending)
+        if tuple(still) != nomination.pending:
             updated = Nomination(
                 nomination.placement,
                 nomination.victims,

@@ -12,6 +12,7 @@ snapshot as it found it (Volcano's Statement, Kueue's undo function).
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,13 +56,15 @@ class Room:
         self.memory: list[int] = [n.memory for n in nodes]
         self.max_gpus = max((n.gpus for n in nodes), default=0)
         self.models: tuple[str, ...] = tuple(sorted({n.gpu_model for n in nodes}))
-        # buckets[model][k]: nodes of that model with exactly k whole free GPUs (insertion
-        # ordered, so iteration is deterministic for a given history).
-        self.buckets: dict[str, list[dict[int, None]]] = {
-            m: [{} for _ in range(self.max_gpus + 1)] for m in self.models
+        # buckets[model][k]: nodes of that model with exactly k whole free GPUs, as sorted
+        # lists: iteration order depends only on the room, never on how it got there, so the
+        # same snapshot always gives the same placements (even after a rollback).
+        self.buckets: dict[str, list[list[int]]] = {
+            m: [[] for _ in range(self.max_gpus + 1)] for m in self.models
         }
         # Nodes with at least one partly used device: where GPU shares binpack first.
-        self.partial: dict[str, dict[int, None]] = {m: {} for m in self.models}
+        self.partial: dict[str, list[int]] = {m: [] for m in self.models}
+        self._partial: set[int] = set()
         self.tier1_nodes: dict[int, list[int]] = {}
         self.tier2_nodes: dict[int, list[int]] = {}
         self.tier1_whole: dict[int, int] = {}
@@ -69,7 +72,7 @@ class Room:
         self.model_whole: dict[str, int] = dict.fromkeys(self.models, 0)
         self.capacity_gpus = sum(n.gpus for n in nodes)
         for n in nodes:
-            self.buckets[n.gpu_model][n.gpus][n.index] = None
+            self.buckets[n.gpu_model][n.gpus].append(n.index)
             self.tier1_nodes.setdefault(n.tier1, []).append(n.index)
             self.tier2_nodes.setdefault(n.tier2, []).append(n.index)
             self.tier1_whole[n.tier1] = self.tier1_whole.get(n.tier1, 0) + n.gpus
@@ -114,19 +117,24 @@ class Room:
         self.memory[index] = memory
         if whole != whole_before:
             buckets = self.buckets[node.gpu_model]
-            del buckets[whole_before][index]
-            buckets[whole][index] = None
+            bucket = buckets[whole_before]
+            del bucket[bisect_left(bucket, index)]
+            insort(buckets[whole], index)
             self.whole[index] = whole
             change = whole - whole_before
             self.tier1_whole[node.tier1] += change
             self.tier2_whole[node.tier2] += change
             self.model_whole[node.gpu_model] += change
         if 0 < task.milli < GPU_MILLI:
-            partial = self.partial[node.gpu_model]
-            if any(0 < f < GPU_MILLI for f in free):
-                partial[index] = None
-            else:
-                partial.pop(index, None)
+            shared = any(0 < f < GPU_MILLI for f in free)
+            if shared != (index in self._partial):
+                partial = self.partial[node.gpu_model]
+                if shared:
+                    self._partial.add(index)
+                    insort(partial, index)
+                else:
+                    self._partial.discard(index)
+                    del partial[bisect_left(partial, index)]
         if self._journal is not None:
             self._journal.append((task, sign))
 
@@ -182,6 +190,6 @@ class Room:
             tuple(self.whole),
             tuple(sorted(self.tier1_whole.items())),
             tuple(sorted(self.tier2_whole.items())),
-            tuple((m, tuple(tuple(sorted(b)) for b in bs)) for m, bs in self.buckets.items()),
-            tuple((m, tuple(sorted(p))) for m, p in self.partial.items()),
+            tuple((m, tuple(tuple(b) for b in bs)) for m, bs in self.buckets.items()),
+            tuple((m, tuple(p)) for m, p in self.partial.items()),
         )

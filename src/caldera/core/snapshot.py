@@ -2,128 +2,47 @@
 
 A snapshot holds the cluster, the queues, every job that is not finished, the queues' waiting
 modes and the policy settings, all as of `now`. The cycle reads it and never changes it.
-Runtimes build one from their own state; the simulator keeps a `Room` index up to date between
-cycles and hands it in so the cycle does not rebuild it each time.
+Runtimes build one from their own state. A runtime with many jobs keeps a free-room index
+(`Room`) and a `JobIndex` up to date between cycles and hands them in, so the cycle costs what
+changed rather than what exists; a snapshot built from a plain tuple of jobs derives both.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from types import MappingProxyType
 
 from caldera.core.config import PolicyConfig
-from caldera.core.room import Room, TaskPlacement
-from caldera.model import JobSpec, JobState, Node, Queue
+from caldera.core.jobindex import JobIndex
+from caldera.core.room import Room
+from caldera.core.views import JobView, Nomination, PendingVictim, Throttle
+from caldera.model import JobState, Node, Queue
 
-__all__ = ["JobView", "Nomination", "Snapshot", "Throttle"]
-
-
-@dataclass(frozen=True, slots=True)
-class Nomination:
-    """Room promised to a preemptor: where it will run and whose eviction frees it.
-
-    `victims` still to evict are those of the plan that were not yet signalled (the per-cycle
-    budget can spread one plan over several cycles).
-    """
-
-    placement: tuple[TaskPlacement, ...]
-    victims: tuple[str, ...]
-    pending_victims: tuple[str, ...]
-    since: float
-    reason: str = "preempt"
-
-
-@dataclass(frozen=True, slots=True)
-class Throttle:
-    """A queue in waiting mode for one large job (DESIGN §4.4)."""
-
-    queue: str
-    job: str
-    since: float
-
-
-@dataclass(frozen=True, slots=True)
-class JobView:
-    """One job as the cycle sees it: its spec plus runtime facts at snapshot time.
-
-    `placement` are the tasks running now; `releasing` the tasks signalled and still holding
-    room until `release_at`. Work is in seconds of useful progress: `work_base` as of
-    `running_since` (set only while the job progresses, so a view stays valid as time passes),
-    `saved_work` what the last checkpoint preserved.
-    """
-
-    spec: JobSpec
-    state: JobState
-    placement: tuple[TaskPlacement, ...] = ()
-    releasing: tuple[TaskPlacement, ...] = ()
-    release_at: float | None = None
-    evicted_for: str | None = None
-    first_start: float | None = None
-    running_since: float | None = None
-    work_base: float = 0.0
-    saved_work: float = 0.0
-    reported_progress: float | None = None
-    evictions: int = 0
-    last_evicted_at: float | None = None
-    hold_reason: str | None = None
-    nomination: Nomination | None = None
-    throttled_once: bool = False
-    id: str = field(init=False, compare=False)  # = spec.id, read very often
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "id", self.spec.id)
-
-    @property
-    def gpu_held(self) -> int:
-        """Milli-GPUs this job holds now, running or releasing."""
-        return self.spec.gpu * (len(self.placement) + len(self.releasing))
-
-    @property
-    def running_tasks(self) -> int:
-        return len(self.placement)
-
-    def work_done(self, now: float) -> float:
-        """Seconds of useful work done by `now`."""
-        if self.running_since is None:
-            return self.work_base
-        return self.work_base + max(now - self.running_since, 0.0)
-
-    def saved_at(self, now: float) -> float:
-        """Work a restart would resume from: the later of the last recorded checkpoint and the
-        last periodic one (every `checkpoint.interval` seconds of useful work)."""
-        interval = self.spec.checkpoint.interval
-        work = self.work_done(now)
-        periodic = (work // interval) * interval if interval and interval > 0 else 0.0
-        return min(max(self.saved_work, periodic), work)
-
-    def progress(self, now: float) -> float:
-        """Fraction done in [0, 1]: reported by the job, else work over expected duration."""
-        if self.reported_progress is not None:
-            return min(max(self.reported_progress, 0.0), 1.0)
-        expected = self.spec.expected_duration
-        if expected and expected > 0:
-            return min(self.work_done(now) / expected, 1.0)
-        return 0.0
+__all__ = ["JobView", "Nomination", "PendingVictim", "Snapshot", "Throttle"]
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Everything one cycle may read. `room` is derived from `nodes` and the jobs' tasks."""
+    """Everything one cycle may read. `room` and `index` derive from `nodes` and `jobs`."""
 
     now: float
     nodes: tuple[Node, ...]
     queues: Mapping[str, Queue]
-    jobs: tuple[JobView, ...]
+    jobs: tuple[JobView, ...] = ()
     config: PolicyConfig = field(default_factory=PolicyConfig)
     throttles: Mapping[str, Throttle] = field(default_factory=lambda: MappingProxyType({}))
     room: Room | None = None
+    index: JobIndex | None = None
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.now):
             raise ValueError("snapshot time must be finite")
+        if self.index is None:
+            object.__setattr__(self, "index", JobIndex(self.jobs))
+        elif not self.jobs:
+            object.__setattr__(self, "jobs", tuple(self.index.views.values()))
         if self.room is None:
             room = Room(self.nodes)
             for job in self.jobs:
@@ -133,17 +52,22 @@ class Snapshot:
                     room.take(task)
             object.__setattr__(self, "room", room)
 
-    @cached_property
-    def by_state(self) -> Mapping[JobState, tuple[JobView, ...]]:
-        """Jobs grouped by state, in snapshot order (computed once)."""
-        groups: dict[JobState, list[JobView]] = {state: [] for state in JobState}
-        for job in self.jobs:
-            groups[job.state].append(job)
-        return MappingProxyType({state: tuple(jobs) for state, jobs in groups.items()})
+    @property
+    def job_index(self) -> JobIndex:
+        assert self.index is not None
+        return self.index
 
-    @cached_property
+    @property
+    def by_state(self) -> Mapping[JobState, Collection[JobView]]:
+        """Jobs grouped by state."""
+        return {state: jobs.values() for state, jobs in self.job_index.by_state.items()}
+
+    def in_state(self, state: JobState) -> Collection[JobView]:
+        return self.job_index.by_state[state].values()
+
+    @property
     def by_id(self) -> Mapping[str, JobView]:
-        return MappingProxyType({job.id: job for job in self.jobs})
+        return self.job_index.views
 
     @property
     def free_room(self) -> Room:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from caldera.core.context import CycleContext
 from caldera.core.decisions import Release, ThrottleOff, ThrottleOn
-from caldera.model import JobState, JobType
+from caldera.model import PRIORITY_CLASSES, JobState, JobType
 
 __all__ = ["throttle"]
 
@@ -36,7 +36,7 @@ def throttle(cycle: CycleContext) -> None:
         held = sorted(
             (
                 job
-                for job in cycle.snapshot.by_state[JobState.HELD]
+                for job in cycle.snapshot.in_state(JobState.HELD)
                 if job.hold_reason == "throttle" and job.spec.queue in ending
             ),
             key=lambda job: (job.spec.submit, job.id),
@@ -45,14 +45,17 @@ def throttle(cycle: CycleContext) -> None:
     if not config.throttle:
         return
     waiting_queues = set(cycle.snapshot.throttles) - set(ending)
-    for job in cycle.unplaced:
-        queue = job.spec.queue
-        if (
-            job.spec.type is JobType.LARGE
-            and not job.throttled_once
-            and job.id not in cycle.started
-            and queue not in waiting_queues
-        ):
-            cycle.throttles.append(ThrottleOn(queue, job.id))
-            cycle.wakeups.append(cycle.now + config.throttle_timeout)
-            waiting_queues.add(queue)
+    large = PRIORITY_CLASSES[JobType.LARGE].value
+    for ((queue, priority, _), jobs), first in cycle.waiting:
+        if priority != large or queue in waiting_queues:
+            continue
+        for job in jobs[first:]:
+            if (
+                job.spec.type is JobType.LARGE
+                and not job.throttled_once
+                and job.id not in cycle.started
+            ):
+                cycle.throttles.append(ThrottleOn(queue, job.id))
+                cycle.wakeups.append(cycle.now + config.throttle_timeout)
+                waiting_queues.add(queue)
+                break

@@ -8,14 +8,16 @@ more than `min_available` — only the tasks above that; never a gang below its 
 Order of victims (ties broken by the next criterion):
   1. lowest effective weight;
   2. least work lost (GPU-seconds since the last checkpoint that would survive);
-  3. most recently started;
-  4. job id (determinism).
+  3. a gang's extra tasks before a whole gang (the job goes on);
+  4. most recently started;
+  5. job id (determinism).
 
 Search: for every candidate domain (each node for a single-task preemptor; each tier-N domain
 for a topology-constrained gang, plus the whole cluster unless the constraint is hard), add
 victims in that order on a working copy until P can actually be placed there, then drop every
 victim P can do without. The cheapest set over all domains wins:
-  (highest victim weight, number of victims, work lost, GPUs evicted, domain order).
+  (highest victim weight, number of victims, work lost, GPUs evicted, the victims' own keys,
+   domain order).
 If no domain yields a set, nothing is evicted.
 """
 
@@ -43,7 +45,7 @@ __all__ = [
     "victim_units",
 ]
 
-VictimKey = tuple[float, float, float, str]
+VictimKey = tuple[float, float, int, float, str]
 
 
 def is_protected(job: JobView) -> bool:
@@ -93,10 +95,10 @@ def victim_units(job: JobView, config: PolicyConfig, now: float) -> list[Unit]:
     extra = running - job.spec.min_available
     if extra > 0:
         tasks = tuple(range(job.spec.min_available, running))
-        units.append(Unit(job, tasks, False, weight, 0.0, (weight, 0.0, -since, job.id + "#extra")))
+        units.append(Unit(job, tasks, False, weight, 0.0, (weight, 0.0, 0, -since, job.id)))
     lost = expected_loss(job, config, now)
     units.append(
-        Unit(job, tuple(range(running)), True, weight, lost, (weight, lost, -since, job.id))
+        Unit(job, tuple(range(running)), True, weight, lost, (weight, lost, 1, -since, job.id))
     )
     return units
 
@@ -107,7 +109,7 @@ class Plan:
 
     units: tuple[Unit, ...]
     placement: tuple[TaskPlacement, ...]
-    cost: tuple[float, int, float, int, int]
+    cost: tuple[float, int, float, int, tuple[VictimKey, ...], int]
 
 
 class VictimIndex:
@@ -143,8 +145,8 @@ def candidate_domains(
     """Node sets to try; None stands for the whole cluster (binpack order).
 
     A single task needs one node: only nodes holding victims are worth trying. A gang with a
-    topology constraint needs one tier-N domain (or, if soft, the cluster as a last resort);
-    a gang without one may spread over the cluster.
+    hard topology constraint needs one tier-N domain. Any other gang tries tier-1 and tier-2
+    domains (compact, cheap to search) and the whole cluster only as a last resort.
     """
     if spec.tasks == 1:
         models = spec.gpu_models
@@ -157,15 +159,16 @@ def candidate_domains(
             and (models is None or nodes[i].gpu_model in models)
         ]
     topology = spec.topology
-    if topology is None:
-        return [None]
-    domains = room.tier1_nodes if topology.highest_tier <= 1 else room.tier2_nodes
-    found: list[Sequence[int] | None] = [
-        tuple(nodes)
-        for _, nodes in sorted(domains.items())
-        if index is None or any(n in index.by_node for n in nodes)
-    ]
-    if topology.mode is TopologyMode.SOFT:
+    tiers = (1, 2) if topology is None else (topology.highest_tier,)
+    found: list[Sequence[int] | None] = []
+    for tier in tiers:
+        domains = room.tier1_nodes if tier <= 1 else room.tier2_nodes
+        found.extend(
+            tuple(nodes)
+            for _, nodes in sorted(domains.items())
+            if index is None or any(n in index.by_node for n in nodes)
+        )
+    if topology is None or topology.mode is TopologyMode.SOFT:
         found.append(None)
     return found
 
@@ -232,12 +235,18 @@ def find_plan(
         options.append((local[0].weight, order, nodes, local))
     options.sort(key=lambda option: (option[0], option[1]))
     best: Plan | None = None
-    for lowest, order, nodes, local in options:
-        if best is not None and lowest > best.cost[0]:
+    # Bounded domains first; the cluster-wide search (None) only if none of them works.
+    for cluster_wide in (False, True):
+        for lowest, order, nodes, local in options:
+            if (nodes is None) != cluster_wide:
+                continue
+            if best is not None and lowest > best.cost[0]:
+                break
+            plan = _plan_in_domain(room, spec, nodes, local, allow, order)
+            if plan is not None and (best is None or plan.cost < best.cost):
+                best = plan
+        if best is not None:
             break
-        plan = _plan_in_domain(room, spec, nodes, local, allow, order)
-        if plan is not None and (best is None or plan.cost < best.cost):
-            best = plan
     return best
 
 
@@ -298,6 +307,7 @@ def _plan_in_domain(
             len({c.job.id for c in chosen}),
             sum(c.lost for c in chosen),
             sum(c.gpu for c in chosen),
+            tuple(sorted(c.key for c in chosen)),  # equal so far: the victims' own order
             order,
         )
         return Plan(tuple(sorted(chosen, key=lambda u: u.key)), placement, cost)

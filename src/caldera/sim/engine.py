@@ -15,6 +15,7 @@ from typing import Any
 
 from caldera.core import (
     Decisions,
+    JobIndex,
     Evict,
     EvictReason,
     JobView,
@@ -77,6 +78,7 @@ class SimJob:
     version: int = 0
     hung_since: float | None = None
     _view: JobView | None = None
+    _dirty: set[str] | None = None  # the simulator's set of jobs whose view must be renewed
 
     @property
     def spec(self) -> JobSpec:
@@ -84,6 +86,8 @@ class SimJob:
 
     def touch(self) -> None:
         self._view = None
+        if self._dirty is not None:
+            self._dirty.add(self.submission.spec.id)
 
     def work_done(self, now: float) -> float:
         if self.running_since is None:
@@ -128,6 +132,8 @@ class Simulator:
         self.policy = policy if policy is not None else get_policy(self.config.name)
         self.nodes = scenario.nodes
         self.room = Room(self.nodes)
+        self.index = JobIndex()
+        self._dirty: set[str] = set()
         self.queues = {q.name: q for q in scenario.queues}
         self.throttles: dict[str, Throttle] = {}
         self.jobs: dict[str, SimJob] = {}
@@ -141,7 +147,7 @@ class Simulator:
         self._progress = progress
         for submission in scenario.submissions:
             self._push(submission.spec.submit, _SUBMIT, submission.spec.id)
-            self.jobs[submission.spec.id] = SimJob(submission)
+            self.jobs[submission.spec.id] = SimJob(submission, _dirty=self._dirty)
             if submission.cancel_at is not None:
                 self._push(submission.cancel_at, _CANCEL, submission.spec.id)
 
@@ -191,14 +197,22 @@ class Simulator:
     # -- the cycle -------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
+        # Renew only the views of jobs that changed since the last cycle.
+        for job_id in self._dirty:
+            job = self.jobs[job_id]
+            if job_id in self.active:
+                self.index.put(job.view())
+            else:
+                self.index.drop(job_id)
+        self._dirty.clear()
         return Snapshot(
             now=self.now,
             nodes=self.nodes,
             queues=self.queues,
-            jobs=tuple(job.view() for job in self.active.values()),
             config=self.config,
             throttles=dict(self.throttles),
             room=self.room,
+            index=self.index,
         )
 
     def _cycles(self) -> None:
@@ -272,6 +286,7 @@ class Simulator:
             return
         job.state = admission.state
         self.active[spec.id] = job
+        job.touch()
         self.recorder.state_changed(job, None)
         if admission.state is JobState.HELD:
             job.hold_reason = admission.reason
@@ -319,6 +334,7 @@ class Simulator:
     def _retire(self, job: SimJob) -> None:
         if not job.batches:
             self.active.pop(job.spec.id, None)
+            job.touch()
 
     def _evict(self, job: SimJob, evict: Evict) -> None:
         now = self.now

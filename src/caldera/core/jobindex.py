@@ -1,0 +1,95 @@
+"""Active jobs, indexed the ways the cycle reads them.
+
+A runtime with thousands of jobs cannot afford to regroup them every cycle, so — like the
+free-room index — it keeps a `JobIndex` up to date as jobs change (`put`, `drop`) and hands
+it to the snapshot. The cycle only reads it. Built from a plain tuple of views it gives the
+same answers, which is what tests do.
+
+Pending jobs are grouped by (queue, priority, shape), each group sorted by rank (priority,
+submit time, id): jobs of one group fit, fail, preempt or are refused alike, so the cycle can
+decide for a group at once instead of job by job.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+
+from caldera.core.views import JobView
+from caldera.model import JobState
+
+__all__ = ["GroupKey", "JobIndex"]
+
+GroupKey = tuple[str, int, int]
+"""(queue, priority, shape) of a pending group."""
+
+
+def _rank(job: JobView) -> tuple[int, float, str]:
+    return job.spec.rank
+
+
+class JobIndex:
+    def __init__(self, jobs: Iterable[JobView] = ()) -> None:
+        self.views: dict[str, JobView] = {}
+        self.by_state: dict[JobState, dict[str, JobView]] = {state: {} for state in JobState}
+        self.pending: dict[GroupKey, list[JobView]] = {}
+        # queue -> [milli-GPUs, millicores, MiB held (running + releasing), milli-GPUs releasing]
+        self.usage: dict[str, list[int]] = {}
+        self.growable: dict[str, JobView] = {}  # running elastic jobs short of their tasks
+        self.nominated: dict[str, JobView] = {}  # pending preemptors holding reserved room
+        for job in jobs:
+            self.put(job)
+
+    def __len__(self) -> int:
+        return len(self.views)
+
+    def put(self, job: JobView) -> None:
+        """Add a job, or replace the view with the same id."""
+        old = self.views.get(job.id)
+        if old is not None:
+            self._remove(old)
+        self._add(job)
+
+    def drop(self, job_id: str) -> None:
+        """Forget a job (finished, cancelled, rejected)."""
+        old = self.views.get(job_id)
+        if old is not None:
+            self._remove(old)
+
+    def _add(self, job: JobView) -> None:
+        self.views[job.id] = job
+        self.by_state[job.state][job.id] = job
+        spec = job.spec
+        if job.state is JobState.PENDING:
+            group = self.pending.setdefault((spec.queue, spec.priority, spec.shape), [])
+            bisect.insort(group, job, key=_rank)
+            if job.nomination is not None:
+                self.nominated[job.id] = job
+        elif job.placement or job.releasing:
+            self._count(job, 1)
+        if job.state is JobState.RUNNING and spec.tasks > len(job.placement) >= spec.min_available:
+            self.growable[job.id] = job
+
+    def _remove(self, job: JobView) -> None:
+        del self.views[job.id]
+        del self.by_state[job.state][job.id]
+        spec = job.spec
+        if job.state is JobState.PENDING:
+            key = (spec.queue, spec.priority, spec.shape)
+            group = self.pending[key]
+            del group[bisect.bisect_left(group, spec.rank, key=_rank)]
+            if not group:
+                del self.pending[key]
+            self.nominated.pop(job.id, None)
+        elif job.placement or job.releasing:
+            self._count(job, -1)
+        self.growable.pop(job.id, None)
+
+    def _count(self, job: JobView, sign: int) -> None:
+        spec = job.spec
+        tasks = len(job.placement) + len(job.releasing)
+        totals = self.usage.setdefault(spec.queue, [0, 0, 0, 0])
+        totals[0] += sign * spec.gpu * tasks
+        totals[1] += sign * spec.cpu * tasks
+        totals[2] += sign * spec.memory * tasks
+        totals[3] += sign * spec.gpu * len(job.releasing)
