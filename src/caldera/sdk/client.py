@@ -43,7 +43,12 @@ class Client:
         self.url = (url or os.environ.get("CALDERA_URL") or DEFAULT_URL).rstrip("/")
         token = token if token is not None else os.environ.get("CALDERA_TOKEN")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        # Plain http (the default, on localhost) needs no CA bundle: loading one costs more
+        # than a whole request.
+        verify = self.url.startswith("https:")
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout, verify=verify
+        )
 
     def close(self) -> None:
         self._http.close()
