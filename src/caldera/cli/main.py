@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from caldera.cli import service_cmds, simulate
+from caldera.cli import bench_api, service_cmds, simulate  # noqa: F401 - bench_api adds `bench api`
 from caldera.cli.bench import bench_app
 
 __all__ = ["app", "main"]

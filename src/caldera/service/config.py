@@ -50,6 +50,8 @@ class ConfigModel(BaseModel):
     policy: PolicyModel = Field(default_factory=PolicyModel)
     # Seconds between two looks at the running processes and the SDK's status files.
     poll_interval: float = Field(default=0.1, gt=0, le=10)
+    # Least seconds between two cycles triggered by submissions (bursts share one cycle).
+    cycle_gap: float = Field(default=0.05, ge=0, le=10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,7 @@ class ServiceConfig:
     tokens: dict[str, Principal]
     policy: PolicyConfig
     poll_interval: float = 0.1
+    cycle_gap: float = 0.05
 
 
 def default_config(token: str, user: str = "admin") -> dict[str, Any]:
@@ -122,7 +125,7 @@ def parse_config(data: Any) -> ServiceConfig:
     tokens = {
         t.token: Principal(t.user, frozenset(t.queues), t.critical, t.admin) for t in model.tokens
     }
-    return ServiceConfig(queues, tokens, policy, model.poll_interval)
+    return ServiceConfig(queues, tokens, policy, model.poll_interval, model.cycle_gap)
 
 
 def _duplicate(names: list[str]) -> str:

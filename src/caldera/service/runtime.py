@@ -21,6 +21,7 @@ skipped: the room is the last line of defence, never the first.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import signal
@@ -180,6 +181,8 @@ class Runtime:
         while not self._stop.is_set():
             timeout = interval
             wakeup = self._next_wakeup
+            if self._cycle_needed:
+                wakeup = min(wakeup or math.inf, self._last_cycle + self.config.cycle_gap)
             if wakeup is not None:
                 timeout = min(timeout, max(wakeup - self.clock(), 0.0))
             self.wake.wait(timeout)
@@ -199,10 +202,13 @@ class Runtime:
             self._poll(now)
             self._flush()
             wakeup = self._next_wakeup
+            since = now - self._last_cycle
+            # Submissions come in bursts: one cycle per `cycle_gap` serves them all, instead
+            # of one snapshot of every job per request.
             needed = (
-                self._cycle_needed
+                (self._cycle_needed and since >= self.config.cycle_gap)
                 or (wakeup is not None and now >= wakeup)
-                or now - self._last_cycle >= _TIMER
+                or since >= _TIMER
             )
         if needed:
             self.cycle()

@@ -1,0 +1,294 @@
+"""`caldera bench api`: the service under submission load (figures in docs/benchmarks.md).
+
+1. Start latency: on an idle cluster, submit a job whose first act is to print the time, and
+   measure from just before the POST to that printed time: the submit call, the cycle, the
+   spawn through the runner and the exec, all included. Repeated `starts` times, one at a
+   time so each finds an idle GPU.
+2. Load: open loop at `rate` submissions per second for `duration` seconds (each request is
+   sent at its scheduled time whatever the previous ones did, so a slow server cannot slow
+   the offered load down and hide its own latency), from `workers` threads with keep-alive
+   connections. Each job asks for one GPU and sleeps, so the cluster fills and the rest wait:
+   the cycle runs over a growing pending queue while submissions keep coming.
+
+Without `url` the benchmark starts its own `caldera serve --gpus N` on a free port with a
+throwaway data dir and stops it (and every task it started) afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from caldera.metrics_util import percentile
+
+__all__ = ["ApiBenchResult", "bench_api"]
+
+_TOKEN = "bench-admin-token"
+_QUEUE = "bench"
+
+
+@dataclass
+class ApiBenchResult:
+    rate: float
+    duration: float
+    submitted: int
+    errors: int
+    achieved_rate: float
+    submit_p50_ms: float
+    submit_p95_ms: float
+    submit_p99_ms: float
+    submit_max_ms: float
+    start_p50_ms: float
+    start_max_ms: float
+    starts_measured: int
+    pending_at_end: int
+    cycle_mean_ms: float | None
+    gpus: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def _own_server(gpus: int, database_url: str | None) -> Iterator[str]:
+    with tempfile.TemporaryDirectory(prefix="caldera-bench-") as folder:
+        root = Path(folder)
+        config = root / "caldera.yaml"
+        config.write_text(
+            json.dumps(
+                {
+                    "queues": [{"name": _QUEUE, "weight": 1}],
+                    "tokens": [{"token": _TOKEN, "user": "bench", "critical": True, "admin": True}],
+                }
+            )
+        )
+        port = _free_port()
+        caldera = str(Path(sys.executable).parent / "caldera")
+        argv = [caldera, "serve", "--config", str(config), "--data-dir", str(root / "data")]
+        argv += ["--gpus", str(gpus), "--port", str(port)]
+        if database_url:
+            argv += ["--database-url", database_url]
+        with open(root / "server.log", "wb") as log:
+            server = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                if server.poll() is not None:
+                    tail = (root / "server.log").read_text()[-500:]
+                    raise RuntimeError(f"the benchmark server exited: {tail}")
+                try:
+                    if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the benchmark server did not start in 60 s")
+                time.sleep(0.1)
+            yield url
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                server.kill()
+            _kill_tasks(root / "data")
+
+
+def _kill_tasks(data_dir: Path) -> None:
+    from caldera.service.procs import signal_group
+
+    for record in data_dir.glob("jobs/*/run/*.runner"):
+        try:
+            data = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        signal_group(data.get("pid"), data.get("start_ticks"), signal.SIGKILL)
+
+
+def _start_latencies(client: httpx.Client, starts: int) -> list[float]:
+    """Seconds from just before each submit to the moment its process printed the time."""
+    latencies: list[float] = []
+    for _ in range(starts):
+        sent = time.time()
+        response = client.post(
+            "/v1/jobs",
+            json={
+                "queue": _QUEUE,
+                "gpus": 1,
+                "command": ["sh", "-c", "date +%s.%N"],
+                "name": "start-probe",
+            },
+        )
+        response.raise_for_status()
+        job_id = response.json()["id"]
+        deadline = time.monotonic() + 30
+        while True:
+            text = client.get(f"/v1/jobs/{job_id}/logs").text.strip()
+            if text:
+                latencies.append(float(text.splitlines()[0]) - sent)
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"start probe {job_id} printed nothing in 30 s")
+            time.sleep(0.01)
+        while client.get(f"/v1/jobs/{job_id}").json()["state"] not in ("Succeeded", "Failed"):
+            time.sleep(0.02)
+    return latencies
+
+
+def _load(
+    url: str, rate: float, duration: float, workers: int, progress: Callable[[int], None] | None
+) -> tuple[list[float], int, float, list[str]]:
+    local = threading.local()
+    clients: list[httpx.Client] = []
+    clients_lock = threading.Lock()
+    latencies: list[float] = []
+    ids: list[str] = []
+    errors = [0]
+    record = threading.Lock()
+    body = {"queue": _QUEUE, "gpus": 1, "command": ["sleep", "3600"], "name": "load"}
+
+    def submit() -> None:
+        client = getattr(local, "client", None)
+        if client is None:
+            client = httpx.Client(
+                base_url=url, headers={"Authorization": f"Bearer {_TOKEN}"}, timeout=30
+            )
+            local.client = client
+            with clients_lock:
+                clients.append(client)
+        began = time.perf_counter()
+        try:
+            response = client.post("/v1/jobs", json=body)
+            ok = response.status_code == 201
+        except httpx.HTTPError:
+            ok = False
+        elapsed = time.perf_counter() - began
+        with record:
+            if ok:
+                latencies.append(elapsed)
+                ids.append(response.json()["id"])
+            else:
+                errors[0] += 1
+
+    total = int(rate * duration)
+    began = time.monotonic()
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for i in range(total):
+            due = began + i / rate
+            pause = due - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            pool.submit(submit)
+            if progress is not None and i % int(max(rate, 1)) == 0:
+                progress(i)
+    wall = time.monotonic() - began
+    for client in clients:
+        client.close()
+    return latencies, errors[0], wall, ids
+
+
+def _cycle_mean_ms(client: httpx.Client) -> float | None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name in (
+                "caldera_cycle_duration_seconds_sum",
+                "caldera_cycle_duration_seconds_count",
+            ):
+                values[sample.name] = sample.value
+    count = values.get("caldera_cycle_duration_seconds_count", 0.0)
+    if not count:
+        return None
+    return values["caldera_cycle_duration_seconds_sum"] / count * 1000
+
+
+def bench_api(
+    url: str | None = None,
+    token: str | None = None,
+    rate: float = 200.0,
+    duration: float = 60.0,
+    gpus: int = 8,
+    workers: int = 16,
+    starts: int = 20,
+    database_url: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ApiBenchResult:
+    if url is None:
+        with _own_server(gpus, database_url) as own:
+            return _run(own, _TOKEN, True, rate, duration, gpus, workers, starts, progress)
+    return _run(
+        url,
+        token or os.environ.get("CALDERA_TOKEN", ""),
+        False,
+        rate,
+        duration,
+        gpus,
+        workers,
+        starts,
+        progress,
+    )
+
+
+def _run(
+    url: str,
+    token: str,
+    own: bool,
+    rate: float,
+    duration: float,
+    gpus: int,
+    workers: int,
+    starts: int,
+    progress: Callable[[int], None] | None,
+) -> ApiBenchResult:
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
+        start = sorted(_start_latencies(client, starts))
+        latencies, errors, wall, ids = _load(url, rate, duration, workers, progress)
+        pending = len(client.get("/v1/jobs", params={"state": "Pending", "limit": 100000}).json())
+        cycle = _cycle_mean_ms(client)
+        if not own:  # leave someone else's server as we found it
+            for job_id in ids:
+                client.post(f"/v1/jobs/{job_id}/cancel")
+    latencies.sort()
+    ms = [value * 1000 for value in latencies]
+    return ApiBenchResult(
+        rate=rate,
+        duration=duration,
+        submitted=len(latencies),
+        errors=errors,
+        achieved_rate=round(len(latencies) / wall, 1) if wall else 0.0,
+        submit_p50_ms=round(percentile(ms, 0.50), 2),
+        submit_p95_ms=round(percentile(ms, 0.95), 2),
+        submit_p99_ms=round(percentile(ms, 0.99), 2),
+        submit_max_ms=round(ms[-1], 2) if ms else 0.0,
+        start_p50_ms=round(percentile(start, 0.5) * 1000, 1),
+        start_max_ms=round(start[-1] * 1000, 1) if start else 0.0,
+        starts_measured=len(start),
+        pending_at_end=pending,
+        cycle_mean_ms=round(cycle, 2) if cycle is not None else None,
+        gpus=gpus,
+    )
