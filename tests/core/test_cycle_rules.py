@@ -11,6 +11,7 @@ from builders import cluster, decided_evictions, decided_starts, job, queue, sna
 from caldera.core import (
     Hold,
     Nomination,
+    PendingVictim,
     PolicyConfig,
     Release,
     TaskPlacement,
@@ -450,7 +451,9 @@ def test_room_reserved_for_a_preemptor_is_not_given_to_others() -> None:
             .large()
             .gpus(8)
             .submitted(NOW)
-            .nominated(Nomination(reserved, ("victim",), ("victim",), NOW, "preempt")),
+            .nominated(
+                Nomination(reserved, ("victim",), (PendingVictim("victim"),), NOW, "preempt")
+            ),
             job("small").gpus(4).submitted(NOW + 1),
         ],
         now=NOW + 2,

@@ -461,7 +461,18 @@ RECLAIM = [
     ),
 ]
 
-CASES = ORDER + GANGS + [ELASTIC_VICTIM_LOSSY] + FEASIBILITY + NEVER + COOLDOWN + BUDGET + RECLAIM
+CASES = [
+    *ORDER,
+    NEWEST,
+    *GANGS,
+    ELASTIC_VICTIM,
+    ELASTIC_VICTIM_LOSSY,
+    *FEASIBILITY,
+    *NEVER,
+    *COOLDOWN,
+    *BUDGET,
+    *RECLAIM,
+]
 
 
 def decide(case: Case):  # type: ignore[no-untyped-def]
@@ -487,23 +498,3 @@ def test_victims(case: Case) -> None:
         assert set(nomination.victims) == evicted_by.get(holder, set()) | set(pending)
     # A preemptor waiting for its victims starts nothing in the same cycle.
     assert not {s.job for s in decisions.starts} & set(nominated)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: victim ties across nodes go to the lowest node index, not the newest job"
-    " — see NOTES-bugs.md",
-)
-def test_victims_newest_among_equals() -> None:
-    _, decisions = decide(NEWEST)
-    assert decided_evictions(decisions) == NEWEST.want_evictions
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an elastic victim loses its whole gang when its extra tasks would do"
-    " (whole unit sorts before the extras unit on ties) — see NOTES-bugs.md",
-)
-def test_victims_only_extra_tasks_of_elastic_victim() -> None:
-    _, decisions = decide(ELASTIC_VICTIM)
-    assert decided_evictions(decisions) == ELASTIC_VICTIM.want_evictions

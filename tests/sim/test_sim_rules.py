@@ -1,0 +1,217 @@
+"""Simulator semantics (DESIGN §4.3, §6) on tiny scenarios, one rule each.
+
+Scenarios are written as the dicts a YAML file would decode to and go through the real
+loader (`parse_scenario`), so the file format is exercised too.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from caldera.sim import Simulator, parse_scenario, simulate
+
+
+def scenario(
+    jobs: list[dict[str, Any]],
+    *,
+    nodes: int = 1,
+    gpus: int = 8,
+    queues: list[dict[str, Any]] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    defaults = {"queue": "q", "type": "normal", "submit": 0, "gpus_per_task": 8}
+    return {
+        "cluster": {"nodes": [{"prefix": "n", "count": nodes, "gpus": gpus}]},
+        "queues": queues if queues is not None else [{"name": "q"}],
+        "jobs": [{**defaults, **j} for j in jobs],
+        **extra,
+    }
+
+
+def events(result: dict[str, Any], kind: str, job: str | None = None) -> list[dict[str, Any]]:
+    return [e for e in result["events"] if e["kind"] == kind and (job is None or e["job"] == job)]
+
+
+def record(result: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(j for j in result["jobs"] if j["name"] == name)
+
+
+def test_idle_cluster_starts_a_job_at_its_submit_time() -> None:
+    result = simulate(parse_scenario(scenario([{"name": "a", "submit": 42, "duration": 100}])))
+    assert [e["t"] for e in events(result, "start", "a")] == [42.0]
+    assert record(result, "a")["end"] == 142.0
+
+
+def test_emergency_checkpoint_releases_at_its_cost_and_keeps_progress() -> None:
+    """Victim: 8 GPUs, started 0, checkpoint cost 30 ≤ grace 120. Large job at 1000.
+    §6: it saves at eviction and releases at 1000 + 30; the preemptor starts then; nothing is
+    lost; it resumes later with 10000 - 1000 = 9000 s left."""
+    result = simulate(
+        parse_scenario(
+            scenario(
+                [
+                    {"name": "v", "duration": 10_000, "checkpoint_cost": 30},
+                    {"name": "big", "type": "large-job", "submit": 1000, "duration": 500},
+                ]
+            )
+        )
+    )
+    (evict,) = events(result, "evict", "v")
+    assert (evict["t"], evict["released_at"], evict["preemptor"], evict["reason"]) == (
+        1000.0,
+        1030.0,
+        "big",
+        "preempt",
+    )
+    assert [e["t"] for e in events(result, "start", "big")] == [1030.0]
+    v = record(result, "v")
+    assert v["lost_gpu_seconds"] == 0
+    # big runs 1030..1530, then v resumes with 9000 s left
+    assert [e["t"] for e in events(result, "start", "v")] == [0.0, 1530.0]
+    assert v["end"] == 1530.0 + 9000.0
+
+
+def test_no_emergency_checkpoint_waits_the_grace_period_and_loses_work() -> None:
+    """checkpoint_on_sigterm false, periodic checkpoint every 600 s: evicted at 1000 it keeps
+    600 s of work, loses 400 s × 8 GPUs = 3200 GPU-seconds, releases at 1000 + 120."""
+    result = simulate(
+        parse_scenario(
+            scenario(
+                [
+                    {
+                        "name": "v",
+                        "duration": 10_000,
+                        "checkpoint_interval": 600,
+                        "checkpoint_on_sigterm": False,
+                    },
+                    {"name": "big", "type": "large-job", "submit": 1000, "duration": 500},
+                ]
+            )
+        )
+    )
+    (evict,) = events(result, "evict", "v")
+    assert evict["released_at"] == 1120.0
+    assert record(result, "v")["lost_gpu_seconds"] == 3200.0
+    assert result["metrics"]["wasted_gpu_hours"] == round(3200 / 3600, 6)
+    # resumes at 1620 (big: 1120..1620) with 10000 - 600 s of work left
+    assert record(result, "v")["end"] == 1620.0 + 9400.0
+
+
+def test_checkpoint_too_slow_for_the_grace_period_counts_as_none() -> None:
+    """checkpoint_cost 300 > grace 120: released at eviction + grace, progress since the last
+    periodic checkpoint (none: 0) lost: 1000 s × 8 GPUs."""
+    result = simulate(
+        parse_scenario(
+            scenario(
+                [
+                    {"name": "v", "duration": 10_000, "checkpoint_cost": 300},
+                    {"name": "big", "type": "large-job", "submit": 1000, "duration": 500},
+                ]
+            )
+        )
+    )
+    (evict,) = events(result, "evict", "v")
+    assert evict["released_at"] == 1120.0
+    assert record(result, "v")["lost_gpu_seconds"] == 8000.0
+
+
+def test_requeued_job_keeps_its_original_submit_time() -> None:
+    """After eviction `v` (submitted 0) competes with `w` (submitted 200) for the node the
+    large job frees: the earlier submit time wins."""
+    result = simulate(
+        parse_scenario(
+            scenario(
+                [
+                    {"name": "v", "duration": 10_000},
+                    {"name": "big", "type": "large-job", "submit": 100, "duration": 500},
+                    {"name": "w", "submit": 200, "duration": 100},
+                ]
+            )
+        )
+    )
+    assert record(result, "v")["submit"] == 0
+    # big 100..600; then v (submit 0) before w (submit 200)
+    assert [e["t"] for e in events(result, "start", "v")] == [0.0, 600.0]
+    assert record(result, "w")["start"] == 600.0 + (10_000 - 100)
+
+
+def test_budget_spillover_keeps_extras_only_eviction() -> None:
+    """B3 (fixed). 2 nodes × 8 → budget max(4.8, 8) = 8 GPUs per cycle. B: 2×4 elastic
+    (min 1, both tasks on n-0); A: 1×8 on n-1; L: 3×4 large. The plan {A, B's extra task}
+    spills over the budget; the next cycle must signal B's extra task only (4 GPUs)."""
+    result = simulate(
+        parse_scenario(
+            scenario(
+                [
+                    {
+                        "name": "B",
+                        "duration": 100_000,
+                        "tasks": 2,
+                        "gpus_per_task": 4,
+                        "min_available": 1,
+                    },
+                    {"name": "A", "submit": 100, "duration": 100_000, "gpus_per_task": 8},
+                    {
+                        "name": "L",
+                        "type": "large-job",
+                        "submit": 200,
+                        "duration": 1000,
+                        "tasks": 3,
+                        "gpus_per_task": 4,
+                    },
+                ],
+                nodes=2,
+                until=5000,
+            )
+        )
+    )
+    b_evictions = [(e["tasks"], e["gpus"]) for e in events(result, "evict", "B")]
+    assert b_evictions == [(1, 4)]
+    assert [e["t"] for e in events(result, "start", "L")] == [200.0]
+    assert result["metrics"]["gang_hang_gpu_hours"] == 0
+
+
+def _runs_within(data: dict[str, Any], seconds: float) -> dict[str, Any] | None:
+    """Run the simulator in a thread; None if it has not finished in time."""
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        out["result"] = Simulator(parse_scenario(data)).run().result()
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return out.get("result")
+
+
+def test_time_window_scenario_without_until_terminates() -> None:
+    """B4 (fixed). A windowed queue and no `until`: the run ends when the work is done."""
+    data = scenario(
+        [{"name": "a", "duration": 3600}],
+        queues=[{"name": "q", "time_windows": [{"days": [1, 2, 3, 4, 5], "hours": [9, 18]}]}],
+    )
+    result = _runs_within(data, 20)
+    assert result is not None, "the simulation did not end"
+    # Monday 00:00 is outside 9-18: held, released and started at 09:00, done at 10:00
+    assert record(result, "a")["start"] == 9 * 3600
+    assert record(result, "a")["end"] == 10 * 3600
+
+
+def test_cancel_of_a_running_job_frees_its_gpus() -> None:
+    """`cancel_at` (extension): a running job is signalled with reason cancel and ends
+    Cancelled when its room is released; the next job starts then."""
+    result = simulate(
+        parse_scenario(
+            scenario(
+                [
+                    {"name": "a", "duration": 10_000, "cancel_at": 500, "gpus_per_task": 8},
+                    {"name": "b", "submit": 10, "duration": 100, "gpus_per_task": 8},
+                ]
+            )
+        )
+    )
+    (evict,) = events(result, "evict", "a")
+    assert (evict["reason"], evict["preemptor"]) == ("cancel", None)
+    assert record(result, "a")["state"] == "Cancelled"
+    assert record(result, "b")["start"] == evict["released_at"]
