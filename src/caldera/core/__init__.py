@@ -14,8 +14,8 @@ from caldera.core.decisions import (
     ThrottleOff,
     ThrottleOn,
 )
-from caldera.core.policy import Policy, get_policy, policy_names, register_policy
 from caldera.core.jobindex import JobIndex
+from caldera.core.policy import Policy, get_policy, policy_names, register_policy
 from caldera.core.room import CapacityError, Room, TaskPlacement
 from caldera.core.snapshot import JobView, Nomination, PendingVictim, Snapshot, Throttle
 from caldera.core.weight import effective_weight

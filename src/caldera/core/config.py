@@ -29,6 +29,9 @@ class PolicyConfig:
     emergency_checkpoint: bool = True  # victims may checkpoint on SIGTERM
     throttle: bool = True
     nomination_timeout: float = 1800.0  # a preemptor that cannot start by then re-plans
+    # A preemptor whose victim search failed does not search again before this many seconds
+    # (critical jobs always search): the search is the cycle's most expensive step.
+    preempt_backoff: float = 30.0
     # Seconds to add to `now` to get seconds since a Monday 00:00 UTC, for time windows.
     # The simulator's t = 0 is a Monday; a runtime on Unix time uses UNIX_WEEK_OFFSET.
     week_offset: float = 0.0

@@ -108,6 +108,7 @@ class CycleContext:
     evicted: set[str] = field(default_factory=set)
     blocked: dict[str, list[TaskPlacement]] = field(default_factory=dict)
     evicted_gpu: int = 0
+    missed: set[str] = field(default_factory=set)  # searched for victims, found none
     wakeups: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     _memo: dict[str, object] = field(default_factory=dict)
@@ -204,6 +205,7 @@ class CycleContext:
             holds=tuple(self.holds),
             releases=tuple(self.releases),
             throttles=tuple(self.throttles),
+            preempt_misses=tuple(sorted(self.missed - self.blocked.keys() - self.started)),
             wakeup=min(wakeups) if wakeups else None,
             notes=tuple(self.notes),
         )

@@ -95,6 +95,7 @@ class Decisions:
     holds: tuple[Hold, ...] = ()
     releases: tuple[Release, ...] = ()
     throttles: tuple[ThrottleOn | ThrottleOff, ...] = ()
+    preempt_misses: tuple[str, ...] = ()  # searched for victims, found none: back off
     wakeup: float | None = None  # the next time the cycle must run even if nothing happens
     notes: tuple[str, ...] = field(default=(), compare=False)
 

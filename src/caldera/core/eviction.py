@@ -9,7 +9,7 @@ nominate the room for the preemptor. Debug jobs (policy Never) never get here.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from caldera.core.allocate import job_order
 from caldera.core.context import CycleContext
@@ -21,29 +21,18 @@ from caldera.model import CRITICAL_PRIORITY, JobState
 
 __all__ = ["VictimPool", "VictimsByQueue", "continue_nominations", "give_way", "lower_priority"]
 
-VictimsByQueue = dict[str, dict[int, list[JobView]]]
-"""Running jobs that could ever be victims: queue -> base priority -> jobs."""
+VictimsByQueue = dict[str, dict[int, dict[str, JobView]]]
+"""Running jobs that could ever be victims: queue -> base priority -> id -> job."""
 
-VictimPool = Callable[[JobView, VictimsByQueue], list[list[JobView]]]
+VictimPool = Callable[[JobView, VictimsByQueue], list[Collection[JobView]]]
 """(preemptor, victims) -> the groups of running jobs this phase may consider for it."""
 
 
-def _victims_by_queue(cycle: CycleContext) -> VictimsByQueue:
-    """Running jobs that could ever be victims (preemptor-independent rules)."""
-    by_queue: VictimsByQueue = {}
-    for victim in cycle.snapshot.in_state(JobState.RUNNING):
-        if is_protected(victim):
-            continue
-        if victim.id in cycle.started or len(victim.placement) < victim.spec.min_available:
-            continue
-        spec = victim.spec
-        by_queue.setdefault(spec.queue, {}).setdefault(spec.priority, []).append(victim)
-    return by_queue
-
-
-def lower_priority(by_priority: dict[int, list[JobView]], priority: int) -> list[list[JobView]]:
+def lower_priority(
+    by_priority: dict[int, dict[str, JobView]], priority: int
+) -> list[Collection[JobView]]:
     """The groups strictly below `priority`: equal priorities never preempt each other."""
-    return [jobs for value, jobs in by_priority.items() if value < priority]
+    return [jobs.values() for value, jobs in by_priority.items() if value < priority]
 
 
 def _eligible(cycle: CycleContext, preemptor: JobView, victim: JobView) -> bool:
@@ -84,7 +73,7 @@ def give_way(
     if not heads:
         return
     heapq.heapify(heads)
-    by_queue = cycle.memo("victims_by_queue", lambda: _victims_by_queue(cycle))
+    by_queue = cycle.snapshot.job_index.victims
     units_of: dict[str, list[Unit]] = cycle.memo("victim_units", dict)
     indexes: dict[tuple[str, int], VictimIndex] = {}
     started, blocked = cycle.started, cycle.blocked
@@ -104,6 +93,16 @@ def give_way(
             continue
         if may_try is not None and not may_try(job):
             continue  # the whole group asks the same of the same queue
+        failed_at = job.preempt_failed_at
+        if (
+            failed_at is not None
+            and priority < CRITICAL_PRIORITY
+            and cycle.now - failed_at < cycle.config.preempt_backoff
+        ):
+            # The group's best job found no victims a moment ago; its group-mates would run
+            # the same search. Back off until the timer, unless something else wakes us.
+            cycle.wakeups.append(failed_at + cycle.config.preempt_backoff)
+            continue
         group = (queue, priority)
         index = indexes.get(group)
         if index is None:
@@ -116,10 +115,12 @@ def give_way(
                         units.extend(units_of[victim.id])
             index = indexes[group] = VictimIndex(units)
         if not index.units:
+            cycle.missed.add(job.id)
             continue
         veto = None if allow is None else (lambda unit, chosen, p=job: allow(p, unit, chosen))
         plan = find_plan(cycle.room, job.spec, index, cycle.evicted, veto)
         if plan is None:
+            cycle.missed.add(job.id)
             continue
         _execute(cycle, job, plan, reason)
         if following is not None:

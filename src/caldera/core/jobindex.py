@@ -16,7 +16,7 @@ import bisect
 from collections.abc import Iterable
 
 from caldera.core.views import JobView
-from caldera.model import JobState
+from caldera.model import CRITICAL_PRIORITY, JobState
 
 __all__ = ["GroupKey", "JobIndex"]
 
@@ -28,6 +28,12 @@ def _rank(job: JobView) -> tuple[int, float, str]:
     return job.spec.rank
 
 
+def _never_a_victim(job: JobView) -> bool:
+    """Label protected, critical priority, or conformance-protected (DESIGN §4.1 step 2)."""
+    spec = job.spec
+    return spec.protected or spec.priority >= CRITICAL_PRIORITY or spec.conformance_protected
+
+
 class JobIndex:
     def __init__(self, jobs: Iterable[JobView] = ()) -> None:
         self.views: dict[str, JobView] = {}
@@ -37,6 +43,8 @@ class JobIndex:
         self.usage: dict[str, list[int]] = {}
         self.growable: dict[str, JobView] = {}  # running elastic jobs short of their tasks
         self.nominated: dict[str, JobView] = {}  # pending preemptors holding reserved room
+        # Running jobs that could ever be victims: queue -> base priority -> id -> view.
+        self.victims: dict[str, dict[int, dict[str, JobView]]] = {}
         for job in jobs:
             self.put(job)
 
@@ -67,8 +75,12 @@ class JobIndex:
                 self.nominated[job.id] = job
         elif job.placement or job.releasing:
             self._count(job, 1)
-        if job.state is JobState.RUNNING and spec.tasks > len(job.placement) >= spec.min_available:
-            self.growable[job.id] = job
+        if job.state is JobState.RUNNING and len(job.placement) >= spec.min_available:
+            if spec.tasks > len(job.placement):
+                self.growable[job.id] = job
+            if not _never_a_victim(job):
+                by_priority = self.victims.setdefault(spec.queue, {})
+                by_priority.setdefault(spec.priority, {})[job.id] = job
 
     def _remove(self, job: JobView) -> None:
         del self.views[job.id]
@@ -84,6 +96,11 @@ class JobIndex:
         elif job.placement or job.releasing:
             self._count(job, -1)
         self.growable.pop(job.id, None)
+        by_priority = self.victims.get(spec.queue)
+        if by_priority is not None:
+            same = by_priority.get(spec.priority)
+            if same is not None and same.pop(job.id, None) is not None and not same:
+                del by_priority[spec.priority]
 
     def _count(self, job: JobView, sign: int) -> None:
         spec = job.spec

@@ -9,6 +9,8 @@ anything when no feasible set exists.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
 from caldera.core.eviction import VictimsByQueue, continue_nominations, give_way, lower_priority
@@ -17,7 +19,7 @@ from caldera.core.snapshot import JobView
 __all__ = ["preempt"]
 
 
-def _same_queue(preemptor: JobView, by_queue: VictimsByQueue) -> list[list[JobView]]:
+def _same_queue(preemptor: JobView, by_queue: VictimsByQueue) -> list[Collection[JobView]]:
     return lower_priority(by_queue.get(preemptor.spec.queue, {}), preemptor.spec.priority)
 
 

@@ -8,7 +8,7 @@ its deserved share or its guarantee, or take more than the preemptor needs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
@@ -40,7 +40,7 @@ def reclaim(cycle: CycleContext) -> None:
             preemptor.spec.queue
         )
 
-    def borrowers(preemptor: JobView, by_queue: VictimsByQueue) -> list[list[JobView]]:
+    def borrowers(preemptor: JobView, by_queue: VictimsByQueue) -> list[Collection[JobView]]:
         """Running jobs of other queues that are reclaimable and hold more than their floor."""
         return [
             group

@@ -27,11 +27,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from caldera.core.config import PolicyConfig
+from caldera.core.jobindex import _never_a_victim
 from caldera.core.placement import place_job
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView
 from caldera.core.weight import effective_weight
-from caldera.model import CRITICAL_PRIORITY, GPU_MILLI, JobSpec, TopologyMode
+from caldera.model import GPU_MILLI, JobSpec, TopologyMode
 
 __all__ = [
     "Plan",
@@ -50,8 +51,7 @@ VictimKey = tuple[float, float, int, float, str]
 
 def is_protected(job: JobView) -> bool:
     """Never a victim: label protected, critical priority, or conformance-protected."""
-    spec = job.spec
-    return spec.protected or spec.priority >= CRITICAL_PRIORITY or spec.conformance_protected
+    return _never_a_victim(job)
 
 
 def expected_loss(
@@ -199,6 +199,66 @@ def _victim_gpu_on(
     return total
 
 
+def _could_fit(
+    room: Room, spec: JobSpec, nodes: Sequence[int] | None, units: Sequence[Unit]
+) -> bool:
+    """A necessary condition that leaves the room alone: counting per node the whole GPUs
+    that are free or would be once every candidate left, could `min_available` tasks fit?
+    (NVLink islands, CPU and memory are ignored, so True proves nothing; False is final.)"""
+    need = spec.whole_gpus
+    if need == 0:
+        return _free_on(room, spec, nodes) + _victim_gpu_on(room, spec, nodes, units) >= (
+            spec.gpu * spec.min_available
+        )
+    models = spec.gpu_models
+    allowed = None if nodes is None else set(nodes)
+    freed: dict[tuple[int, int], int] = {}
+    counted: set[tuple[str, int]] = set()
+    for unit in units:
+        job = unit.job
+        for i in unit.tasks:
+            task = job.placement[i]
+            if (allowed is None or task.node in allowed) and (job.id, i) not in counted:
+                counted.add((job.id, i))
+                for device in task.devices:
+                    freed[(task.node, device)] = freed.get((task.node, device), 0) + task.milli
+    gained: dict[int, int] = {}
+    for (node, device), milli in freed.items():
+        if room.free[node][device] < GPU_MILLI <= room.free[node][device] + milli:
+            gained[node] = gained.get(node, 0) + 1
+    tasks = 0
+    if nodes is None:
+        for model in room.models if models is None else models:
+            for level, bucket in enumerate(room.buckets.get(model, ())):
+                tasks += len(bucket) * (level // need)
+    else:
+        for index in nodes:
+            if models is None or room.nodes[index].gpu_model in models:
+                tasks += room.whole[index] // need
+    for index, extra in gained.items():
+        if models is None or room.nodes[index].gpu_model in models:
+            whole = room.whole[index]
+            tasks += (whole + extra) // need - whole // need
+    return tasks >= spec.min_available
+
+
+def _counted_prefix(
+    room: Room, spec: JobSpec, nodes: Sequence[int] | None, units: Sequence[Unit]
+) -> int | None:
+    """The shortest prefix of `units` that passes `_could_fit` (None: not even all of them).
+    A lower bound on how many victims any plan in this domain needs."""
+    if not _could_fit(room, spec, nodes, units):
+        return None
+    low, high = 1, len(units)
+    while low < high:
+        middle = (low + high) // 2
+        if _could_fit(room, spec, nodes, units[:middle]):
+            high = middle
+        else:
+            low = middle + 1
+    return high
+
+
 def _fits(
     room: Room, spec: JobSpec, nodes: Sequence[int] | None
 ) -> tuple[TaskPlacement, ...] | None:
@@ -224,15 +284,17 @@ def find_plan(
     stops once no untried domain could beat the best plan's highest victim weight.
     """
     gone = gone if gone is not None else set()
-    need = spec.gpu * spec.min_available
     options: list[tuple[float, int, Sequence[int] | None, list[Unit]]] = []
     for order, nodes in enumerate(candidate_domains(room, spec, index)):
         local = index.on(nodes, gone)
         if not local:
             continue
-        if _free_on(room, spec, nodes) + _victim_gpu_on(room, spec, nodes, local) < need:
+        shortest = _counted_prefix(room, spec, nodes, local)
+        if shortest is None:
             continue
-        options.append((local[0].weight, order, nodes, local))
+        # No plan here can take fewer victims than the counting bound, so none can have a
+        # lower highest weight than that prefix's last victim: a lower bound on its cost.
+        options.append((local[shortest - 1].weight, order, nodes, local))
     options.sort(key=lambda option: (option[0], option[1]))
     best: Plan | None = None
     # Bounded domains first; the cluster-wide search (None) only if none of them works.
@@ -261,6 +323,40 @@ def _give_units(
                 room.give(unit.job.placement[i])
 
 
+def _shortest_prefix(
+    room: Room,
+    spec: JobSpec,
+    nodes: Sequence[int] | None,
+    units: list[Unit],
+    mark: int,
+    at_least: int,
+) -> tuple[int, tuple[TaskPlacement, ...]] | None:
+    """The length of the shortest prefix of `units` whose eviction lets the gang fit, and the
+    placement it gets; binary search, since a longer prefix frees a superset of the room.
+    Trying all of them first settles an infeasible domain with one placement attempt."""
+    need = spec.gpu * spec.min_available
+
+    def attempt(length: int) -> tuple[TaskPlacement, ...] | None:
+        room.rollback(mark)
+        _give_units(room, units[:length])
+        if _free_on(room, spec, nodes) < need:
+            return None
+        return _fits(room, spec, nodes)
+
+    best = attempt(len(units))
+    if best is None:
+        return None
+    low, high = max(at_least, 1), len(units)
+    while low < high:
+        middle = (low + high) // 2
+        placement = attempt(middle)
+        if placement is None:
+            low = middle + 1
+        else:
+            high, best = middle, placement
+    return high, best
+
+
 def _plan_in_domain(
     room: Room,
     spec: JobSpec,
@@ -269,32 +365,33 @@ def _plan_in_domain(
     allow: Callable[[Unit, Sequence[Unit]], bool] | None,
     order: int,
 ) -> Plan | None:
-    need = spec.gpu * spec.min_available
     mark = room.mark()
-    chosen: list[Unit] = []
-    given: set[tuple[str, int]] = set()
-    placement: tuple[TaskPlacement, ...] | None = None
     try:
+        # The cheapest prefix of the ordered candidates that lets the preemptor fit.
+        chosen: list[Unit] = []
+        whole_jobs: set[str] = set()
         for unit in ordered:
-            if any(c.job.id == unit.job.id and c.whole for c in chosen):
+            if unit.job.id in whole_jobs:
                 continue
             if allow is not None and not allow(unit, chosen):
                 continue
             chosen.append(unit)
-            _give_units(room, (unit,), given)
-            if _free_on(room, spec, nodes) < need:
-                continue
-            placement = _fits(room, spec, nodes)
-            if placement is not None:
-                break
-        if placement is None:
+            if unit.whole:
+                whole_jobs.add(unit.job.id)
+        at_least = _counted_prefix(room, spec, nodes, chosen)
+        if at_least is None:
             return None
+        found = _shortest_prefix(room, spec, nodes, chosen, mark, at_least)
+        if found is None:
+            return None
+        length, placement = found
+        chosen = chosen[:length]
         # Prune: drop each victim the preemptor can do without, most expensive first.
         for unit in sorted(chosen, key=lambda u: u.key, reverse=True):
             trial = [c for c in chosen if c is not unit]
-            if not trial:
-                continue
             room.rollback(mark)
+            if not trial or not _could_fit(room, spec, nodes, trial):
+                continue
             _give_units(room, trial)
             smaller = _fits(room, spec, nodes)
             if smaller is not None:

@@ -72,6 +72,7 @@ class JobView:
     hold_reason: str | None = None
     nomination: Nomination | None = None
     throttled_once: bool = False
+    preempt_failed_at: float | None = None  # last time a search for victims found none
     id: str = field(init=False, compare=False)  # = spec.id, read very often
 
     def __post_init__(self) -> None:

@@ -71,6 +71,7 @@ class SimJob:
     hold_since: float = 0.0
     nomination: Nomination | None = None
     throttled_once: bool = False
+    preempt_failed_at: float | None = None
     evicted_for: str | None = None
     evict_reason: EvictReason | None = None
     cancel_requested: bool = False
@@ -114,6 +115,7 @@ class SimJob:
                 hold_reason=self.hold_reason,
                 nomination=self.nomination,
                 throttled_once=self.throttled_once,
+                preempt_failed_at=self.preempt_failed_at,
             )
         return self._view
 
@@ -242,6 +244,10 @@ class Simulator:
                 self.recorder.throttle_off(change.queue, change.reason)
         for evict in decisions.evictions:
             self._evict(self.active[evict.job], evict)
+        for missed in decisions.preempt_misses:
+            job = self.active[missed]
+            job.preempt_failed_at = now
+            job.touch()
         for nominate in decisions.nominations:
             job = self.active[nominate.job]
             job.nomination = nominate.nomination
@@ -302,6 +308,7 @@ class Simulator:
         if job.state is JobState.PENDING:
             self._set_state(job, JobState.RUNNING)
             job.nomination = None
+            job.preempt_failed_at = None
             if job.first_start is None:
                 job.first_start = now
         self.recorder.start(job, placement, grow)
