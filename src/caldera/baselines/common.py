@@ -5,7 +5,8 @@ The baselines stand for Kubernetes-based schedulers, which think in pods (tasks)
   no emergency checkpoint, no throttle, no cooldown, no eviction budget).
 - `missing_tasks`, `pending_work`: a job's pods that are neither running nor terminating are
   pending pods, also for a job already running ("hung jobs' missing pods are pending pods").
-- `TaskCuts`: evictions of single tasks, translated into the positions the runtime expects.
+- `TaskCuts`: evictions of single tasks, translated into the positions the runtime expects;
+  `StagedEvictions` chooses them inside a what-if and turns the kept ones into decisions.
 - `FutureRoom`: idle room plus the room held by terminating tasks — what Volcano calls a
   node's FutureIdle and what a preemptor in kube-scheduler may count on once its victims go.
 - `Staged`: an undo log over both views, so a what-if can be kept or discarded (Volcano's
@@ -25,6 +26,7 @@ from dataclasses import replace
 
 from caldera.core.config import PolicyConfig
 from caldera.core.context import CycleContext
+from caldera.core.decisions import Evict, EvictReason
 from caldera.core.placement import fit_on_node, node_allows, place_job
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView, Snapshot
@@ -35,6 +37,7 @@ __all__ = [
     "FOLLOW_UP",
     "FutureRoom",
     "Staged",
+    "StagedEvictions",
     "TaskCuts",
     "baseline_defaults",
     "can_host",
@@ -223,11 +226,23 @@ class Staged:
         self._undo.append(undo)
         return task
 
-    def place_future(self, spec: JobSpec, within: Sequence[int] | None) -> TaskPlacement | None:
-        """One pod on the best node counting room still being released, or None."""
+    def place_future(
+        self, spec: JobSpec, within: Sequence[int] | None, hold_idle: bool = False
+    ) -> TaskPlacement | None:
+        """One pod on the best node counting room still being released, or None.
+
+        `hold_idle`: the idle part of that room is held too, for the rest of the cycle, so
+        that later placements in idle room cannot take what this pod counts on (and the
+        future view always holds at least the idle one).
+        """
         task = place_one(self.future, spec, within)
-        if task is not None:
-            self._undo.append(lambda: self.future.give(task))
+        if task is None:
+            return None
+        self._undo.append(lambda: self.future.give(task))
+        if hold_idle:
+            for part in _idle_parts(self.idle, task):
+                self.idle.take(part)
+                self._undo.append(lambda part=part: self.idle.give(part))  # type: ignore[misc]
         return task
 
     def take_future(self, task: TaskPlacement) -> None:
@@ -239,6 +254,68 @@ class Staged:
         """A victim's task signalled to leave: its room is future room from now on."""
         self.future.give(task)
         self._undo.append(lambda: self.future.take(task))
+
+
+def _idle_parts(idle: Room, task: TaskPlacement) -> list[TaskPlacement]:
+    """What of `task`'s devices, CPU and memory is idle now, one device at a time."""
+    node = task.node
+    parts = [
+        TaskPlacement(node, (device,), min(idle.free[node][device], task.milli))
+        for device in task.devices
+        if idle.free[node][device] > 0
+    ]
+    cpu = min(idle.cpu[node], task.cpu)
+    memory = min(idle.memory[node], task.memory)
+    if cpu or memory:
+        parts.append(TaskPlacement(node, (), 0, cpu, memory))
+    return parts
+
+
+class StagedEvictions:
+    """Pod evictions inside a `Staged` log: chosen one by one, then kept as decisions (one per
+    victim job and preemptor) or undone with the rest of the what-if."""
+
+    def __init__(self, staged: Staged) -> None:
+        self.staged = staged
+        self.cut: dict[str, set[int]] = {}  # staged or kept, by victim job
+        self._chosen: list[tuple[JobView, int]] = []
+        self._positions = TaskCuts()
+
+    def running(self, job: JobView) -> int:
+        """Tasks of a running job still running once this cycle's evictions apply."""
+        return len(job.placement) - len(self.cut.get(job.id, ()))
+
+    def is_cut(self, job: JobView, index: int) -> bool:
+        cut = self.cut.get(job.id)
+        return cut is not None and index in cut
+
+    def mark(self) -> int:
+        return len(self._chosen)
+
+    def stage(self, victim: JobView, index: int) -> None:
+        """Signal one task inside the what-if: its room becomes future room."""
+        self.staged.free_future(victim.placement[index])
+        cut = self.cut.setdefault(victim.id, set())
+        cut.add(index)
+        self._chosen.append((victim, index))
+
+        def undo() -> None:
+            cut.discard(index)
+            self._chosen.pop()
+
+        self.staged.on_undo(undo)
+
+    def commit(
+        self, cycle: CycleContext, first: int, preemptor: JobView, reason: EvictReason
+    ) -> None:
+        """Decide the evictions staged since `first` (a `mark()`), one per victim job."""
+        by_victim: dict[str, tuple[JobView, list[int]]] = {}
+        for victim, index in self._chosen[first:]:
+            by_victim.setdefault(victim.id, (victim, []))[1].append(index)
+        for victim, indexes in by_victim.values():
+            positions = self._positions.cut(victim, indexes)
+            gpu = victim.spec.gpu * len(indexes)
+            cycle.evict(Evict(victim.id, reason, preemptor.id, positions, gpu), victim)
 
 
 def rerun_after_change(cycle: CycleContext, waiting: bool) -> None:

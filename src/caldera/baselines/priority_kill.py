@@ -14,6 +14,11 @@ Rules (cited by the phases below):
        still fits. The node follows pickOneNodeForPreemption: lowest highest-victim priority,
        then smallest sum of victim priorities, then fewest victims, then the latest start of
        the highest-priority victims, then the first node.
+  PK3a. Pod groups: the pod-group admission that starts a gang all-or-nothing (PK2) also
+       turns a whole group away when its pods cannot all be scheduled (the coscheduling
+       plugin's PostFilter), so the pods of a gang that is not running preempt only if every
+       one of its `min_available` pods gets room this cycle; otherwise none of them evicts
+       anything. A running job's missing pods preempt one by one.
   PK4. Victims are pods, not gangs: a gang can lose some pods and keep holding the others,
        making no progress (gang hang). Never a victim: priority >= 1000, conformance-protected
        (kube-system, system priority classes) or labelled protected.
@@ -36,7 +41,8 @@ from dataclasses import dataclass, field
 
 from caldera.baselines.common import (
     FutureRoom,
-    TaskCuts,
+    Staged,
+    StagedEvictions,
     baseline_defaults,
     can_host,
     domain_nodes,
@@ -44,11 +50,10 @@ from caldera.baselines.common import (
     is_protected,
     missing_tasks,
     pending_work,
-    place_one,
     rerun_after_change,
 )
 from caldera.core.context import CycleContext
-from caldera.core.decisions import Evict, EvictReason
+from caldera.core.decisions import EvictReason
 from caldera.core.enqueue import enqueue
 from caldera.core.placement import fit_on_node, place_job
 from caldera.core.policy import Policy, register_policy
@@ -68,9 +73,10 @@ class _Session:
     """What pk_allocate hands to pk_preempt within one cycle."""
 
     future: FutureRoom
+    staged: Staged
+    evictions: StagedEvictions
     gone: set[str]  # jobs evicted whole before the session opened (window close)
     on_node: dict[int, list[Pod]]
-    cuts: TaskCuts = field(default_factory=TaskCuts)
     waiting: list[tuple[JobView, int]] = field(default_factory=list)  # (job, pods to place)
 
 
@@ -82,7 +88,9 @@ def _open(cycle: CycleContext) -> _Session:
             continue
         for index, task in enumerate(job.placement):
             on_node.setdefault(task.node, []).append((job, index))
-    return _Session(FutureRoom(cycle.snapshot, gone), gone, on_node)
+    future = FutureRoom(cycle.snapshot, gone)
+    staged = Staged(cycle.room, future)
+    return _Session(future, staged, StagedEvictions(staged), gone, on_node)
 
 
 def _session(cycle: CycleContext) -> _Session:
@@ -130,31 +138,53 @@ def pk_preempt(cycle: CycleContext) -> None:
     """PK3–PK7: each waiting pod claims room on one node, evicting lower-priority pods there
     when nothing else fits. Claims last for this cycle only (PK6): they are not starts."""
     session = _session(cycle)
-    future = session.future.room
-    hopeless: set[tuple[int, int]] = set()  # (shape, priority) that found no node anywhere
+    hopeless: set[tuple[int, int]] = set()  # (shape, priority) of groups that found no room
     for job, pods in session.waiting:
         spec = job.spec
         if not spec.may_preempt:  # PK7
             continue
-        scope = domain_of(future, spec, job.placement[0].node) if job.placement else None
-        hard = domain_nodes(future, spec) is not None
-        for _ in range(pods):
-            task = place_one(future, spec, scope)  # room free or being released: no eviction
-            if task is None:
-                if scope is None and (spec.shape, spec.priority) in hopeless:
-                    break
-                choice = _pick_node(session, job, scope)
-                if choice is None:
-                    if scope is None:
-                        hopeless.add((spec.shape, spec.priority))
-                    break
-                node, victims = choice
-                _evict(cycle, session, job, victims)
-                task = fit_on_node(future, node, spec.gpu, spec.cpu, spec.memory)
-                assert task is not None, "the chosen victims make the pod fit"
-                future.take(task)
-            if hard and scope is None:
-                scope = domain_of(future, spec, task.node)
+        running = job.state is JobState.RUNNING
+        key = (spec.shape, spec.priority)
+        if not running and key in hopeless:
+            continue
+        group = 1 if running else spec.min_available  # PK3a: pods that must all get room
+        mark = session.staged.mark()
+        first = session.evictions.mark()
+        claimed = _claim(session, job, pods if running else group)
+        if claimed >= group:
+            if session.evictions.mark() > first:
+                session.evictions.commit(cycle, first, job, EvictReason.PREEMPT)
+                hopeless.clear()  # victims may leave spare room for others
+        else:
+            session.staged.rollback(mark)
+            if not running:
+                hopeless.add(key)
+
+
+def _claim(session: _Session, job: JobView, pods: int) -> int:
+    """Give up to `pods` pods room, one node each (PK3); returns how many got it."""
+    spec = job.spec
+    future = session.future.room
+    scope = domain_of(future, spec, job.placement[0].node) if job.placement else None
+    hard = domain_nodes(future, spec) is not None
+    claimed = 0
+    for _ in range(pods):
+        # Room that is free or being released comes first: no eviction needed for it.
+        task = session.staged.place_future(spec, scope)
+        if task is None:
+            choice = _pick_node(session, job, scope)
+            if choice is None:
+                break
+            node, victims = choice
+            for victim, index in victims:
+                session.evictions.stage(victim, index)
+            task = fit_on_node(future, node, spec.gpu, spec.cpu, spec.memory)
+            assert task is not None, "the chosen victims make the pod fit"
+            session.staged.take_future(task)
+        claimed += 1
+        if hard and scope is None:
+            scope = domain_of(future, spec, task.node)  # the gang's pod affinity
+    return claimed
 
 
 def pk_close(cycle: CycleContext) -> None:
@@ -169,14 +199,14 @@ def pk_close(cycle: CycleContext) -> None:
 def _candidates(session: _Session, preemptor: JobView, node: int) -> list[Pod]:
     """PK4: running pods on `node` of lower priority that may be victims."""
     priority = preemptor.spec.priority
-    cuts = session.cuts
+    evictions = session.evictions
     return [
         (job, index)
         for job, index in session.on_node.get(node, ())
         if job.spec.priority < priority
         and not is_protected(job)
         and job.id not in session.gone
-        and not cuts.is_cut(job, index)
+        and not evictions.is_cut(job, index)
     ]
 
 
@@ -249,20 +279,6 @@ def _pick_node(
         if best is None or score < best[0]:
             best = (score, node, victims)
     return None if best is None else (best[1], best[2])
-
-
-def _evict(cycle: CycleContext, session: _Session, preemptor: JobView, victims: list[Pod]) -> None:
-    """PK4: signal the victim pods, one eviction per victim job; their room becomes future
-    room the preemptor counts on."""
-    by_job: dict[str, tuple[JobView, list[int]]] = {}
-    for job, index in victims:
-        by_job.setdefault(job.id, (job, []))[1].append(index)
-    for job, indexes in by_job.values():
-        positions = session.cuts.cut(job, indexes)
-        for index in indexes:
-            session.future.room.give(job.placement[index])
-        gpu = job.spec.gpu * len(indexes)
-        cycle.evict(Evict(job.id, EvictReason.PREEMPT, preemptor.id, positions, gpu), job)
 
 
 PRIORITY_KILL = register_policy(

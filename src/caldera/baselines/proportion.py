@@ -64,18 +64,22 @@ class QueueShare:
 
     @property
     def share(self) -> float:
-        return max(_share(a, d) for a, d in zip(self.allocated, self.deserved, strict=True))
+        a, d = self.allocated, self.deserved
+        return max(_share(a[0], d[0]), _share(a[1], d[1]), _share(a[2], d[2]))
 
     @property
     def overused(self) -> bool:
         """deserved <= allocated in every resource: allocate and reclaim skip the queue."""
-        return all(d <= a + EPSILON for a, d in zip(self.allocated, self.deserved, strict=True))
+        a, d = self.allocated, self.deserved
+        return d[0] <= a[0] + EPSILON and d[1] <= a[1] + EPSILON and d[2] <= a[2] + EPSILON
 
     def allows(self, request: Resources) -> bool:
         """Allocatable: allocated + request <= deserved in every resource."""
-        ask = (request.gpu, request.cpu, request.memory)
-        return all(
-            a + r <= d + EPSILON for a, r, d in zip(self.allocated, ask, self.deserved, strict=True)
+        a, d = self.allocated, self.deserved
+        return (
+            a[0] + request.gpu <= d[0] + EPSILON
+            and a[1] + request.cpu <= d[1] + EPSILON
+            and a[2] + request.memory <= d[2] + EPSILON
         )
 
     def add(self, request: Resources, sign: int = 1) -> None:

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from caldera.baselines.common import (
     FutureRoom,
     Staged,
-    TaskCuts,
+    StagedEvictions,
     baseline_defaults,
     can_host,
     domain_nodes,
@@ -66,7 +66,7 @@ from caldera.baselines.common import (
 )
 from caldera.baselines.proportion import QueueShare, water_fill
 from caldera.core.context import CycleContext
-from caldera.core.decisions import Evict, EvictReason
+from caldera.core.decisions import EvictReason
 from caldera.core.enqueue import enqueue
 from caldera.core.placement import fit_on_node
 from caldera.core.policy import Policy, register_policy
@@ -99,19 +99,18 @@ class _Session:
 
     cycle: CycleContext
     future: FutureRoom
-    staged: Staged
+    staged: Staged  # the Statement: what-ifs kept or discarded
+    evictions: StagedEvictions
     gone: set[str]
     queues: dict[str, QueueShare]
     on_node: dict[int, list[Pod]]
-    cuts: TaskCuts = field(default_factory=TaskCuts)
-    cut: dict[str, set[int]] = field(default_factory=dict)  # staged or kept, by victim job
-    evictions: list[tuple[JobView, int]] = field(default_factory=list)  # staged, in order
     counted: dict[str, int] = field(default_factory=dict)  # job -> tasks placed/pipelined
+    victim_nodes: dict[tuple[str, str, int], dict[int, int]] = field(default_factory=dict)
     starving: list[JobView] = field(default_factory=list)
 
     def running(self, job: JobView) -> int:
         """Ready tasks of a running job once this cycle's (staged) evictions apply."""
-        return len(job.placement) - len(self.cut.get(job.id, ()))
+        return self.evictions.running(job)
 
     def queue_add(self, job: JobView, sign: int) -> None:
         """One task of `job` placed (+1) or evicted (-1): the queue's allocated follows."""
@@ -123,18 +122,9 @@ class _Session:
         self.staged.on_undo(lambda: share.add(request, -sign))
 
     def stage_evict(self, victim: JobView, index: int) -> None:
-        """Evict one task inside the statement: its room becomes future room."""
-        self.staged.free_future(victim.placement[index])
+        """Evict one task inside the statement (Volcano's proportion deallocates it)."""
+        self.evictions.stage(victim, index)
         self.queue_add(victim, -1)
-        cut = self.cut.setdefault(victim.id, set())
-        cut.add(index)
-        self.evictions.append((victim, index))
-
-        def undo() -> None:
-            cut.discard(index)
-            self.evictions.pop()
-
-        self.staged.on_undo(undo)
 
 
 def _open(cycle: CycleContext) -> _Session:
@@ -145,42 +135,42 @@ def _open(cycle: CycleContext) -> _Session:
     queues: dict[str, QueueShare] = {}
     on_node: dict[int, list[Pod]] = {}
 
-    def attr(name: str) -> QueueShare | None:
-        if name not in queues and name in snapshot.queues:
-            queues[name] = QueueShare(snapshot.queues[name])
-        return queues.get(name)
-
+    held: dict[str, list[int]] = {}  # queue -> [allocated gpu, cpu, memory, requested …]
     for job in snapshot.by_state[JobState.RUNNING]:
         if job.id in gone:
             continue
         for index, task in enumerate(job.placement):
             on_node.setdefault(task.node, []).append((job, index))
-        share = attr(job.spec.queue)
-        if share is not None:
-            request = job.spec.task_request
-            share.add(request.scaled(len(job.placement)))
-            wanted = request.scaled(len(job.placement) + missing_tasks(job))
-            share.request = [
-                share.request[0] + wanted.gpu,
-                share.request[1] + wanted.cpu,
-                share.request[2] + wanted.memory,
-            ]
+        spec = job.spec
+        sums = held.setdefault(spec.queue, [0, 0, 0, 0, 0, 0])
+        running = len(job.placement)
+        wanted = running + missing_tasks(job)
+        sums[0] += spec.gpu * running
+        sums[1] += spec.cpu * running
+        sums[2] += spec.memory * running
+        sums[3] += spec.gpu * wanted
+        sums[4] += spec.cpu * wanted
+        sums[5] += spec.memory * wanted
     for job in cycle.eligible:
-        share = attr(job.spec.queue)
-        if share is not None:
-            wanted = job.spec.full_request
-            share.request = [
-                share.request[0] + wanted.gpu,
-                share.request[1] + wanted.cpu,
-                share.request[2] + wanted.memory,
-            ]
+        spec = job.spec
+        sums = held.setdefault(spec.queue, [0, 0, 0, 0, 0, 0])
+        sums[3] += spec.gpu * spec.tasks
+        sums[4] += spec.cpu * spec.tasks
+        sums[5] += spec.memory * spec.tasks
+    for name, sums in held.items():
+        if name in snapshot.queues:
+            share = QueueShare(snapshot.queues[name])
+            share.allocated = [float(v) for v in sums[:3]]
+            share.request = [float(v) for v in sums[3:]]
+            queues[name] = share
     total = (
         float(sum(n.gpus for n in snapshot.nodes) * GPU_MILLI),
         float(sum(n.cpu for n in snapshot.nodes)),
         float(sum(n.memory for n in snapshot.nodes)),
     )
     water_fill(total, queues.values())
-    return _Session(cycle, future, Staged(cycle.room, future), gone, queues, on_node)
+    staged = Staged(cycle.room, future)
+    return _Session(cycle, future, staged, StagedEvictions(staged), gone, queues, on_node)
 
 
 def _session(cycle: CycleContext) -> _Session:
@@ -266,8 +256,9 @@ def _allocate_job(session: _Session, job: JobView, failed: set[int]) -> None:
     running = job.state is JobState.RUNNING
     ready_now = session.running(job) if running else 0
     want = missing_tasks(job) if running else spec.tasks
-    if not running and spec.shape in failed:
-        session.starving.append(job)
+    if (not running and spec.shape in failed) or not share.allows(spec.task_request):
+        if ready_now < spec.min_available:
+            session.starving.append(job)
         return
     no_room = False
     for scope in _scopes(session, job, cycle.room):
@@ -284,7 +275,7 @@ def _allocate_job(session: _Session, job: JobView, failed: set[int]) -> None:
             task = session.staged.place_idle(spec, scope)
             if task is not None:
                 placed.append(task)
-            elif session.staged.place_future(spec, scope) is not None:
+            elif session.staged.place_future(spec, scope, hold_idle=True) is not None:
                 pipelined += 1
             else:
                 no_room = True
@@ -337,16 +328,72 @@ def _reclaimable_above_min(session: _Session, preemptor: JobView, pod: Pod) -> b
     )
 
 
-def _by_score(session: _Session, job: JobView, scope: Scope) -> list[int]:
-    """V6: nodes by descending score — binpack on the room that will be free."""
+def _victim_nodes(session: _Session, job: JobView, reason: EvictReason) -> dict[int, int]:
+    """Nodes holding tasks that could ever be victims for `job` in this phase (the parts of
+    the rules that do not change within the cycle), with those tasks' milli-GPUs. Computed
+    once per (phase, queue, priority)."""
+    spec = job.spec
+    key = (reason.value, spec.queue, spec.priority if reason is EvictReason.PREEMPT else 0)
+    found = session.victim_nodes.get(key)
+    if found is None:
+        queues = session.cycle.snapshot.queues
+        found = {}
+        for node, pods in session.on_node.items():
+            for victim, _ in pods:
+                if is_protected(victim) or victim.id in session.gone:
+                    continue
+                if reason is EvictReason.PREEMPT:
+                    fits_rule = (
+                        victim.spec.queue == spec.queue and victim.spec.priority < spec.priority
+                    )
+                else:
+                    owner = queues.get(victim.spec.queue)
+                    fits_rule = (
+                        victim.spec.queue != spec.queue
+                        and owner is not None
+                        and owner.reclaimable
+                        and len(victim.placement) > victim.spec.min_available
+                    )
+                if fits_rule:
+                    found[node] = found.get(node, 0) + victim.spec.gpu
+        session.victim_nodes[key] = found
+    return found
+
+
+def _could_hold(session: _Session, job: JobView, reason: EvictReason, scope: Scope) -> bool:
+    """A quick bound: could the room that will be free plus every possible victim's GPUs in
+    `scope` hold the job's missing gang at all? If not, trying is pointless."""
+    spec = job.spec
+    running = session.running(job) if job.state is JobState.RUNNING else 0
+    need = spec.gpu * max(spec.min_available - running, 0)
+    victims = _victim_nodes(session, job, reason)
     future = session.future.room
-    nodes = scope if scope is not None else session.on_node
+    nodes = scope if scope is not None else range(len(future.nodes))
+    room = 0
+    for node in nodes:
+        if spec.gpu >= GPU_MILLI:
+            room += future.whole[node] * GPU_MILLI + victims.get(node, 0)
+        else:
+            room += future.free_milli(node) + victims.get(node, 0)
+        if room >= need:
+            return True
+    return False
+
+
+def _by_score(session: _Session, job: JobView, scope: Scope) -> list[int]:
+    """V6: nodes holding possible victims, by descending score — binpack on the room that
+    will be free."""
+    future = session.future.room
+    nodes = set(_victim_nodes(session, job, EvictReason.PREEMPT))
+    if scope is not None:
+        nodes.intersection_update(scope)
     return sorted(nodes, key=lambda n: (future.whole[n], future.free_milli(n), n))
 
 
 def _plain(session: _Session, job: JobView, scope: Scope) -> list[int]:
-    """V7: nodes in plain order."""
-    return sorted(scope if scope is not None else session.on_node)
+    """V7: nodes holding possible victims, in plain order."""
+    nodes = _victim_nodes(session, job, EvictReason.RECLAIM).keys()
+    return sorted(nodes if scope is None else nodes & set(scope))
 
 
 def volcano_preempt(cycle: CycleContext) -> None:
@@ -359,7 +406,7 @@ def volcano_preempt(cycle: CycleContext) -> None:
         jobs = [job for job in starving if job.spec.queue == queue]
         for job in sorted(jobs, key=lambda j: volcano_job_order(session, j)):
             key = (job.spec.shape, queue, job.spec.priority)
-            if key in hopeless:
+            if key in hopeless or not _victim_nodes(session, job, EvictReason.PREEMPT):
                 continue
             if _take_room(session, job, EvictReason.PREEMPT, _same_queue_lower, _by_score):
                 hopeless.clear()  # evictions may leave spare room others can use
@@ -379,13 +426,20 @@ def volcano_reclaim(cycle: CycleContext) -> None:
         jobs.sort(key=lambda j: volcano_job_order(session, j), reverse=True)
     heap = [(session.queues[name].share, name) for name in per_queue]
     heapq.heapify(heap)
+    hopeless: set[tuple[int, str, int]] = set()
     while heap:
         _, name = heapq.heappop(heap)
         share = session.queues[name]
         if share.overused:
             continue
         jobs = per_queue[name]
-        _take_room(session, jobs.pop(), EvictReason.RECLAIM, _reclaimable_above_min, _plain)
+        job = jobs.pop()
+        key = (job.spec.shape, name, job.spec.priority)
+        if key not in hopeless and _victim_nodes(session, job, EvictReason.RECLAIM):
+            if _take_room(session, job, EvictReason.RECLAIM, _reclaimable_above_min, _plain):
+                hopeless.clear()
+            else:
+                hopeless.add(key)
         if jobs:
             heapq.heappush(heap, (share.share, name))
 
@@ -422,8 +476,10 @@ def _take_room(
     else:
         scopes = [None]
     for scope in scopes:
+        if not _could_hold(session, job, reason, scope):
+            continue
         mark = session.staged.mark()
-        first = len(session.evictions)
+        first = session.evictions.mark()
         pipelined = 0
         for _ in range(want):
             if ready + pipelined >= spec.min_available:
@@ -436,7 +492,7 @@ def _take_room(
             elif not tried:
                 break  # nothing changed: the next (identical) task fails the same way
         if ready + pipelined >= spec.min_available:
-            _commit(session, job, reason, first)
+            session.evictions.commit(session.cycle, first, job, reason)
             session.counted[job.id] = pipelined
             return True
         session.staged.rollback(mark)
@@ -507,7 +563,7 @@ def _victims_on(
             for pod in session.on_node.get(node, ())
             if not is_protected(pod[0])
             and pod[0].id not in session.gone
-            and pod[1] not in session.cut.get(pod[0].id, ())
+            and not session.evictions.is_cut(*pod)
             and rule(session, job, pod)
         ),
         key=lambda p: victim_order(session, p),
@@ -523,18 +579,6 @@ def _victims_on(
             spare[victim.id] = left - 1
             offered.append(pod)
     return offered
-
-
-def _commit(session: _Session, job: JobView, reason: EvictReason, first: int) -> None:
-    """Turn the statement's evictions for `job` into decisions, one per victim job."""
-    by_victim: dict[str, tuple[JobView, list[int]]] = {}
-    for victim, index in session.evictions[first:]:
-        by_victim.setdefault(victim.id, (victim, []))[1].append(index)
-    cycle = session.cycle
-    for victim, indexes in by_victim.values():
-        positions = session.cuts.cut(victim, indexes)
-        gpu = victim.spec.gpu * len(indexes)
-        cycle.evict(Evict(victim.id, reason, job.id, positions, gpu), victim)
 
 
 VOLCANO = register_policy(
