@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from caldera.core import JobView, Nomination, TaskPlacement
+from caldera.core import JobView, Nomination, PendingVictim, TaskPlacement
 from caldera.model import (
     Checkpointing,
     JobSpec,
@@ -59,7 +59,10 @@ def nomination_to_dict(nomination: Nomination | None) -> dict[str, Any] | None:
     return {
         "placement": [placement_to_dict(t) for t in nomination.placement],
         "victims": list(nomination.victims),
-        "pending_victims": list(nomination.pending_victims),
+        "pending": [
+            {"job": victim.job, "tasks": [placement_to_dict(t) for t in victim.tasks]}
+            for victim in nomination.pending
+        ],
         "since": nomination.since,
         "reason": nomination.reason,
     }
@@ -71,7 +74,10 @@ def nomination_from_dict(data: dict[str, Any] | None) -> Nomination | None:
     return Nomination(
         tuple(placement_from_dict(t) for t in data["placement"]),
         tuple(data["victims"]),
-        tuple(data["pending_victims"]),
+        tuple(
+            PendingVictim(str(v["job"]), tuple(placement_from_dict(t) for t in v["tasks"]))
+            for v in data.get("pending", [])
+        ),
         float(data["since"]),
         str(data.get("reason", "preempt")),
     )
@@ -215,6 +221,7 @@ class LiveJob:
     hold_reason: str | None = None
     hold_since: float | None = None
     throttled_once: bool = False
+    preempt_failed_at: float | None = None  # the core's back-off after a failed victim search
     cancel_requested: bool = False
     attempts: int = 0
     retries: int = 0
@@ -265,6 +272,7 @@ class LiveJob:
                 hold_reason=self.hold_reason,
                 nomination=self.nomination,
                 throttled_once=self.throttled_once,
+                preempt_failed_at=self.preempt_failed_at,
             )
         return self._view
 

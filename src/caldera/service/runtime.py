@@ -38,6 +38,7 @@ from caldera.core import (
     Decisions,
     Evict,
     EvictReason,
+    JobIndex,
     Room,
     Snapshot,
     TaskPlacement,
@@ -152,6 +153,8 @@ class Runtime:
         self.room = Room(nodes)
         self.stats = RuntimeStats()
         self._dirty: dict[str, LiveJob] = {}
+        self.index = JobIndex()
+        self._stale: set[str] = set()
         self._events: list[dict[str, Any]] = []
         self._throttle_writes: list[tuple[str, Throttle | None]] = []
         self._actions: list[Callable[[], None]] = []
@@ -216,34 +219,47 @@ class Runtime:
     # -- the cycle -------------------------------------------------------------------------
 
     def snapshot(self, now: float) -> Snapshot:
-        with self.lock:
-            views = tuple(job.view() for job in self.jobs.values())
-            queues = dict(self.queues)
-            throttles = dict(self.throttles)
+        """The cycle's input (caller holds the lock for as long as the snapshot is used: the
+        job index and the room are shared, kept up to date as jobs change)."""
+        # Renew only the views of jobs that changed since the last cycle: with thousands of
+        # pending jobs a cycle then costs what changed, not what exists.
+        for job_id in self._stale:
+            job = self.jobs.get(job_id)
+            if job is None:
+                self.index.drop(job_id)
+            else:
+                self.index.put(job.view())
+        self._stale.clear()
         return Snapshot(
             now=now,
             nodes=self.nodes,
-            queues=queues,
-            jobs=views,
+            queues=dict(self.queues),
             config=self.policy_config,
-            throttles=throttles,
+            throttles=dict(self.throttles),
+            room=self.room,
+            index=self.index,
         )
+
+    def _busy(self) -> list[LiveJob]:
+        """Jobs holding tasks (running, releasing, or finishing): few, among many waiting."""
+        return [job for job in self.jobs.values() if job.tasks]
 
     def cycle(self) -> Decisions:
         """Run the cycle until it stops releasing held jobs; apply each result."""
         decisions = Decisions()
         for _ in range(_MAX_CYCLES_PER_WAKE):
+            # Under the lock: the cycle reads the live room and job index. It is short (it
+            # costs what changed since the last cycle), and submissions only wait for it.
             with self.lock:
                 self._cycle_needed = False
-            now = self.clock()
-            snapshot = self.snapshot(now)
-            began = time.perf_counter()
-            decisions = run(snapshot, self.policy)
-            elapsed = time.perf_counter() - began
-            self.stats.cycles += 1
-            if self.observe_cycle is not None:
-                self.observe_cycle(elapsed)
-            with self.lock:
+                now = self.clock()
+                snapshot = self.snapshot(now)
+                began = time.perf_counter()
+                decisions = run(snapshot, self.policy)
+                elapsed = time.perf_counter() - began
+                self.stats.cycles += 1
+                if self.observe_cycle is not None:
+                    self.observe_cycle(elapsed)
                 self._last_cycle = now
                 self.apply(decisions, snapshot)
                 self._next_wakeup = decisions.wakeup
@@ -287,6 +303,12 @@ class Runtime:
             if tuple(t.placement for t in job.running) != view.placement:
                 continue  # its tasks changed since the snapshot; the next cycle re-plans
             self.evict(job, evict, now)
+        for missed in decisions.preempt_misses:
+            job = self.jobs.get(missed)
+            if job is not None:  # found no victims: back off (kept in memory only)
+                job.preempt_failed_at = now
+                self._stale.add(job.id)
+                job.touch()
         for nominate in decisions.nominations:
             job = self.jobs.get(nominate.job)
             if job is not None and job.state is JobState.PENDING:
@@ -328,6 +350,7 @@ class Runtime:
     def _mark(self, job: LiveJob) -> None:
         job.touch()
         self._dirty[job.id] = job
+        self._stale.add(job.id)
 
     def _event(self, now: float, kind: str, job: str | None, **data: Any) -> None:
         self._events.append({"t": now, "kind": kind, "job": job, "data": data})
@@ -387,6 +410,7 @@ class Runtime:
         if job.state is JobState.PENDING:
             self._set_state(job, JobState.RUNNING)
             job.nomination = None
+            job.preempt_failed_at = None
             job.start_time = now
             if job.first_start is None:
                 job.first_start = now
@@ -512,8 +536,9 @@ class Runtime:
             self.stats.allocated_area += allocated * (now - last)
             self.stats.observed += now - last
         self.stats.last_poll = now
+        busy = self._busy()
         if last is not None and now > last:
-            for job in self.jobs.values():
+            for job in busy:
                 alive = [t for t in job.running if not t.done]
                 if (
                     alive
@@ -522,9 +547,7 @@ class Runtime:
                 ):
                     # A gang with a dead member, until its other tasks are stopped.
                     self.stats.hung_area += sum(t.placement.gpu for t in alive) * (now - last)
-        for job in list(self.jobs.values()):
-            if not job.tasks:
-                continue
+        for job in busy:
             ended = False
             files = JobFiles(self.data_dir, job.id)
             for task in job.tasks:
@@ -722,6 +745,7 @@ class Runtime:
                 batch.insert_job(job.row())
                 batch.events(events)
             self.jobs[job_id] = job
+            self._stale.add(job_id)
             self._cycle_needed = True
             row = job.row()
         self.wake.set()
