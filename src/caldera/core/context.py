@@ -54,6 +54,7 @@ class QueueUsage:
     deserved: Resources
     allocated: Resources = field(default_factory=Resources)
     releasing: int = 0  # milli-GPUs of `allocated` already signalled to leave
+    held_at_start: int = 0  # milli-GPUs held when the cycle began (not counting its starts)
 
     @property
     def share(self) -> float:
@@ -122,7 +123,7 @@ class CycleContext:
         for name, queue in snapshot.queues.items():
             gpu, cpu, memory, leaving = held.get(name, (0, 0, 0, 0))
             self.usage[name] = QueueUsage(
-                queue, deserved[name], Resources(gpu, cpu, memory), leaving
+                queue, deserved[name], Resources(gpu, cpu, memory), leaving, gpu
             )
 
     def memo(self, name: str, build: Callable[[], T]) -> T:

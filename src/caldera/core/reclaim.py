@@ -28,17 +28,20 @@ def reclaim(cycle: CycleContext) -> None:
         return max(entry.deserved.gpu, guarantee)
 
     def kept(queue: str) -> int:
-        """GPUs the queue keeps once what is already leaving has left."""
+        """GPUs the queue keeps once what is already leaving has left. Jobs started in this
+        very cycle do not count: room is not taken back from one job to start another."""
         entry = usage[queue]
-        return entry.allocated.gpu - entry.releasing
+        return entry.held_at_start - entry.releasing
 
     def lender(preemptor: JobView) -> bool:
-        entry = usage.get(preemptor.spec.queue)
+        """Does the preemptor's queue, with everything it starts this cycle, stay within what
+        it deserves once the preemptor runs?"""
+        queue = preemptor.spec.queue
+        entry = usage.get(queue)
         if entry is None:
             return False
-        return kept(preemptor.spec.queue) + preemptor.spec.gang_request.gpu <= floor(
-            preemptor.spec.queue
-        )
+        holds = entry.allocated.gpu - entry.releasing
+        return holds + preemptor.spec.gang_request.gpu <= floor(queue)
 
     def borrowers(preemptor: JobView, by_queue: VictimsByQueue) -> list[Collection[JobView]]:
         """Running jobs of other queues that are reclaimable and hold more than their floor."""

@@ -199,33 +199,32 @@ def _victim_gpu_on(
     return total
 
 
-def _could_fit(
+def _counted_prefix(
     room: Room, spec: JobSpec, nodes: Sequence[int] | None, units: Sequence[Unit]
-) -> bool:
-    """A necessary condition that leaves the room alone: counting per node the whole GPUs
-    that are free or would be once every candidate left, could `min_available` tasks fit?
-    (NVLink islands, CPU and memory are ignored, so True proves nothing; False is final.)"""
+) -> int | None:
+    """A necessary condition that leaves the room alone: the shortest prefix of `units` after
+    whose eviction, counting per node the whole GPUs that would be free, `min_available`
+    tasks could fit (None: not even all of them). NVLink islands, CPU and memory are
+    ignored, so the count is optimistic: it is a lower bound on the victims any plan in this
+    domain needs, and None settles the domain."""
     need = spec.whole_gpus
-    if need == 0:
-        return _free_on(room, spec, nodes) + _victim_gpu_on(room, spec, nodes, units) >= (
-            spec.gpu * spec.min_available
-        )
     models = spec.gpu_models
     allowed = None if nodes is None else set(nodes)
-    freed: dict[tuple[int, int], int] = {}
-    counted: set[tuple[str, int]] = set()
-    for unit in units:
-        job = unit.job
-        for i in unit.tasks:
-            task = job.placement[i]
-            if (allowed is None or task.node in allowed) and (job.id, i) not in counted:
-                counted.add((job.id, i))
-                for device in task.devices:
-                    freed[(task.node, device)] = freed.get((task.node, device), 0) + task.milli
-    gained: dict[int, int] = {}
-    for (node, device), milli in freed.items():
-        if room.free[node][device] < GPU_MILLI <= room.free[node][device] + milli:
-            gained[node] = gained.get(node, 0) + 1
+    nodes_of = room.nodes
+    if need == 0:  # a GPU share: count milli-GPUs
+        target = spec.gpu * spec.min_available
+        have = _free_on(room, spec, nodes)
+        if have >= target:
+            return 0
+        for length, unit in enumerate(units, start=1):
+            for task in unit.placements:
+                if (allowed is None or task.node in allowed) and (
+                    models is None or nodes_of[task.node].gpu_model in models
+                ):
+                    have += task.gpu
+            if have >= target:
+                return length
+        return None
     tasks = 0
     if nodes is None:
         for model in room.models if models is None else models:
@@ -233,30 +232,43 @@ def _could_fit(
                 tasks += len(bucket) * (level // need)
     else:
         for index in nodes:
-            if models is None or room.nodes[index].gpu_model in models:
+            if models is None or nodes_of[index].gpu_model in models:
                 tasks += room.whole[index] // need
-    for index, extra in gained.items():
-        if models is None or room.nodes[index].gpu_model in models:
-            whole = room.whole[index]
-            tasks += (whole + extra) // need - whole // need
-    return tasks >= spec.min_available
+    if tasks >= spec.min_available:
+        return 0
+    freed: dict[tuple[int, int], int] = {}
+    gained: dict[int, int] = {}
+    counted: set[tuple[str, int]] = set()
+    free = room.free
+    whole = room.whole
+    for length, unit in enumerate(units, start=1):
+        job = unit.job
+        for i in unit.tasks:
+            task = job.placement[i]
+            node = task.node
+            if (allowed is not None and node not in allowed) or (job.id, i) in counted:
+                continue
+            counted.add((job.id, i))
+            if models is not None and nodes_of[node].gpu_model not in models:
+                continue
+            for device in task.devices:
+                before = free[node][device] + freed.get((node, device), 0)
+                after = before + task.milli
+                freed[(node, device)] = after - free[node][device]
+                if before < GPU_MILLI <= after:
+                    extra = gained.get(node, 0)
+                    base = whole[node]
+                    tasks += (base + extra + 1) // need - (base + extra) // need
+                    gained[node] = extra + 1
+        if tasks >= spec.min_available:
+            return length
+    return None
 
 
-def _counted_prefix(
+def _could_fit(
     room: Room, spec: JobSpec, nodes: Sequence[int] | None, units: Sequence[Unit]
-) -> int | None:
-    """The shortest prefix of `units` that passes `_could_fit` (None: not even all of them).
-    A lower bound on how many victims any plan in this domain needs."""
-    if not _could_fit(room, spec, nodes, units):
-        return None
-    low, high = 1, len(units)
-    while low < high:
-        middle = (low + high) // 2
-        if _could_fit(room, spec, nodes, units[:middle]):
-            high = middle
-        else:
-            low = middle + 1
-    return high
+) -> bool:
+    return _counted_prefix(room, spec, nodes, units) is not None
 
 
 def _fits(
@@ -294,7 +306,7 @@ def find_plan(
             continue
         # No plan here can take fewer victims than the counting bound, so none can have a
         # lower highest weight than that prefix's last victim: a lower bound on its cost.
-        options.append((local[shortest - 1].weight, order, nodes, local))
+        options.append((local[max(shortest, 1) - 1].weight, order, nodes, local))
     options.sort(key=lambda option: (option[0], option[1]))
     best: Plan | None = None
     # Bounded domains first; the cluster-wide search (None) only if none of them works.
