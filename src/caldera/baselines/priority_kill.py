@@ -78,6 +78,7 @@ class _Session:
     gone: set[str]  # jobs evicted whole before the session opened (window close)
     on_node: dict[int, list[Pod]]
     waiting: list[tuple[JobView, int]] = field(default_factory=list)  # (job, pods to place)
+    unserved: int = 0  # jobs whose pods found no room at all this cycle, claims included
 
 
 def _open(cycle: CycleContext) -> _Session:
@@ -142,10 +143,12 @@ def pk_preempt(cycle: CycleContext) -> None:
     for job, pods in session.waiting:
         spec = job.spec
         if not spec.may_preempt:  # PK7
+            session.unserved += 1
             continue
         running = job.state is JobState.RUNNING
         key = (spec.shape, spec.priority)
         if not running and key in hopeless:
+            session.unserved += 1
             continue
         group = 1 if running else spec.min_available  # PK3a: pods that must all get room
         mark = session.staged.mark()
@@ -157,6 +160,7 @@ def pk_preempt(cycle: CycleContext) -> None:
                 hopeless.clear()  # victims may leave spare room for others
         else:
             session.staged.rollback(mark)
+            session.unserved += 1
             if not running:
                 hopeless.add(key)
 
@@ -189,8 +193,9 @@ def _claim(session: _Session, job: JobView, pods: int) -> int:
 
 def pk_close(cycle: CycleContext) -> None:
     """kube-scheduler retries unschedulable pods after every change; the simulator runs at
-    events, so ask for one more cycle after a cycle that decided something."""
-    rerun_after_change(cycle, bool(_session(cycle).waiting))
+    events, so ask for one more cycle after a cycle that decided something while some pods
+    found no room (pods with room coming wait for its release, an event)."""
+    rerun_after_change(cycle, _session(cycle).unserved > 0)
 
 
 # -- PK3: one node, its victims ------------------------------------------------------------
