@@ -10,8 +10,17 @@ from typing import Any
 from builders import ClusterBuilder, JobBuilder, QueueBuilder, snapshot
 from caldera.core import Decisions, JobView, PolicyConfig, Snapshot, get_policy, run
 from caldera.model import JobState, Node
+from caldera.sim import Scenario
 
-__all__ = ["NOW", "cut_view", "decide", "evicted_tasks", "releasing_view", "victims"]
+__all__ = [
+    "NOW",
+    "cut_view",
+    "decide",
+    "evicted_tasks",
+    "log_violations",
+    "releasing_view",
+    "victims",
+]
 
 NOW = 10 * 3600.0
 
@@ -75,3 +84,55 @@ def cut_view(builder: JobBuilder, nodes: ClusterBuilder | Sequence[Node], runnin
     built = nodes.build() if isinstance(nodes, ClusterBuilder) else tuple(nodes)
     view = _view(builder, built)
     return replace(view, placement=view.placement[:running], running_since=None)
+
+
+def log_violations(result: dict[str, Any], scenario: Scenario) -> list[str]:
+    """Replay a simulation's event log and say what breaks the rules every baseline keeps
+    (independent of the policies' code): cluster GPUs over capacity, a queue over its GPU
+    capability (room being released still counts), a victim at priority >= 1000, labelled
+    protected or conformance-protected, a debug preemptor, an eviction by fifo."""
+    problems: list[str] = []
+    specs = {s.spec.name: s.spec for s in scenario.submissions}
+    capability = {
+        q.name: q.capability.gpu for q in scenario.queues if q.capability and q.capability.gpu > 0
+    }
+    total = sum(n.gpus for n in scenario.nodes) * 1000
+    running: dict[str, int] = {}  # job -> milli-GPUs of tasks running
+    leaving: list[tuple[float, str, int]] = []  # (released_at, queue, milli)
+    held: dict[str, int] = {}  # queue -> milli held (running + releasing)
+
+    def release_until(t: float) -> None:
+        for item in sorted(x for x in leaving if x[0] <= t):
+            leaving.remove(item)
+            held[item[1]] -= item[2]
+
+    for event in result["events"]:
+        release_until(event["t"])
+        name = event["job"]
+        spec = specs.get(name) if name else None
+        if spec is None:
+            continue
+        kind = event["kind"]
+        if kind == "start":
+            gpu = round(event["gpus"] * 1000)
+            running[name] = running.get(name, 0) + gpu
+            held[spec.queue] = held.get(spec.queue, 0) + gpu
+            if held[spec.queue] > capability.get(spec.queue, total):
+                problems.append(f"t={event['t']}: queue {spec.queue} over its capability")
+            if sum(held.values()) > total:
+                problems.append(f"t={event['t']}: more GPUs held than the cluster has")
+        elif kind == "evict":
+            gpu = round(event["gpus"] * 1000)
+            running[name] -= gpu
+            leaving.append((event["released_at"], spec.queue, gpu))
+            if event["reason"] in ("preempt", "reclaim"):
+                if spec.priority >= 1000 or spec.protected or spec.conformance_protected:
+                    problems.append(f"t={event['t']}: {name} may never be a victim")
+                preemptor = specs.get(event["preemptor"] or "")
+                if preemptor is not None and not preemptor.may_preempt:
+                    problems.append(f"t={event['t']}: {preemptor.name} (Never) preempted")
+                if result["policy"] == "fifo":
+                    problems.append(f"t={event['t']}: fifo evicted {name}")
+        elif kind == "finish":
+            held[spec.queue] -= running.pop(name, 0)
+    return problems
