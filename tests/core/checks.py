@@ -194,10 +194,15 @@ def violations(snapshot: Snapshot, decisions: Decisions) -> list[str]:
         if times > 1:
             problems.append(f"{job_id}: evicted {times} times in one cycle")
 
-    # Reclaim leaves every victim queue at or above max(deserved, guarantee).
+    # Reclaim leaves every victim queue at or above max(deserved, guarantee): what it runs,
+    # plus what it starts this cycle, less everything signalled to leave this cycle.
     reclaimed = {jobs[e.job].spec.queue for e in decisions.evictions if e.reason == "reclaim"}
     for name in reclaimed:
-        kept = sum(j.spec.gpu * len(j.placement) for j in snapshot.jobs if j.spec.queue == name)
+        kept = sum(
+            j.spec.gpu * (len(j.placement) + len(started.get(j.id, ())))
+            for j in snapshot.jobs
+            if j.spec.queue == name
+        )
         kept -= gone_from.get(name, 0)
         if kept < reclaim_floor(snapshot, name):
             problems.append(f"queue {name}: reclaimed below max(deserved, guarantee)")

@@ -1,0 +1,271 @@
+"""Hypothesis properties of whole simulations with preemption (DESIGN §3, §4.5, §5).
+
+Random scenarios (as decoded YAML, through the real loader) run in a `CheckedSimulator` that
+verifies, at every cycle and after every event:
+- each cycle's decisions obey the §3/§4 rules (`checks.violations` on the cycle's snapshot);
+- the world after applying them: the free-room index equals a rebuild from the jobs (so no
+  node is over capacity and no GPU is lost or given twice), no running gang below
+  `min_available`, no queue over its capability, hard topology and NVLink islands honoured;
+and, over the event log: no protected / critical / kube-system job evicted, no eviction for a
+debug job, no job evicted twice within the cooldown except by a critical job, lost work
+adding up; and in the metrics `critical_preempted == 0`, `gang_hang_gpu_hours == 0`. The
+result validates against the published schema.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from hypothesis import given
+from hypothesis import strategies as st
+
+from caldera.core import Decisions, Room, Snapshot
+from caldera.model import JobState, Resources, TopologyMode
+from caldera.sim import Simulator, parse_scenario
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
+from checks import island_ok, one_domain, violations
+
+SCHEMA_PATH = Path(__file__).resolve().parents[3] / "shared" / "schemas"
+CRITICAL = 1000
+
+
+class CheckedSimulator(Simulator):
+    """The real simulator, with every invariant checked at every cycle and event."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.problems: list[str] = []
+        self._last: Snapshot | None = None
+        self.cycles = 0
+
+    def snapshot(self) -> Snapshot:
+        self._last = super().snapshot()
+        return self._last
+
+    def _apply(self, decisions: Decisions) -> None:
+        self.cycles += 1
+        if self._last is not None:
+            for problem in violations(self._last, decisions):
+                self._note(f"cycle: {problem}")
+        super()._apply(decisions)
+        self._check_world("after a cycle")
+
+    def _apply_event(self, kind: int, job_id: str, data: int) -> None:
+        super()._apply_event(kind, job_id, data)
+        self._check_world("after an event")
+
+    def _note(self, problem: str) -> None:
+        if len(self.problems) < 20:
+            self.problems.append(f"t={self.now}: {problem}")
+
+    def _check_world(self, when: str) -> None:
+        nodes = self.nodes
+        rebuilt = Room(nodes)
+        held: dict[str, Resources] = {}
+        for job in self.active.values():
+            spec = job.spec
+            tasks = [*job.placement, *(t for b in job.batches.values() for t in b.tasks)]
+            for task in tasks:
+                try:
+                    rebuilt.take(task)
+                except Exception as error:  # CapacityError: over capacity
+                    self._note(f"{when}: {spec.id}: {error}")
+                if not island_ok(nodes[task.node], task):
+                    self._note(f"{when}: {spec.id}: task straddles NVLink islands")
+            held[spec.queue] = held.get(spec.queue, Resources()) + spec.task_request.scaled(
+                len(tasks)
+            )
+            if job.state is JobState.RUNNING:
+                if len(job.placement) < spec.min_available:
+                    self._note(f"{when}: {spec.id} runs {len(job.placement)} tasks < min")
+                topology = spec.topology
+                if (
+                    topology is not None
+                    and topology.mode is TopologyMode.HARD
+                    and not one_domain(nodes, job.placement, topology.highest_tier)
+                ):
+                    self._note(f"{when}: {spec.id} outside one tier-{topology.highest_tier}")
+            elif job.placement:
+                self._note(f"{when}: {spec.id} is {job.state} but holds tasks")
+        if rebuilt.fingerprint() != self.room.fingerprint():
+            self._note(f"{when}: the free-room index differs from the jobs' placements")
+        for name, queue in self.queues.items():
+            if not held.get(name, Resources()).fits_in(queue.capability):
+                self._note(f"{when}: queue {name} over its capability")
+
+
+# -- random scenarios ----------------------------------------------------------------------
+
+JOB_TYPES = ["critical", "large-job", "large-job", "normal", "normal", "normal", "debug"]
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> dict[str, Any]:
+    groups = []
+    total = 0
+    for i in range(draw(st.integers(1, 2))):
+        count = draw(st.integers(1, 4))
+        gpus = draw(st.sampled_from([4, 8]))
+        total += count * gpus
+        groups.append(
+            {
+                "prefix": f"g{i}",
+                "count": count,
+                "gpus": gpus,
+                "gpu_model": ["H100", "A100"][i],
+                "nvlink_island": draw(st.sampled_from([0, 2, 4])),
+                "nodes_per_tier1": draw(st.integers(0, 2)),
+                "tier1_per_tier2": draw(st.integers(0, 2)),
+            }
+        )
+    queues = []
+    for i in range(draw(st.integers(1, 3))):
+        deserved = draw(st.integers(1, total))
+        queue: dict[str, Any] = {
+            "name": f"q{i}",
+            "weight": draw(st.integers(1, 4)),
+            "deserved": {"gpu": deserved},
+            "reclaimable": draw(st.booleans()),
+        }
+        if draw(st.booleans()):
+            queue["guarantee"] = {"gpu": draw(st.integers(0, deserved))}
+        if draw(st.booleans()):
+            queue["capability"] = {"gpu": draw(st.integers(deserved, total))}
+        if draw(st.integers(0, 9)) == 0:
+            queue["time_windows"] = [{"days": [1, 2, 3, 4, 5], "hours": [1, 2.5]}]
+        queues.append(queue)
+    names = [q["name"] for q in queues]
+    jobs = []
+    for i in range(draw(st.integers(1, 18))):
+        tasks = draw(st.integers(1, 4))
+        gpus = draw(st.sampled_from([0.5, 1, 2, 4, 8] if tasks == 1 else [1, 2, 4, 8]))
+        job: dict[str, Any] = {
+            "name": f"j{i}",
+            "queue": draw(st.sampled_from(names)),
+            "type": draw(st.sampled_from(JOB_TYPES)),
+            "submit": 60 * draw(st.integers(0, 60)),
+            "duration": 60 * draw(st.integers(1, 180)),
+            "tasks": tasks,
+            "gpus_per_task": gpus,
+            "min_available": draw(st.integers(1, tasks)),
+            "checkpoint_cost": draw(st.sampled_from([0, 30, 200])),
+            "checkpoint_on_sigterm": draw(st.booleans()),
+        }
+        if draw(st.booleans()):
+            job["checkpoint_interval"] = draw(st.sampled_from([300, 1800]))
+        if draw(st.booleans()):
+            job["expected_duration"] = job["duration"]
+        if draw(st.integers(0, 9)) == 0:
+            job["labels"] = {"protected": "true"}
+        if draw(st.integers(0, 14)) == 0:
+            job["namespace"] = "kube-system"
+        if tasks > 1 and draw(st.booleans()):
+            job["topology"] = {
+                "mode": draw(st.sampled_from(["hard", "soft"])),
+                "highest_tier": draw(st.sampled_from([1, 2])),
+            }
+        if draw(st.integers(0, 4)) == 0:
+            job["gpu_model"] = draw(st.sampled_from(["H100", "A100"]))
+        # Known bugs kept out while open (each has its own xfail test in test_sim_rules.py):
+        # B8 a cancel at the submit instant resurrects the job, so cancel after submitting;
+        # B7 a user cancel of a critical job counts as critical_preempted, so not critical.
+        if draw(st.integers(0, 14)) == 0 and job["type"] != "critical":
+            job["cancel_at"] = job["submit"] + 60 * draw(st.integers(1, 60))
+        jobs.append(job)
+    policy = {
+        "grace_period": draw(st.sampled_from([30, 120])),
+        "eviction_budget": draw(st.sampled_from([0.3, 1.0])),
+        "throttle_timeout": 300,
+    }
+    return {
+        "cluster": {"nodes": groups},
+        "queues": queues,
+        "policy": policy,
+        "jobs": jobs,
+        "until": 4 * 86_400,
+    }
+
+
+@functools.cache
+def output_schema() -> dict[str, Any] | None:
+    path = SCHEMA_PATH / "simulate-output.schema.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def event_log_problems(result: dict[str, Any], data: dict[str, Any], cooldown: float) -> list[str]:
+    """The rules that read naturally off the event log."""
+    problems: list[str] = []
+    specs = {j["name"]: j for j in data["jobs"]}
+    priority = {"critical": 1000, "large-job": 800, "normal": 100, "debug": 50}
+    last_evicted: dict[str, float] = {}
+    lost: dict[str, float] = {}
+    for event in result["events"]:
+        if event["kind"] != "evict":
+            continue
+        name = event["job"]
+        victim = specs[name]
+        lost[name] = lost.get(name, 0.0) + event["lost_gpu_seconds"]
+        if event["reason"] != "cancel" and (  # a user may cancel anything of theirs
+            victim["type"] == "critical"
+            or victim.get("labels", {}).get("protected") == "true"
+            or victim.get("namespace") == "kube-system"
+        ):
+            problems.append(f"t={event['t']}: {name} ({victim['type']}) must never be evicted")
+        preemptor = event.get("preemptor")
+        if event["reason"] in ("preempt", "reclaim"):
+            p = specs.get(preemptor or "")
+            if p is None:
+                problems.append(f"t={event['t']}: {name} evicted without a preemptor")
+            else:
+                if p["type"] == "debug":
+                    problems.append(f"t={event['t']}: debug job {preemptor} caused an eviction")
+                if priority[p["type"]] <= priority[victim["type"]]:
+                    problems.append(f"t={event['t']}: {preemptor} evicted {name}, not lower")
+                before = last_evicted.get(name)
+                if (
+                    before is not None
+                    and event["t"] - before < cooldown
+                    and p["type"] != "critical"
+                ):
+                    problems.append(
+                        f"t={event['t']}: {name} evicted again {event['t'] - before}s after"
+                        f" the last time, by non-critical {preemptor}"
+                    )
+        last_evicted[name] = event["t"]
+    for record in result["jobs"]:
+        want = round(lost.get(record["name"], 0.0), 6)
+        if abs(record["lost_gpu_seconds"] - want) > 1e-3:
+            problems.append(f"{record['name']}: lost {record['lost_gpu_seconds']} != {want}")
+        if record["state"] == "Succeeded":
+            duration = specs[record["name"]]["duration"]
+            if record["end"] - record["start"] < duration - 1e-6:
+                problems.append(f"{record['name']}: finished faster than its duration")
+    return problems
+
+
+@given(data=scenarios())
+def test_every_invariant_holds_at_every_event(data: dict[str, Any]) -> None:
+    scenario = parse_scenario(data)
+    sim = CheckedSimulator(scenario)
+    result = sim.run().result()
+    assert sim.problems == []
+    assert event_log_problems(result, data, scenario.config.cooldown) == []
+    metrics = result["metrics"]
+    assert metrics["critical_preempted"] == 0
+    assert metrics["gang_hang_gpu_hours"] == 0
+    schema = output_schema()
+    if schema is not None:  # ../shared beside the checkout
+        jsonschema.validate(result, schema)
+
+
+@given(scenarios())
+def test_the_same_scenario_gives_the_same_result(data: dict[str, Any]) -> None:
+    first = Simulator(parse_scenario(data)).run().result()
+    second = Simulator(parse_scenario(data)).run().result()
+    assert first == second
