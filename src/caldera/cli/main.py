@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import typer
 
+import caldera.cli.bench_sim  # noqa: F401  (registers `caldera bench sim`)
 from caldera.cli import bench_api, service_cmds, simulate  # noqa: F401 - bench_api adds `bench api`
+from caldera.cli import compare as compare_command
+from caldera.cli import demo as demo_command
 from caldera.cli.bench import bench_app
 
 __all__ = ["app", "main"]
@@ -17,6 +20,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 simulate.register(app)
+compare_command.register(app)
+demo_command.register(app)
 service_cmds.register(app)
 app.add_typer(bench_app, name="bench")
 

@@ -194,13 +194,28 @@ class OtherGeneratorModel(BaseModel):
 
 
 class TraceModel(_Strict):
+    """`workload.trace`: a real cluster trace replayed as jobs (see `caldera.sim.openb`).
+
+    `nodes` and `pods` (and `times`) are paths relative to the scenario file. Without `nodes`
+    the scenario's own `cluster` hosts the pods.
+    """
+
     format: Literal["openb"]
     nodes: str | None = None
     pods: str
+    times: str | None = None  # pod list whose creation/deletion times a timeless list borrows
     limit: int | None = Field(default=None, ge=1)
     qos_map: dict[str, JobType] | None = None
     queue: str | None = None
     time_scale: Annotated[float, Field(gt=0)] = 1.0
+    cpu_only: Literal["include", "skip"] = "include"
+    nodes_per_tier1: int = Field(default=8, ge=0)
+    tier1_per_tier2: int = Field(default=0, ge=0)
+    checkpoint_interval: Annotated[float, Field(gt=0)] | None = None
+    checkpoint_cost: Number = 0
+    checkpoint_on_sigterm: bool = False
+    expected_duration: bool = False
+    seed: int = 0
 
 
 class WorkloadModel(_Strict):

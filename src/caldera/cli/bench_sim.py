@@ -1,0 +1,78 @@
+"""`caldera bench sim`: simulator throughput on 20,000 synthetic jobs and the OpenB trace.
+
+Registers itself on `caldera bench` when imported (figures go to docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from caldera.bench.sim import bench_scenario, openb_scenario, synthetic_scenario
+from caldera.cli.bench import bench_app
+from caldera.cli.errors import EXIT_BAD_INPUT, fail
+from caldera.core import policy_names
+
+__all__ = ["sim_command"]
+
+
+@bench_app.command("sim")
+def sim_command(
+    workload: Annotated[
+        str, typer.Option(help="synthetic, openb or all.", show_default=True)
+    ] = "all",
+    jobs: Annotated[int, typer.Option(help="Synthetic jobs.")] = 20_000,
+    nodes: Annotated[int, typer.Option(help="Synthetic pool: nodes of 8 GPUs.")] = 813,
+    seed: Annotated[int, typer.Option(help="Synthetic workload seed.")] = 7,
+    pods: Annotated[
+        str, typer.Option(help="OpenB pod list (file name in the traces folder).")
+    ] = "openb_pod_list_default.csv",
+    traces: Annotated[
+        Path | None, typer.Option(help="OpenB folder (default ../shared/traces/openb).")
+    ] = None,
+    policy: Annotated[str, typer.Option(help="Policy to simulate under.")] = "caldera",
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+) -> None:
+    """Time whole simulations: 20,000 jobs on 6,504 GPUs, and the OpenB default trace."""
+    if workload not in ("all", "synthetic", "openb"):
+        fail(f"unknown workload {workload!r} (synthetic, openb or all)", EXIT_BAD_INPUT)
+    if policy not in policy_names():
+        fail(f"unknown policy {policy!r} (known: {', '.join(policy_names())})", EXIT_BAD_INPUT)
+    if jobs < 1 or nodes < 1:
+        fail("jobs and nodes must be positive", EXIT_BAD_INPUT)
+    chosen = ["synthetic", "openb"] if workload == "all" else [workload]
+    results = []
+    for name in chosen:
+        try:
+            if name == "synthetic":
+                result = bench_scenario(name, lambda: synthetic_scenario(jobs, nodes, seed), policy)
+            else:
+                result = bench_scenario(name, lambda: openb_scenario(pods, folder=traces), policy)
+        except ValueError as error:
+            fail(str(error), EXIT_BAD_INPUT)
+        results.append(result.as_dict())
+        if json_output:
+            sys.stdout.write(json.dumps(results[-1]) + "\n")
+    if json_output:
+        return
+    table = Table(title=f"simulator throughput (policy {policy})", title_justify="left")
+    for column in ("workload", "jobs", "nodes", "GPUs", "events", "sim days", "load", "run"):
+        table.add_column(column, justify="left" if column == "workload" else "right")
+    for row in results:
+        table.add_row(
+            row["workload"],
+            f"{row['jobs']:,}",
+            f"{row['nodes']:,}",
+            f"{row['gpus']:,}",
+            f"{row['events']:,}",
+            f"{row['simulated_days']:.1f}",
+            f"{row['load_s']:.2f} s",
+            f"{row['run_s']:.2f} s",
+        )
+    Console().print(table)

@@ -1,0 +1,146 @@
+"""`caldera compare FILE --policies caldera,volcano,priority-kill,fifo [--json] [--report DIR]`.
+
+The same job list goes through every policy; the seeds' table is printed with one column per
+policy (critical SLA attainment, GPU-hours wasted per day, gang-hang events per week, GPU
+utilization, then large-job waits and preemptions by type). `--report DIR` writes an HTML page
+with PNG figures. A progress bar per policy shows on stderr when a person is watching.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from caldera.cli.errors import EXIT_BAD_INPUT, fail
+from caldera.cli.progress import sim_progress
+from caldera.core import policy_names
+from caldera.report import (
+    ROWS,
+    TARGETS,
+    PolicyRun,
+    comparison_document,
+    order_policies,
+    run_policies,
+    summarize,
+)
+from caldera.report.summary import format_row
+from caldera.sim import Scenario, ScenarioError, load_scenario
+
+__all__ = ["comparison_table", "parse_policies", "register", "run_comparison"]
+
+
+def parse_policies(text: str | None) -> list[str]:
+    """`a,b,c` → the policies in that order; unknown names are a one-line error (exit 2)."""
+    known = policy_names()
+    requested = [p.strip() for p in (text or "").split(",") if p.strip()]
+    unknown = [p for p in requested if p not in known]
+    if unknown:
+        fail(f"unknown policy {unknown[0]!r} (known: {', '.join(known)})", EXIT_BAD_INPUT)
+    if text is not None and not requested:
+        fail("--policies is empty (give e.g. caldera,volcano)", EXIT_BAD_INPUT)
+    return order_policies(requested, known)
+
+
+def comparison_table(runs: Sequence[PolicyRun], title: str) -> Table:
+    targets = {t.key: t for t in TARGETS}
+    table = Table(title=title, title_justify="left")
+    table.add_column("metric")
+    for run in runs:
+        table.add_column(run.policy, justify="right")
+    table.add_column("seeds' before", justify="right", style="dim")
+    table.add_column("target (after)", justify="right", style="dim")
+    summaries = [summarize(run.result) for run in runs]
+    for row in ROWS:
+        target = targets.get(row.key)
+        cells = []
+        for summary in summaries:
+            text = format_row(row, summary)
+            met = target.met(summary.get(row.key)) if target else None
+            cells.append(text if met is None else f"[{'green' if met else 'red'}]{text}[/]")
+        table.add_row(
+            row.label,
+            *cells,
+            row.fmt(target.before) if target else "",
+            f"{target.op} {row.fmt(target.after)}" if target else "",
+        )
+    return table
+
+
+def run_comparison(scenario: Scenario, policies: Sequence[str], quiet: bool) -> list[PolicyRun]:
+    def progress(
+        variant: Scenario, label: str
+    ) -> AbstractContextManager[Callable[[float], None] | None]:
+        return sim_progress(variant, quiet, label=label)
+
+    return list(run_policies(scenario, policies, progress))
+
+
+def _command_line() -> str:
+    return "caldera " + " ".join(shlex.quote(arg) for arg in sys.argv[1:])
+
+
+def write_outputs(
+    scenario: Scenario,
+    runs: Sequence[PolicyRun],
+    json_output: bool,
+    report: Path | None,
+    quiet: bool,
+) -> None:
+    """Print the table (or the JSON document) and write the report if asked."""
+    command = _command_line()
+    if report is not None:
+        from caldera.report import write_report
+
+        try:
+            index = write_report(report, scenario.name, runs, command)
+        except OSError as error:
+            fail(f"cannot write the report to {report}: {error.strerror or error}", EXIT_BAD_INPUT)
+    if json_output:
+        document = comparison_document(scenario.name, runs, command)
+        sys.stdout.write(json.dumps(document, separators=(",", ":")) + "\n")
+        return
+    console = Console()
+    jobs = len(runs[0].result["jobs"]) if runs else 0
+    gpus = runs[0].gpus if runs else 0
+    console.print(comparison_table(runs, f"{scenario.name}: {jobs} jobs on {gpus} GPUs"))
+    if report is not None and not quiet:
+        console.print(f"report: {index}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def compare(
+        file: Annotated[Path, typer.Argument(help="Scenario file (YAML or JSON, DESIGN §6).")],
+        policies: Annotated[
+            str | None,
+            typer.Option(
+                help="Comma-separated policies, in column order (default: every registered "
+                "policy, caldera first)."
+            ),
+        ] = None,
+        json_output: Annotated[
+            bool, typer.Option("--json", help="Print the comparison as one JSON document.")
+        ] = False,
+        report: Annotated[
+            Path | None,
+            typer.Option(help="Write an HTML report with PNG figures into this folder."),
+        ] = None,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    ) -> None:
+        """Run the same job list through several policies and print the seeds' table."""
+        chosen = parse_policies(policies)
+        try:
+            scenario = load_scenario(file)
+        except ScenarioError as error:
+            fail(str(error), EXIT_BAD_INPUT)
+        runs = run_comparison(scenario, chosen, quiet)
+        write_outputs(scenario, runs, json_output, report, quiet)
