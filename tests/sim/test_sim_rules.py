@@ -219,11 +219,6 @@ def test_cancel_of_a_running_job_frees_its_gpus() -> None:
     assert record(result, "b")["start"] == evict["released_at"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B7: a user cancel of a running critical job counts as critical_preempted"
-    " — see NOTES-bugs.md",
-)
 def test_cancelling_a_critical_job_is_not_a_preemption() -> None:
     """§5: `critical_preempted` must be 0 — it counts preemptions, and a user cancel is not
     one (no preemptor, reason cancel)."""
@@ -237,11 +232,6 @@ def test_cancelling_a_critical_job_is_not_a_preemption() -> None:
     assert result["metrics"]["preemptions"]["by_victim_type"].get("critical", 0) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B8: cancel_at equal to submit is applied before the submission; the job is"
-    " then submitted anyway and runs — see NOTES-bugs.md",
-)
 def test_cancel_at_the_submit_instant_cancels_the_job() -> None:
     result = simulate(
         parse_scenario(scenario([{"name": "a", "submit": 100, "duration": 60, "cancel_at": 100}]))

@@ -15,9 +15,9 @@ from typing import Any
 
 from caldera.core import (
     Decisions,
-    JobIndex,
     Evict,
     EvictReason,
+    JobIndex,
     JobView,
     Nomination,
     Policy,
@@ -38,7 +38,8 @@ from caldera.sim.scenario import Scenario, Submission
 __all__ = ["SimJob", "Simulator", "simulate"]
 
 # Event kinds in the order they apply at one instant: room comes back before anyone asks.
-_RELEASE, _FINISH, _CANCEL, _SUBMIT, _WAKEUP = range(5)
+# A cancel at the submit instant applies to the submitted job.
+_RELEASE, _FINISH, _SUBMIT, _CANCEL, _WAKEUP = range(5)
 _MAX_CYCLES_PER_INSTANT = 8
 
 
@@ -293,6 +294,10 @@ class Simulator:
         job.state = admission.state
         self.active[spec.id] = job
         job.touch()
+        if job.cancel_requested:
+            self.recorder.state_changed(job, None)
+            self._cancel(job)
+            return
         self.recorder.state_changed(job, None)
         if admission.state is JobState.HELD:
             job.hold_reason = admission.reason
@@ -371,8 +376,9 @@ class Simulator:
             job.saved_work = saved
             job.version += 1
         job.lost_gpu_seconds += lost
-        job.evictions += 1
-        job.last_evicted_at = now
+        if evict.reason is not EvictReason.CANCEL:  # a user's cancel is not a preemption
+            job.evictions += 1
+            job.last_evicted_at = now
         job.placement = staying
         self._batch_ids += 1
         job.batches[self._batch_ids] = _Batch(now + delay, leaving, emergency and stops)
@@ -406,6 +412,9 @@ class Simulator:
             self._retire(job)
 
     def _cancel(self, job: SimJob) -> None:
+        if not job.submitted:  # cancelled before it was submitted: refuse it on arrival
+            job.cancel_requested = True
+            return
         if job.state in (JobState.PENDING, JobState.HELD):
             job.end = self.now
             self._set_state(job, JobState.CANCELLED)

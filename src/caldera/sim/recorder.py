@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from caldera.core import Evict, TaskPlacement
+from caldera.core import Evict, EvictReason, TaskPlacement
 from caldera.model import GPU_MILLI, JobState
 from caldera.sim.metrics import compute_metrics
 
@@ -137,12 +137,13 @@ class Recorder:
             self.gang_hang_events += 1
         victim_type = job.spec.type.value
         preemptor = self.sim.jobs.get(evict.preemptor) if evict.preemptor else None
-        self.preempt_victim[victim_type] += 1
-        self.preempt_reason[evict.reason.value] += 1
-        if preemptor is not None:
-            self.preempt_preemptor[preemptor.spec.type.value] += 1
-        if job.spec.priority >= 1000:
-            self.critical_preempted += 1
+        if evict.reason is not EvictReason.CANCEL:  # a user's cancel is not a preemption
+            self.preempt_reason[evict.reason.value] += 1
+            self.preempt_victim[victim_type] += 1
+            if preemptor is not None:
+                self.preempt_preemptor[preemptor.spec.type.value] += 1
+            if job.spec.priority >= 1000:
+                self.critical_preempted += 1
         day = int(self.sim.now // 86400)
         self.lost_by_day[day] = self.lost_by_day.get(day, 0.0) + lost
         self.events.append(
