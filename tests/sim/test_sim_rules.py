@@ -9,8 +9,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import pytest
-
 from caldera.sim import Simulator, parse_scenario, simulate
 
 
