@@ -154,6 +154,7 @@ class Runtime:
         self.stats = RuntimeStats()
         self._dirty: dict[str, LiveJob] = {}
         self.index = JobIndex()
+        self._holding: dict[str, LiveJob] = {}  # jobs with tasks, kept by `_mark`
         self._stale: set[str] = set()
         self._events: list[dict[str, Any]] = []
         self._throttle_writes: list[tuple[str, Throttle | None]] = []
@@ -242,7 +243,7 @@ class Runtime:
 
     def _busy(self) -> list[LiveJob]:
         """Jobs holding tasks (running, releasing, or finishing): few, among many waiting."""
-        return [job for job in self.jobs.values() if job.tasks]
+        return list(self._holding.values())
 
     def cycle(self) -> Decisions:
         """Run the cycle until it stops releasing held jobs; apply each result."""
@@ -274,7 +275,7 @@ class Runtime:
         """Apply one cycle's decisions (caller holds the lock). Memory first, then one commit,
         then the side effects that depend on it, then their pids."""
         now = snapshot.now
-        seen = {view.id: view for view in snapshot.jobs}
+        seen = snapshot.job_index.views
         for change in decisions.throttles:
             if isinstance(change, ThrottleOn):
                 throttle = Throttle(change.queue, change.job, now)
@@ -348,9 +349,14 @@ class Runtime:
         self._mark(job)
 
     def _mark(self, job: LiveJob) -> None:
+        """Record a change: to commit, to show the next cycle, and who holds tasks."""
         job.touch()
         self._dirty[job.id] = job
         self._stale.add(job.id)
+        if job.tasks:
+            self._holding[job.id] = job
+        else:
+            self._holding.pop(job.id, None)
 
     def _event(self, now: float, kind: str, job: str | None, **data: Any) -> None:
         self._events.append({"t": now, "kind": kind, "job": job, "data": data})
