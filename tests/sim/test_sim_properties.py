@@ -172,11 +172,8 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
             }
         if draw(st.integers(0, 4)) == 0:
             job["gpu_model"] = draw(st.sampled_from(["H100", "A100"]))
-        # Known bugs kept out while open (each has its own xfail test in test_sim_rules.py):
-        # B8 a cancel at the submit instant resurrects the job, so cancel after submitting;
-        # B7 a user cancel of a critical job counts as critical_preempted, so not critical.
-        if draw(st.integers(0, 14)) == 0 and job["type"] != "critical":
-            job["cancel_at"] = job["submit"] + 60 * draw(st.integers(1, 60))
+        if draw(st.integers(0, 14)) == 0:  # at the submit instant too (B8)
+            job["cancel_at"] = job["submit"] + 60 * draw(st.integers(0, 60))
         jobs.append(job)
     policy = {
         "grace_period": draw(st.sampled_from([30, 120])),

@@ -1,0 +1,247 @@
+"""Golden scenarios (issue 3 and the seeds): each YAML beside this file runs through
+`caldera.sim.simulate`; its header comment derives every bound asserted here.
+
+Every result must also validate against ../shared/schemas/simulate-output.schema.json and keep
+the §3/§5 invariants (`critical_preempted == 0`, `gang_hang_gpu_hours == 0`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from caldera.sim import load_scenario, simulate
+
+HERE = Path(__file__).resolve().parent
+SCENARIOS = sorted(p.name for p in HERE.glob("*.yaml"))
+
+
+@functools.cache
+def result(name: str) -> dict[str, Any]:
+    return simulate(load_scenario(HERE / name))
+
+
+def events(name: str, kind: str, job: str | None = None) -> list[dict[str, Any]]:
+    return [
+        e for e in result(name)["events"] if e["kind"] == kind and (job is None or e["job"] == job)
+    ]
+
+
+def job(name: str, job_name: str) -> dict[str, Any]:
+    return next(j for j in result(name)["jobs"] if j["name"] == job_name)
+
+
+def test_there_are_golden_scenarios() -> None:
+    assert len(SCENARIOS) >= 7
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_schema_and_invariants(name: str, shared: Path) -> None:
+    schema = json.loads((shared / "schemas" / "simulate-output.schema.json").read_text())
+    document = result(name)
+    jsonschema.validate(document, schema)
+    assert document["metrics"]["critical_preempted"] == 0
+    assert document["metrics"]["gang_hang_gpu_hours"] == 0
+    # no critical, protected or kube-system job ever evicted
+    scenario = load_scenario(HERE / name)
+    specs = {s.spec.name: s.spec for s in scenario.submissions}
+    for evict in events(name, "evict"):
+        spec = specs[evict["job"]]
+        assert spec.priority < 1000 and not spec.protected and not spec.conformance_protected
+
+
+# -- a 4×8 large job against a stream of one-node jobs --------------------------------------
+
+STREAM = "large-vs-stream.yaml"
+
+
+def test_large_job_starts_within_ten_minutes() -> None:
+    big = job(STREAM, "big")
+    assert big["start"] is not None
+    assert big["start"] - big["submit"] <= 600
+    assert result(STREAM)["metrics"]["large_job_max_wait"] <= 600
+
+
+def test_large_job_throttles_its_queue_while_it_waits() -> None:
+    (on,) = events(STREAM, "throttle_on")
+    assert (on["queue"], on["large_job"], on["t"]) == ("team", "big", 3600.0)
+    assert result(STREAM)["metrics"]["throttle_episodes"] == 1
+    held = [e["job"] for e in events(STREAM, "hold") if e.get("reason") == "throttle"]
+    released = [e["job"] for e in events(STREAM, "release") if e.get("reason") == "throttle"]
+    assert held, "a stream job submitted while big waited must be held"
+    assert released == held  # released in submission order once big runs
+    big_start = job(STREAM, "big")["start"]
+    assert all(e["t"] == big_start for e in events(STREAM, "release"))
+    (off,) = events(STREAM, "throttle_off")
+    assert (off["reason"], off["t"]) == ("started", big_start)
+
+
+def test_large_job_takes_at_most_four_victims_in_one_domain() -> None:
+    victims = [e for e in events(STREAM, "evict") if e["preemptor"] == "big"]
+    assert 1 <= len(victims) <= 4
+    assert len(events(STREAM, "evict")) == len(victims)  # nobody else was evicted
+    (start,) = events(STREAM, "start", "big")
+    scenario = load_scenario(HERE / STREAM)
+    tier1 = {n.name: n.tier1 for n in scenario.nodes}
+    assert len({tier1[node] for node in start["placement"]}) == 1
+    assert start["gpus"] == 32
+    # the victims were exactly on the nodes big now uses
+    assert {e["job"] for e in victims} == {
+        s["job"]
+        for s in events(STREAM, "start")
+        if s["t"] < 3600 and set(s["placement"]) <= set(start["placement"])
+    }
+
+
+# -- critical arrivals on a full cluster ----------------------------------------------------
+
+CRITICAL = "critical-arrivals.yaml"
+
+
+def test_every_critical_arrival_starts_within_a_minute_and_is_never_evicted() -> None:
+    critical = [j for j in result(CRITICAL)["jobs"] if j["type"] == "critical"]
+    assert len(critical) == 4
+    for record in critical:
+        assert record["start"] is not None and record["start"] - record["submit"] <= 60, record
+        assert record["evictions"] == 0
+        assert record["state"] == "Running"  # still running at `until`: nobody took them
+    assert result(CRITICAL)["metrics"]["sla_attainment"]["critical"] == 1.0
+    # the cluster really was full: each arrival had to evict something
+    preemptors = {e["preemptor"] for e in events(CRITICAL, "evict")}
+    assert preemptors == {"c1", "c2", "c3", "c4"}
+
+
+# -- a nearly finished job is defended --------------------------------------------------------
+
+NEARLY = "nearly-done.yaml"
+
+
+def test_nearly_done_job_is_not_taken_while_a_fresh_job_is_available() -> None:
+    evicted = [(e["job"], e["preemptor"]) for e in events(NEARLY, "evict")]
+    assert evicted == [("fresh", "big1")]
+    old = job(NEARLY, "old")
+    assert (old["evictions"], old["end"], old["state"]) == (0, 40000.0, "Succeeded")
+
+
+def test_nearly_done_job_is_not_taken_by_a_large_job_at_all() -> None:
+    # big2 has nobody left to take but `old`, which W_eff defends: it waits for old's end
+    assert job(NEARLY, "big2")["start"] == 40000.0
+    assert not [e for e in events(NEARLY, "evict") if e["preemptor"] == "big2"]
+
+
+# -- reclaim ---------------------------------------------------------------------------------
+
+RECLAIM = "reclaim.yaml"
+
+
+def _held_after_each_reclaim(name: str, queue: str) -> list[float]:
+    """GPUs the queue still holds (not counting what is leaving) after each reclaim from it."""
+    specs = {s.spec.name: s.spec for s in load_scenario(HERE / name).submissions}
+    held = 0.0
+    after: list[float] = []
+    for e in result(name)["events"]:
+        spec = specs.get(e["job"] or "")
+        if spec is None or spec.queue != queue:
+            continue
+        if e["kind"] == "start":
+            held += e["gpus"]
+        elif e["kind"] == "finish":
+            held -= spec.gpu * spec.tasks / 1000
+        elif e["kind"] == "evict":
+            held -= e["gpus"]
+            if e["reason"] == "reclaim":
+                after.append(held)
+    return after
+
+
+def test_reclaim_takes_only_from_the_reclaimable_borrower_and_only_what_is_needed() -> None:
+    reclaims = [e for e in events(RECLAIM, "evict") if e["reason"] == "reclaim"]
+    assert {e["preemptor"] for e in reclaims} == {"train"}
+    assert all(e["job"].startswith("lab-") for e in reclaims)
+    assert sum(e["gpus"] for e in reclaims) == 16  # train needs 2 × 8
+    assert not [e for e in events(RECLAIM, "evict") if e["job"].startswith("ops-")]
+    assert job(RECLAIM, "train")["start"] == 600.0
+
+
+def test_reclaim_never_takes_a_queue_below_its_deserved_share() -> None:
+    # lab deserves 16 GPUs; it held 32 when train came
+    assert _held_after_each_reclaim(RECLAIM, "lab") == [24.0, 16.0]
+
+
+def test_no_borrower_left_means_no_reclaim() -> None:
+    assert not [e for e in events(RECLAIM, "evict") if e["preemptor"] == "train2"]
+    assert job(RECLAIM, "train2")["start"] == job(RECLAIM, "train")["end"] == 4200.0
+
+
+# -- no feasible victim set -------------------------------------------------------------------
+
+INFEASIBLE = "no-feasible-victims.yaml"
+
+
+def test_a_large_job_no_victim_set_can_place_evicts_nothing() -> None:
+    assert events(INFEASIBLE, "evict") == []
+    assert result(INFEASIBLE)["metrics"]["preemptions"]["total"] == 0
+    for name in ("wide", "huge"):
+        record = job(INFEASIBLE, name)
+        assert record["start"] is None and record["state"] in ("Pending", "Rejected")
+    for name in ("keep0", "w1", "keep2", "w3"):
+        assert job(INFEASIBLE, name)["state"] == "Running"
+
+
+# -- rejects ---------------------------------------------------------------------------------
+
+REJECTS = "rejects.yaml"
+
+
+@pytest.mark.parametrize(
+    ("job_name", "reason_fragment"),
+    [("to-closed", "archive"), ("to-nowhere", "nope"), ("too-few", "min_available")],
+    ids=["closed queue", "unknown queue", "invalid request"],
+)
+def test_refused_submissions_get_a_reject_event(job_name: str, reason_fragment: str) -> None:
+    (reject,) = events(REJECTS, "reject", job_name)
+    assert reason_fragment in reject["reason"]
+    record = job(REJECTS, job_name)
+    assert (record["state"], record["start"]) == ("Rejected", None)
+    assert not events(REJECTS, "start", job_name)
+
+
+def test_accepted_work_runs_beside_the_rejects() -> None:
+    assert job(REJECTS, "ok")["state"] == "Succeeded"
+
+
+# -- time windows ----------------------------------------------------------------------------
+
+WINDOWS = "windows.yaml"
+DAY = 86_400
+
+
+@pytest.mark.parametrize(
+    ("job_name", "want_start", "want_end"),
+    [
+        ("early", 9 * 3600, 10 * 3600),
+        ("anytime", 0, 600),
+        ("weekend", 7 * DAY + 9 * 3600, 7 * DAY + 9 * 3600 + 600),
+    ],
+    ids=["held until monday 09:00", "queue without a window", "held over the weekend"],
+)
+def test_time_windows_hold_and_release(job_name: str, want_start: float, want_end: float) -> None:
+    record = job(WINDOWS, job_name)
+    assert (record["start"], record["end"]) == (want_start, want_end)
+    if job_name != "anytime":
+        holds = [e["t"] for e in events(WINDOWS, "hold", job_name)]
+        releases = [e["t"] for e in events(WINDOWS, "release", job_name)]
+        assert holds == [record["submit"]] and releases == [want_start]
+
+
+def test_a_running_job_leaves_when_its_window_closes_and_resumes_next_day() -> None:
+    (evict,) = events(WINDOWS, "evict", "late")
+    assert (evict["t"], evict["reason"], evict["preemptor"]) == (18 * 3600, "window", None)
+    assert [e["t"] for e in events(WINDOWS, "start", "late")] == [17 * 3600, DAY + 9 * 3600]
+    # 1 h done before 18:00 is kept (checkpoint on SIGTERM): 1 h more on Tuesday
+    assert job(WINDOWS, "late")["end"] == DAY + 10 * 3600
