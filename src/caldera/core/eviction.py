@@ -35,6 +35,18 @@ def lower_priority(
     return [jobs.values() for value, jobs in by_priority.items() if value < priority]
 
 
+def _patience(cycle: CycleContext, job: JobView) -> float | None:
+    """How long a critical preemptor can wait for its victims and still start within its
+    SLO ("critical work starts fast"); None for other jobs or once the SLO is missed."""
+    if job.spec.priority < CRITICAL_PRIORITY:
+        return None
+    slo = cycle.config.slo.get(job.spec.type.value)
+    if slo is None:
+        return None
+    left = job.spec.submit + slo - cycle.now
+    return left if left >= 0 else None
+
+
 def _eligible(cycle: CycleContext, preemptor: JobView, victim: JobView) -> bool:
     """The preemptor-dependent rules (DESIGN §4.1 step 1, §4.5)."""
     if victim.id in cycle.evicted:
@@ -118,7 +130,7 @@ def give_way(
             cycle.missed.add(job.id)
             continue
         veto = None if allow is None else (lambda unit, chosen, p=job: allow(p, unit, chosen))
-        plan = find_plan(cycle.room, job.spec, index, cycle.evicted, veto)
+        plan = find_plan(cycle.room, job.spec, index, cycle.evicted, veto, _patience(cycle, job))
         if plan is None:
             cycle.missed.add(job.id)
             continue

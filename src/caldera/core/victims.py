@@ -16,8 +16,8 @@ Search: for every candidate domain (each node for a single-task preemptor; each 
 for a topology-constrained gang, plus the whole cluster unless the constraint is hard), add
 victims in that order on a working copy until P can actually be placed there, then drop every
 victim P can do without. The cheapest set over all domains wins:
-  (highest victim weight, number of victims, work lost, GPUs evicted, the victims' own keys,
-   domain order).
+  (too late for a critical preemptor's start SLO, highest victim weight, number of victims,
+   work lost, GPUs evicted, the victims' own keys, domain order).
 If no domain yields a set, nothing is evicted.
 """
 
@@ -76,6 +76,7 @@ class Unit:
     weight: float
     lost: float
     key: VictimKey
+    delay: float  # seconds from the signal until its room is free
 
     @property
     def gpu(self) -> int:
@@ -95,12 +96,25 @@ def victim_units(job: JobView, config: PolicyConfig, now: float) -> list[Unit]:
     extra = running - job.spec.min_available
     if extra > 0:
         tasks = tuple(range(job.spec.min_available, running))
-        units.append(Unit(job, tasks, False, weight, 0.0, (weight, 0.0, 0, -since, job.id)))
+        key = (weight, 0.0, 0, -since, job.id)
+        units.append(Unit(job, tasks, False, weight, 0.0, key, release_delay(job, config)))
     lost = expected_loss(job, config, now)
+    delay = release_delay(job, config)
     units.append(
-        Unit(job, tuple(range(running)), True, weight, lost, (weight, lost, 1, -since, job.id))
+        Unit(
+            job, tuple(range(running)), True, weight, lost, (weight, lost, 1, -since, job.id), delay
+        )
     )
     return units
+
+
+def release_delay(job: JobView, config: PolicyConfig) -> float:
+    """Seconds from the signal until an evicted job's GPUs are free: its emergency checkpoint
+    when it takes one within the grace period, else the whole grace period."""
+    ckpt = job.spec.checkpoint
+    if config.emergency_checkpoint and ckpt.on_sigterm and ckpt.cost <= config.grace_period:
+        return ckpt.cost
+    return config.grace_period
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +123,7 @@ class Plan:
 
     units: tuple[Unit, ...]
     placement: tuple[TaskPlacement, ...]
-    cost: tuple[float, int, float, int, tuple[VictimKey, ...], int]
+    cost: tuple[int, float, int, float, int, tuple[VictimKey, ...], int]
 
 
 class VictimIndex:
@@ -287,13 +301,16 @@ def find_plan(
     index: VictimIndex,
     gone: set[str] | None = None,
     allow: Callable[[Unit, Sequence[Unit]], bool] | None = None,
+    patience: float | None = None,
 ) -> Plan | None:
     """The cheapest feasible victim set over all candidate domains, or None.
 
     `index` holds the eligible victims; `gone` names jobs already evicted this cycle;
     `allow(unit, chosen)` may veto a unit given what is already chosen (reclaim keeps queues
-    at their deserved share with it). Domains are tried cheapest-victim first and the search
-    stops once no untried domain could beat the best plan's highest victim weight.
+    at their deserved share with it). `patience`: seconds the preemptor can still wait for
+    room and start within its SLO — plans whose victims all release in time come first.
+    Domains are tried cheapest-victim first and the search stops once no untried domain could
+    beat the best plan.
     """
     gone = gone if gone is not None else set()
     options: list[tuple[float, int, Sequence[int] | None, list[Unit]]] = []
@@ -314,9 +331,9 @@ def find_plan(
         for lowest, order, nodes, local in options:
             if (nodes is None) != cluster_wide:
                 continue
-            if best is not None and lowest > best.cost[0]:
+            if best is not None and best.cost[0] == 0 and lowest > best.cost[1]:
                 break
-            plan = _plan_in_domain(room, spec, nodes, local, allow, order)
+            plan = _plan_in_domain(room, spec, nodes, local, allow, order, patience)
             if plan is not None and (best is None or plan.cost < best.cost):
                 best = plan
         if best is not None:
@@ -376,6 +393,7 @@ def _plan_in_domain(
     ordered: Sequence[Unit],
     allow: Callable[[Unit, Sequence[Unit]], bool] | None,
     order: int,
+    patience: float | None,
 ) -> Plan | None:
     mark = room.mark()
     try:
@@ -411,7 +429,9 @@ def _plan_in_domain(
         # A whole-gang unit supersedes the same job's extra-tasks unit.
         wholes = {c.job.id for c in chosen if c.whole}
         chosen = [c for c in chosen if c.whole or c.job.id not in wholes]
+        late = patience is not None and max(c.delay for c in chosen) > patience
         cost = (
+            int(late),
             max(c.weight for c in chosen),
             len({c.job.id for c in chosen}),
             sum(c.lost for c in chosen),
