@@ -14,6 +14,7 @@ import gc
 import logging
 import os
 import secrets
+import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -133,6 +134,23 @@ def build_service(
     return Service(config, store, runtime, metrics, detected, data, lock, app, admin_token)
 
 
+def _check_address(host: str, port: int) -> None:
+    """Fail with one line before anything starts if the address cannot be listened on."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise ServiceError(f"cannot listen on {host}:{port}: {error.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as error:
+            raise ServiceError(
+                f"cannot listen on {host}:{port}: {error.strerror or error}"
+            ) from None
+
+
 def serve(
     config_path: Path | None,
     data_dir: Path | None,
@@ -143,6 +161,7 @@ def serve(
 ) -> None:
     import uvicorn
 
+    _check_address(host, port)
     service = build_service(config_path, data_dir, gpus, database_url)
     logging.basicConfig(level=logging.INFO, format="caldera: %(message)s", stream=sys.stderr)
     where = "SQLite in the data dir" if service.store.is_sqlite else "PostgreSQL"
