@@ -213,3 +213,45 @@ def test_restart_requeues_tasks_that_were_never_spawned(world: Any, tmp_path: Pa
     assert all(free == [1000] * 8 for free in again.room.free)
     kinds = [e["kind"] for e in again.store.events(job=job_id)]
     assert kinds[-1] == "requeue"
+
+
+def test_partial_eviction_keeps_the_gang_running(world: Any) -> None:
+    runtime, launcher, clock = world
+    job_id = run_job(runtime, tasks=4, gpu=2000, min_available=2)
+    runtime.apply(
+        Decisions(evictions=(Evict(job_id, EvictReason.PREEMPT, None, (2, 3), 4000),)),
+        runtime.snapshot(clock.now),
+    )
+    assert sorted(launcher.signals) == [(1003, signal.SIGTERM), (1004, signal.SIGTERM)]
+    job = runtime.jobs[job_id]
+    assert job.state is JobState.RUNNING and job.evictions == 1
+    launcher.exits.update({1003: 143, 1004: 143})
+    runtime.step()
+    assert [t.rank for t in job.tasks] == [0, 1]
+    assert sum(free.count(1000) for free in runtime.room.free) == 4  # their GPUs are back
+    assert job.state is JobState.RUNNING
+
+
+def test_restart_adopts_a_task_known_only_from_its_runner_record(
+    world: Any, tmp_path: Path
+) -> None:
+    runtime, _launcher, clock = world
+    job_id = runtime.submit(request(), "ops")["id"]
+    placement = TaskPlacement(0, tuple(range(8)), 1000)
+    # The server dies after spawning, before committing the pid: the runner's file knows it.
+    runtime._spawn = lambda job, task: None  # type: ignore[method-assign]
+    runtime.apply(Decisions(starts=(Start(job_id, (placement,)),)), runtime.snapshot(clock.now))
+
+    class Recording(FakeLauncher):
+        def recorded(
+            self, files: JobFiles, attempt: int, rank: int
+        ) -> tuple[int, int | None] | None:
+            return 4242, 7
+
+    node, _ = local_node(8)
+    again = Runtime(parse_config(CONFIG), runtime.store, tmp_path, (node,), Recording(), clock)
+    again.recover()
+    job = again.jobs[job_id]
+    assert job.state is JobState.RUNNING
+    assert (job.tasks[0].pid, job.tasks[0].start_ticks) == (4242, 7)
+    assert all(free == [0] * 8 for free in again.room.free)
