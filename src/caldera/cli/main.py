@@ -9,6 +9,7 @@ from caldera.cli import bench_api, service_cmds, simulate  # noqa: F401 - bench_
 from caldera.cli import compare as compare_command
 from caldera.cli import demo as demo_command
 from caldera.cli.bench import bench_app
+from caldera.cli.k8s import k8s_app
 
 __all__ = ["app", "main"]
 
@@ -24,6 +25,7 @@ compare_command.register(app)
 demo_command.register(app)
 service_cmds.register(app)
 app.add_typer(bench_app, name="bench")
+app.add_typer(k8s_app, name="k8s")
 
 
 def main() -> None:

@@ -1,0 +1,140 @@
+"""`caldera k8s`: the Kubernetes/Volcano runtime from the command line.
+
+    caldera k8s render FILE [--image IMAGE] [--rbac]       manifests as YAML, for review/GitOps
+    caldera k8s run [--kubeconfig PATH] [--namespace NS] [--config FILE] [--dry-run] [--once]
+
+Every failure is one line on stderr and a non-zero exit: 2 for a bad file or command line,
+1 when the cluster cannot be used (unreachable, Volcano missing, RBAC).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from caldera.cli.errors import EXIT_BAD_INPUT, EXIT_FAILURE, fail
+
+__all__ = ["k8s_app"]
+
+k8s_app = typer.Typer(
+    name="k8s",
+    help="Kubernetes with Volcano: render manifests, run the controller.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@k8s_app.command()
+def render(
+    file: Annotated[
+        Path, typer.Argument(help="A service config (queues, policy) or a scenario file.")
+    ],
+    image: Annotated[
+        str | None, typer.Option(help="Image for jobs that name none (scenario jobs).")
+    ] = None,
+    rbac: Annotated[
+        bool, typer.Option("--rbac", help="Also print the controller's ServiceAccount and RBAC.")
+    ] = False,
+) -> None:
+    """Print PriorityClasses, Volcano Queues and (for a scenario) the pods of the jobs the
+    first cycle starts, as one YAML stream on stdout."""
+    from caldera.k8s.config import KubeConfigError, load_render_input
+    from caldera.k8s.plan import plan_manifests
+    from caldera.k8s.render import RenderError, to_yaml
+
+    try:
+        config, scenario = load_render_input(file)
+        plan = plan_manifests(config, scenario, image, rbac)
+    except (KubeConfigError, RenderError) as error:
+        fail(str(error), EXIT_BAD_INPUT)
+    what = "a scenario: jobs placed by one cycle on an empty cluster" if scenario else "a config"
+    header = f"# caldera k8s render {file.name} ({what})\n"
+    notes = "".join(f"# {note}\n" for note in plan.notes)
+    sys.stdout.write(header + to_yaml(plan.objects) + notes)
+
+
+@k8s_app.command()
+def run(
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(help="kubeconfig file (default: in-cluster account, then ~/.kube/config)."),
+    ] = None,
+    context: Annotated[str | None, typer.Option(help="kubeconfig context.")] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", "-n", help="Read job records here only (default: all)."),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(help="caldera config: queues, policy, kubernetes: (DESIGN §8)."),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Read the cluster, decide once, print what would change."),
+    ] = False,
+    once: Annotated[bool, typer.Option("--once", help="One step, then exit.")] = False,
+    sync: Annotated[
+        bool, typer.Option(help="Create PriorityClasses and make Volcano Queues match the config.")
+    ] = True,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+) -> None:
+    """Run the controller: admit job records, run the cycle, create and delete pods."""
+    from caldera.k8s.api import ClusterError
+    from caldera.k8s.client import KubeClusterAPI
+    from caldera.k8s.config import KubeConfigError, load_kube_config
+    from caldera.k8s.controller import Controller, DryRunCluster, sync_cluster_objects
+    from caldera.k8s.render import queue_from_volcano
+    from caldera.k8s.runtime import KubeRuntime
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        loaded = load_kube_config(config)
+    except KubeConfigError as error:
+        fail(str(error), EXIT_BAD_INPUT)
+    settings = loaded.settings
+    if namespace is not None:
+        settings = replace(settings, namespace=namespace)
+    try:
+        api = KubeClusterAPI.from_kubeconfig(
+            str(kubeconfig) if kubeconfig else None, context, settings.request_timeout
+        )
+        api.check(settings.namespace)
+        queues = loaded.queues or tuple(queue_from_volcano(q, settings) for q in api.list_queues())
+        if not queues:
+            fail("no queues: give --config with queues, or create Volcano Queues first")
+        cluster = DryRunCluster(api) if dry_run else api
+        if sync and loaded.queues:
+            sync_cluster_objects(cluster, loaded.queues, settings)
+        runtime = KubeRuntime(cluster, queues, loaded.policy, settings)
+        if dry_run or once:
+            runtime.step()
+    except ClusterError as error:
+        fail(str(error), EXIT_FAILURE)
+    if dry_run:
+        assert isinstance(cluster, DryRunCluster)
+        for line in cluster.planned:
+            sys.stdout.write(f"would {line}\n")
+        if not cluster.planned:
+            sys.stdout.write("nothing to do\n")
+        return
+    if once:
+        return
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    logging.getLogger("caldera.k8s").info(
+        "controller running: %d queue(s), namespace %s", len(queues), settings.namespace or "*"
+    )
+    Controller(runtime, resync=settings.resync).run(stop)

@@ -1,0 +1,125 @@
+"""The one I/O seam to a cluster: `ClusterAPI`.
+
+Objects cross the seam as plain dicts in the API's wire form (camelCase keys, quantities as
+strings), the same shape `kubectl get -o json` prints: the renderer builds them, the runtime
+reads them, and the two implementations — `KubeClusterAPI` on the official `kubernetes`
+client and `FakeCluster` in memory — agree on them without model classes in between.
+
+Every failure is a `ClusterError` whose message is one line meant for the operator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+__all__ = [
+    "ClusterAPI",
+    "ClusterError",
+    "ClusterUnavailable",
+    "Conflict",
+    "Forbidden",
+    "Invalid",
+    "VolcanoMissing",
+    "from_rfc3339",
+    "to_rfc3339",
+]
+
+Object = dict[str, Any]
+
+
+def to_rfc3339(t: float) -> str:
+    """Unix time as the API writes timestamps (whole seconds, UTC)."""
+    return datetime.fromtimestamp(int(t), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def from_rfc3339(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+class ClusterError(RuntimeError):
+    """A cluster call failed. The message is one line."""
+
+
+class ClusterUnavailable(ClusterError):
+    """The API server cannot be reached (or answered with a server error)."""
+
+
+class VolcanoMissing(ClusterError):
+    """The Volcano CRDs (scheduling.volcano.sh/v1beta1) are not installed."""
+
+
+class Forbidden(ClusterError):
+    """RBAC refused a call: the controller's service account lacks a permission."""
+
+
+class Conflict(ClusterError):
+    """The object already exists (or changed under a precondition)."""
+
+
+class Invalid(ClusterError):
+    """The API server refused the object (validation, admission webhook)."""
+
+
+class ClusterAPI(Protocol):
+    """What the Kubernetes runtime needs from a cluster. `namespace=""` lists everywhere."""
+
+    def check(self, namespace: str) -> None:
+        """Raise ClusterUnavailable / VolcanoMissing / Forbidden if the controller cannot
+        work here; return when the API server, the Volcano CRDs and the reads it needs are
+        all there."""
+        ...
+
+    def list_nodes(self, label_selector: str = "") -> list[Object]: ...
+
+    def list_pods(
+        self, namespace: str, label_selector: str = "", field_selector: str = ""
+    ) -> list[Object]: ...
+
+    def read_pod(self, namespace: str, name: str) -> Object | None: ...
+
+    def create_pod(self, namespace: str, body: Object) -> Object: ...
+
+    def delete_pod(
+        self, namespace: str, name: str, grace_seconds: int, uid: str | None = None
+    ) -> bool:
+        """Delete with this grace period (SIGTERM now, SIGKILL after). `uid` is a
+        precondition: never delete a newer pod that took the name. False if already gone."""
+        ...
+
+    def create_service(self, namespace: str, body: Object) -> Object: ...
+
+    def delete_service(self, namespace: str, name: str) -> bool: ...
+
+    def create_pod_group(self, namespace: str, body: Object) -> Object: ...
+
+    def delete_pod_group(self, namespace: str, name: str) -> bool: ...
+
+    def list_config_maps(self, namespace: str, label_selector: str = "") -> list[Object]: ...
+
+    def read_config_map(self, namespace: str, name: str) -> Object | None: ...
+
+    def create_config_map(self, namespace: str, body: Object) -> Object: ...
+
+    def patch_config_map(self, namespace: str, name: str, patch: Object) -> Object:
+        """A JSON merge patch (RFC 7386): null deletes a key."""
+        ...
+
+    def list_queues(self) -> list[Object]: ...
+
+    def apply_queue(self, body: Object) -> None:
+        """Create the Volcano Queue, or replace its spec and caldera's annotations."""
+        ...
+
+    def apply_priority_class(self, body: Object) -> None:
+        """Create the PriorityClass; refuse (Conflict) when one exists with another value or
+        policy, which Kubernetes does not allow to change."""
+        ...
+
+    def watch(
+        self, kind: str, namespace: str, label_selector: str, timeout_seconds: int
+    ) -> Iterator[str]:
+        """Event types ("ADDED", "MODIFIED", "DELETED") on `kind` ("pods", "configmaps",
+        "nodes") until `timeout_seconds` pass; the caller only uses them as a wake-up."""
+        ...

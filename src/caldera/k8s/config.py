@@ -1,0 +1,131 @@
+"""Reading the files `caldera k8s` takes: a service config (+ `kubernetes:`) or a scenario.
+
+`caldera k8s run --config FILE` reads the service's configuration (DESIGN §8: queues and
+policy mean the same to every runtime; `tokens` are the service's and are ignored here) plus
+an optional `kubernetes:` section (`caldera.k8s.settings`). Without queues in the file, the
+cluster's Volcano Queues are the truth (see `caldera.k8s.render.queue_from_volcano`).
+
+`caldera k8s render FILE` also takes a scenario (DESIGN §6): its cluster and jobs show what
+the first cycle would start on an empty cluster of that shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from caldera.core import UNIX_WEEK_OFFSET, PolicyConfig
+from caldera.k8s.settings import KubeSettings, KubeSettingsModel, settings_from_model
+from caldera.model import Queue
+from caldera.sim.scenario import (
+    PolicyModel,
+    Scenario,
+    ScenarioError,
+    parse_scenario,
+    policy_config,
+)
+
+__all__ = [
+    "KubeConfig",
+    "KubeConfigError",
+    "load_kube_config",
+    "load_render_input",
+    "parse_kube_config",
+]
+
+_SCENARIO_KEYS = frozenset({"cluster", "jobs", "workload", "until"})
+
+
+class KubeConfigError(ValueError):
+    """The file cannot be used. One line, naming the file and the field."""
+
+
+@dataclass(frozen=True)
+class KubeConfig:
+    queues: tuple[Queue, ...]  # empty: read the cluster's Volcano Queues
+    policy: PolicyConfig
+    settings: KubeSettings
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise KubeConfigError(f"{path}: {error.strerror or error}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise KubeConfigError(f"{path}: not valid YAML{where}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise KubeConfigError(f"{path}: the file must be a mapping")
+    return data
+
+
+def _settings(data: dict[str, Any]) -> KubeSettings:
+    try:
+        model = KubeSettingsModel.model_validate(data.get("kubernetes") or {})
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        raise KubeConfigError(f"kubernetes.{where}: {message}") from None
+    return settings_from_model(model)
+
+
+def parse_kube_config(data: dict[str, Any]) -> KubeConfig:
+    """A decoded service config with an optional `kubernetes:` section."""
+    from caldera.service.config import ConfigError, parse_config
+
+    settings = _settings(data)
+    rest = {key: value for key, value in data.items() if key != "kubernetes"}
+    if rest.get("queues"):
+        try:
+            service = parse_config(rest)
+        except ConfigError as error:
+            raise KubeConfigError(str(error)) from None
+        return KubeConfig(service.queues, service.policy, settings)
+    unknown = set(rest) - {"queues", "policy", "tokens", "poll_interval", "cycle_gap"}
+    if unknown:
+        raise KubeConfigError(f"{sorted(unknown)[0]}: unknown key")
+    try:
+        policy = policy_config(PolicyModel.model_validate(rest.get("policy") or {}))
+    except (ValidationError, KeyError, ValueError) as error:
+        raise KubeConfigError(f"policy: {str(error).splitlines()[0]}") from None
+    return KubeConfig((), replace(policy, week_offset=UNIX_WEEK_OFFSET), settings)
+
+
+def load_kube_config(path: Path | None) -> KubeConfig:
+    """The controller's configuration; defaults (queues from the cluster) without a file."""
+    if path is None:
+        return parse_kube_config({})
+    try:
+        return parse_kube_config(_read(path))
+    except KubeConfigError as error:
+        if str(error).startswith(f"{path}:"):
+            raise
+        raise KubeConfigError(f"{path}: {error}") from None
+
+
+def load_render_input(path: Path) -> tuple[KubeConfig, Scenario | None]:
+    """A service config, or a scenario (then also returned, for its cluster and jobs)."""
+    data = _read(path)
+    if not _SCENARIO_KEYS & set(data):
+        return load_kube_config(path), None
+    try:
+        settings = _settings(data)
+    except KubeConfigError as error:
+        raise KubeConfigError(f"{path}: {error}") from None
+    rest = {key: value for key, value in data.items() if key != "kubernetes"}
+    try:
+        scenario = parse_scenario(rest, path.parent, path.stem)
+    except ScenarioError as error:
+        raise KubeConfigError(f"{path}: {error}") from None
+    return KubeConfig(scenario.queues, scenario.config, settings), scenario

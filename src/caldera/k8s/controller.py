@@ -1,0 +1,212 @@
+"""The controller loop behind `caldera k8s run`: when to call `KubeRuntime.step`.
+
+The runtime is level-triggered (each step reads what is there), so the loop only decides
+*when*: at once after a watch event (pods, job records, nodes), at the cycle's wake-up time
+(grace-period ends, throttle timeouts, window edges), and every `resync` seconds anyway.
+Watches are only wake-ups: a missed or failed watch costs latency, never correctness. Bursts
+of events share one step (`min_gap`). A failing API server is logged in one line and retried
+with back-off; the loop never dies of it.
+
+`DryRunCluster` wraps a cluster: it reads for real and writes nothing, recording one line per
+write it would have made. `caldera k8s run --dry-run` is one step through it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from caldera.k8s import names
+from caldera.k8s.api import ClusterAPI, ClusterError, Object
+from caldera.k8s.render import priority_classes, volcano_queue
+from caldera.k8s.runtime import KubeRuntime
+from caldera.k8s.settings import KubeSettings
+from caldera.model import Queue
+
+__all__ = ["Controller", "DryRunCluster", "sync_cluster_objects"]
+
+log = logging.getLogger("caldera.k8s")
+
+
+def sync_cluster_objects(api: ClusterAPI, queues: Iterable[Queue], settings: KubeSettings) -> None:
+    """Create the four PriorityClasses and make the Volcano Queues match caldera's queues."""
+    for body in priority_classes():
+        api.apply_priority_class(body)
+    for queue in queues:
+        api.apply_queue(volcano_queue(queue, settings))
+
+
+class DryRunCluster:
+    """Reads pass through; writes are recorded in `planned` and not sent."""
+
+    def __init__(self, api: ClusterAPI) -> None:
+        self.api = api
+        self.planned: list[str] = []
+
+    def _plan(self, line: str, body: Object | None = None) -> Object:
+        self.planned.append(line)
+        made = copy.deepcopy(body or {})
+        made.setdefault("metadata", {}).setdefault("uid", "dry-run")
+        return made
+
+    def check(self, namespace: str) -> None:
+        self.api.check(namespace)
+
+    def list_nodes(self, label_selector: str = "") -> list[Object]:
+        return self.api.list_nodes(label_selector)
+
+    def list_pods(
+        self, namespace: str, label_selector: str = "", field_selector: str = ""
+    ) -> list[Object]:
+        return self.api.list_pods(namespace, label_selector, field_selector)
+
+    def read_pod(self, namespace: str, name: str) -> Object | None:
+        return self.api.read_pod(namespace, name)
+
+    def list_config_maps(self, namespace: str, label_selector: str = "") -> list[Object]:
+        return self.api.list_config_maps(namespace, label_selector)
+
+    def read_config_map(self, namespace: str, name: str) -> Object | None:
+        return self.api.read_config_map(namespace, name)
+
+    def list_queues(self) -> list[Object]:
+        return self.api.list_queues()
+
+    def watch(
+        self, kind: str, namespace: str, label_selector: str, timeout_seconds: int
+    ) -> Iterator[str]:
+        return self.api.watch(kind, namespace, label_selector, timeout_seconds)
+
+    def create_pod(self, namespace: str, body: Object) -> Object:
+        node = body["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
+        return self._plan(f"create pod {namespace}/{body['metadata']['name']} on {node}", body)
+
+    def delete_pod(
+        self, namespace: str, name: str, grace_seconds: int, uid: str | None = None
+    ) -> bool:
+        self._plan(f"delete pod {namespace}/{name} (grace {grace_seconds} s)")
+        return True
+
+    def create_service(self, namespace: str, body: Object) -> Object:
+        return self._plan(f"create service {namespace}/{body['metadata']['name']}", body)
+
+    def delete_service(self, namespace: str, name: str) -> bool:
+        self._plan(f"delete service {namespace}/{name}")
+        return True
+
+    def create_pod_group(self, namespace: str, body: Object) -> Object:
+        return self._plan(f"create podgroup {namespace}/{body['metadata']['name']}", body)
+
+    def delete_pod_group(self, namespace: str, name: str) -> bool:
+        self._plan(f"delete podgroup {namespace}/{name}")
+        return True
+
+    def create_config_map(self, namespace: str, body: Object) -> Object:
+        return self._plan(f"create configmap {namespace}/{body['metadata']['name']}", body)
+
+    def patch_config_map(self, namespace: str, name: str, patch: Object) -> Object:
+        labels = (patch.get("metadata") or {}).get("labels") or {}
+        state = labels.get(names.STATE)
+        suffix = f" (state {state})" if state else ""
+        return self._plan(f"update configmap {namespace}/{name}{suffix}", patch)
+
+    def apply_queue(self, body: Object) -> None:
+        self._plan(f"apply queue {body['metadata']['name']}")
+
+    def apply_priority_class(self, body: Object) -> None:
+        self._plan(f"apply priorityclass {body['metadata']['name']} ({body['value']})")
+
+
+class Controller:
+    """Drives one runtime until `stop` is set."""
+
+    def __init__(
+        self,
+        runtime: KubeRuntime,
+        resync: float = 30.0,
+        min_gap: float = 0.2,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.runtime = runtime
+        self.api = runtime.api
+        self.settings = runtime.settings
+        self.resync = resync
+        self.min_gap = min_gap
+        self.clock = clock
+        self.wake = threading.Event()
+        self.steps = 0
+
+    def _watch(self, kind: str, namespace: str, selector: str, stop: threading.Event) -> None:
+        backoff = 1.0
+        while not stop.is_set():
+            try:
+                for _ in self.api.watch(kind, namespace, selector, int(self.resync)):
+                    self.wake.set()
+                    if stop.is_set():
+                        return
+                backoff = 1.0
+            except ClusterError as error:
+                log.warning("watch %s: %s (retrying in %.0f s)", kind, error, backoff)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 60.0)
+            except Exception:  # a watch is only a wake-up: never let it take the loop down
+                log.exception("watch %s failed", kind)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 60.0)
+
+    def start_watches(self, stop: threading.Event) -> list[threading.Thread]:
+        namespace = self.settings.namespace
+        watches: list[tuple[str, str, str]] = [
+            ("pods", namespace, f"{names.MANAGED}=true"),
+            ("configmaps", namespace, f"{names.JOB_RECORD}=true"),
+            ("nodes", "", self.settings.node_selector),
+        ]
+        threads = [
+            threading.Thread(
+                target=self._watch, args=(*w, stop), name=f"caldera-watch-{w[0]}", daemon=True
+            )
+            for w in watches
+        ]
+        for thread in threads:
+            thread.start()
+        return threads
+
+    def run(self, stop: threading.Event, watches: bool = True) -> None:
+        if watches:
+            self.start_watches(stop)
+        backoff = 1.0
+        while not stop.is_set():
+            began = self.clock()
+            try:
+                self.runtime.step()
+                self.steps += 1
+                backoff = 1.0
+            except ClusterError as error:
+                log.error("%s (retrying in %.0f s)", error, backoff)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 60.0)
+                continue
+            timeout = self.resync
+            wakeup = self.runtime.next_wakeup
+            if wakeup is not None:
+                timeout = min(timeout, max(wakeup - self.clock(), 0.0))
+            self.wake.wait(timeout)
+            self.wake.clear()
+            # Events come in bursts (a gang's pods): let them land, then look once.
+            rest = self.min_gap - (self.clock() - began)
+            if rest > 0:
+                stop.wait(rest)
+
+    @staticmethod
+    def describe(runtime: KubeRuntime) -> list[dict[str, Any]]:
+        """One row per job the runtime holds, for `--dry-run` output."""
+        return [
+            {"job": job.id, "state": job.state.value, "queue": job.spec.queue}
+            for job in sorted(runtime.jobs.values(), key=lambda j: j.id)
+        ]

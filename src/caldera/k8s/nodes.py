@@ -1,0 +1,154 @@
+"""Kubernetes nodes as caldera `Node`s, and the room caldera may not use on them.
+
+GPU count comes from `status.allocatable[gpu_resource]` (what the device plugin offers; the
+`nvidia.com/gpu.count` label only when allocatable lacks it), the model and per-GPU memory
+from GPU feature discovery's labels, the NVLink island size from `caldera.io/nvlink-island`
+(default: one island per node) and the topology from `caldera.io/hypernode` (tier 1) and
+`caldera.io/spine` (tier 2); all label names are settings. A node without a hypernode label
+is a tier-1 domain of its own and one without a spine label a tier-2 domain of its own
+(keyed by its tier-1 domain): a hard-topology gang never spans nodes nobody said were close.
+
+Nodes are ordered by name; a node's index is its position. Room caldera does not own —
+pods it did not create, nodes that are cordoned or not Ready — is reported as `Blocked` so
+the runtime can keep it out of the free-room index without ever offering it as a victim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from caldera.k8s import names
+from caldera.k8s.quantities import parse_count
+from caldera.k8s.settings import KubeSettings
+from caldera.model import Node, parse_cpu, parse_memory_mib
+
+__all__ = ["Blocked", "NodeState", "foreign_usage", "pod_requests", "read_nodes"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """The nodes caldera schedules on, and which of them accept new pods."""
+
+    nodes: tuple[Node, ...]
+    closed: frozenset[str]  # cordoned or not Ready: hold what runs there, start nothing new
+
+    @property
+    def index(self) -> dict[str, int]:
+        return {node.name: node.index for node in self.nodes}
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """Room on one node that caldera must not hand out: whole GPUs, millicores, MiB."""
+
+    gpus: int = 0
+    cpu: int = 0
+    memory: int = 0
+
+
+def _int_label(labels: Mapping[str, str], key: str) -> int:
+    try:
+        return max(int(float(labels.get(key, "0"))), 0)
+    except ValueError:
+        return 0
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return False
+
+
+def read_nodes(items: Iterable[Mapping[str, Any]], settings: KubeSettings) -> NodeState:
+    """Node objects (as the API returns them) into caldera's nodes, ordered by name."""
+    keys = settings.labels
+    rows = sorted(items, key=lambda n: str(n["metadata"]["name"]))
+    tier1_ids: dict[str, int] = {}
+    tier2_ids: dict[tuple[str, str], int] = {}
+    nodes: list[Node] = []
+    closed: set[str] = set()
+    for row in rows:
+        name = str(row["metadata"]["name"])
+        labels = row["metadata"].get("labels") or {}
+        allocatable = (row.get("status") or {}).get("allocatable") or {}
+        if settings.gpu_resource in allocatable:
+            gpus = int(parse_count(allocatable[settings.gpu_resource]))
+        else:
+            gpus = _int_label(labels, keys.gpu_count)
+        island = _int_label(labels, keys.nvlink_island)
+        if not island or not gpus or gpus % island:
+            island = gpus or 1  # unknown or inconsistent: one island spanning the node
+        hypernode = labels.get(keys.hypernode)
+        tier1_key = f"hypernode:{hypernode}" if hypernode else f"node:{name}"
+        tier1 = tier1_ids.setdefault(tier1_key, len(tier1_ids))
+        spine = labels.get(keys.spine)
+        tier2_key = ("spine", spine) if spine else ("tier1", tier1_key)
+        tier2 = tier2_ids.setdefault(tier2_key, len(tier2_ids))
+        nodes.append(
+            Node(
+                index=len(nodes),
+                name=name,
+                gpus=gpus,
+                gpu_model=str(labels.get(keys.gpu_model) or "GPU"),
+                cpu=parse_cpu(str(allocatable.get("cpu", "0"))),
+                memory=parse_memory_mib(str(allocatable.get("memory", "0"))),
+                island_size=island,
+                tier1=tier1,
+                tier2=tier2,
+                gpu_memory=_int_label(labels, keys.gpu_memory),
+            )
+        )
+        if (row.get("spec") or {}).get("unschedulable") or not _ready(row):
+            closed.add(name)
+    return NodeState(tuple(nodes), frozenset(closed))
+
+
+def pod_requests(pod: Mapping[str, Any], gpu_resource: str) -> tuple[int, int, int]:
+    """(whole GPUs, millicores, MiB) a pod holds on its node: the larger of its containers'
+    sum and its largest init container, per resource, as the scheduler counts them."""
+
+    def one(container: Mapping[str, Any]) -> tuple[int, int, int]:
+        requests = (container.get("resources") or {}).get("requests") or {}
+        limits = (container.get("resources") or {}).get("limits") or {}
+        gpu = requests.get(gpu_resource, limits.get(gpu_resource, 0))
+        return (
+            int(parse_count(gpu)),
+            parse_cpu(str(requests.get("cpu", "0"))),
+            parse_memory_mib(str(requests.get("memory", "0"))),
+        )
+
+    spec = pod.get("spec") or {}
+    main = [one(c) for c in spec.get("containers") or []]
+    init = [one(c) for c in spec.get("initContainers") or []]
+    total = tuple(sum(values) for values in zip(*main, strict=True)) if main else (0, 0, 0)
+    peak = tuple(max(values) for values in zip(*init, strict=True)) if init else (0, 0, 0)
+    gpu, cpu, memory = (max(a, b) for a, b in zip(total, peak, strict=True))
+    return gpu, cpu, memory
+
+
+def foreign_usage(
+    pods: Iterable[Mapping[str, Any]], node_names: Iterable[str], settings: KubeSettings
+) -> dict[str, Blocked]:
+    """What pods caldera did not create hold on caldera's nodes (bound, not finished)."""
+    wanted = set(node_names)
+    usage: dict[str, list[int]] = {}
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        if (metadata.get("labels") or {}).get(names.MANAGED) == "true":
+            continue
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        if not node or node not in wanted or phase in ("Succeeded", "Failed"):
+            continue
+        try:
+            gpu, cpu, memory = pod_requests(pod, settings.gpu_resource)
+        except ValueError:
+            continue  # a quantity this reader does not understand: not caldera's to judge
+        totals = usage.setdefault(node, [0, 0, 0])
+        totals[0] += gpu
+        totals[1] += cpu
+        totals[2] += memory
+    return {node: Blocked(*values) for node, values in usage.items() if any(values)}

@@ -1,0 +1,582 @@
+"""Manifests from caldera's model: PriorityClasses, Volcano Queues, and a started job's
+PodGroup + Pods. Pure functions: the same input renders the same objects, every time.
+
+Why PodGroup + Pods and not a Volcano Job (`batch.volcano.sh/v1alpha1`)? caldera decides
+per task where it runs, which tasks give way and when a gang grows; a Volcano Job has its
+own controller that would fight every one of those decisions:
+- the Job controller re-creates a pod caldera deleted (that is what its `replicas` mean), so
+  evicting only the tasks above `min_available` would undo itself, and its `policies`
+  (PodEvicted → RestartJob) would restart a whole gang caldera evicted on purpose;
+- Volcano's admission webhook lets a Job change only `minAvailable` and task `replicas`
+  after creation, so tasks cannot be re-pinned or added on newly decided nodes (grow);
+- a Volcano Job shares one template per task role, where caldera pins every task to its own
+  node and records its own device choice.
+A PodGroup is exactly what the Volcano scheduler reads for gang scheduling (`minMember`,
+`queue`, `priorityClassName`, `networkTopology`), so with PodGroup + Pods caldera stays the
+only controller of its pods, and Volcano still binds each gang all-or-nothing, accounts it
+to its queue and refuses to over-commit a node if caldera's view was stale.
+
+Pinning: each pod carries a *required* node affinity on `metadata.name` (the form the
+DaemonSet controller uses), not `nodeName`: `nodeName` bypasses the scheduler, so the gang
+would not be bound atomically and a pod landing on a node whose room is not free yet would
+be rejected by the kubelet instead of waiting. The affinity names one node, so the node
+caldera decided is the only node Volcano may choose.
+
+GPUs: whole devices are requested as `gpu_resource` (default `nvidia.com/gpu`); a share of
+one device (gpu_milli < 1000) as `settings.gpu_share` (default `volcano.sh/gpu-memory` in MiB
+of the node's per-GPU memory). The device plugin picks the physical devices; caldera's device
+choice (which keeps multi-GPU tasks inside one NVLink island) is recorded on the pod in
+`caldera.io/placement` and is what caldera accounts.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from caldera.core import Nomination, TaskPlacement
+from caldera.k8s import names
+from caldera.k8s.quantities import (
+    cpu_quantity,
+    memory_quantity,
+    resource_list,
+    resources_from_list,
+)
+from caldera.k8s.records import nomination_to_json, placement_to_json
+from caldera.k8s.settings import KubeSettings
+from caldera.model import (
+    CRITICAL_PRIORITY,
+    GPU_MILLI,
+    PRIORITY_CLASSES,
+    JobSpec,
+    JobType,
+    Node,
+    Queue,
+    QueueState,
+    TimeWindow,
+)
+
+__all__ = [
+    "Owner",
+    "RenderError",
+    "Workload",
+    "controller_rbac",
+    "job_service",
+    "pod_group",
+    "priority_classes",
+    "queue_from_volcano",
+    "render_start",
+    "task_pod",
+    "to_yaml",
+    "volcano_queue",
+]
+
+SCHEDULING_API = "scheduling.k8s.io/v1"
+VOLCANO_SCHEDULING_API = "scheduling.volcano.sh/v1beta1"
+
+_CLASS_DESCRIPTIONS = {
+    JobType.CRITICAL: "caldera critical: online inference, top-tier training; never preempted",
+    JobType.LARGE: "caldera large-job: distributed training (32+ GPUs); preempted by critical",
+    JobType.NORMAL: "caldera normal: restartable jobs; preempted by large-job and critical",
+    JobType.DEBUG: "caldera debug: development; preempted by anyone, never preempts",
+}
+
+# Fields of a user's pod template that decide scheduling: caldera sets them, so a template
+# that sets them would make the placement caldera decided not the one that happens.
+_SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "schedulerName", "priorityClassName", "priority")
+
+
+class RenderError(ValueError):
+    """A job cannot be rendered as asked. One line: it becomes a reject or fail reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The object everything created for a job belongs to (its record): deleting the record
+    deletes the job's pods, PodGroup and Service through Kubernetes' garbage collector."""
+
+    name: str
+    uid: str
+    kind: str = "ConfigMap"
+    api_version: str = "v1"
+
+    def reference(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "apiVersion": self.api_version,
+                "kind": self.kind,
+                "name": self.name,
+                "uid": self.uid,
+                "blockOwnerDeletion": False,
+            }
+        ]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What each task runs: the image, argv, environment and an optional pod template."""
+
+    image: str = ""
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    template: Mapping[str, Any] | None = None
+
+    def check(self, settings: KubeSettings) -> None:
+        """RenderError when no pod could be made from this workload."""
+        _container_base(self, settings)
+
+
+# -- priority classes and queues -----------------------------------------------------------
+
+
+def priority_classes() -> list[dict[str, Any]]:
+    """The four classes, straight from the one table (`caldera.model.PRIORITY_CLASSES`)."""
+    return [
+        {
+            "apiVersion": SCHEDULING_API,
+            "kind": "PriorityClass",
+            "metadata": {"name": pc.name, "labels": {names.MANAGED: "true"}},
+            "value": pc.value,
+            "globalDefault": False,
+            "preemptionPolicy": pc.preemption_policy.value,
+            "description": _CLASS_DESCRIPTIONS[job_type],
+        }
+        for job_type, pc in PRIORITY_CLASSES.items()
+    ]
+
+
+def _windows_json(windows: Sequence[TimeWindow]) -> str:
+    return json.dumps(
+        [{"days": sorted(w.days), "hours": [w.start_hour, w.end_hour]} for w in windows],
+        separators=(",", ":"),
+    )
+
+
+def volcano_queue(queue: Queue, settings: KubeSettings) -> dict[str, Any]:
+    """A caldera queue as a Volcano Queue.
+
+    Volcano's Queue has no `spec.state` (state is status, changed with `vcctl queue operate`)
+    and no time windows, and the API server prunes unknown fields; caldera enforces both at
+    admission and records them in annotations, so the object still says what applies.
+    Volcano rejects a weight below 1: a caldera weight of 0 is rendered as 1.
+    """
+    annotations = {names.QUEUE_STATE: queue.state.value}
+    if queue.time_windows:
+        annotations[names.TIME_WINDOWS] = _windows_json(queue.time_windows)
+    spec: dict[str, Any] = {"weight": max(queue.weight, 1), "reclaimable": queue.reclaimable}
+    for key, quota in (("capability", queue.capability), ("deserved", queue.deserved)):
+        if quota is not None and resource_list(quota, settings.gpu_resource):
+            spec[key] = resource_list(quota, settings.gpu_resource)
+    if queue.guarantee is not None and resource_list(queue.guarantee, settings.gpu_resource):
+        spec["guarantee"] = {"resource": resource_list(queue.guarantee, settings.gpu_resource)}
+    return {
+        "apiVersion": VOLCANO_SCHEDULING_API,
+        "kind": "Queue",
+        "metadata": {
+            "name": queue.name,
+            "labels": {names.MANAGED: "true"},
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+def queue_from_volcano(obj: Mapping[str, Any], settings: KubeSettings) -> Queue:
+    """A Volcano Queue read back as a caldera queue (for a controller run without a config:
+    the cluster's queues are then the truth). The inverse of `volcano_queue`."""
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    annotations = metadata.get("annotations") or {}
+    state_text = str(
+        annotations.get(names.QUEUE_STATE) or (obj.get("status") or {}).get("state") or ""
+    )
+    known = {state.value for state in QueueState}
+    state = QueueState(state_text) if state_text in known else None
+    windows: tuple[TimeWindow, ...] = ()
+    if names.TIME_WINDOWS in annotations:
+        windows = tuple(
+            TimeWindow(frozenset(w["days"]), float(w["hours"][0]), float(w["hours"][1]))
+            for w in json.loads(annotations[names.TIME_WINDOWS])
+        )
+
+    def quota(values: Mapping[str, Any] | None) -> Any:
+        return resources_from_list(dict(values), settings.gpu_resource) if values else None
+
+    guarantee = spec.get("guarantee") or {}
+    return Queue(
+        name=str(metadata["name"]),
+        weight=int(spec.get("weight", 1)),
+        deserved=quota(spec.get("deserved")),
+        guarantee=quota(guarantee.get("resource")),
+        capability=quota(spec.get("capability")),
+        reclaimable=bool(spec.get("reclaimable", True)),
+        state=state or QueueState.OPEN,
+        time_windows=windows,
+    )
+
+
+# -- a started job -------------------------------------------------------------------------
+
+
+def _job_labels(spec: JobSpec, attempt: int) -> dict[str, str]:
+    return {
+        names.MANAGED: "true",
+        names.JOB: spec.name,
+        names.JOB_TYPE: spec.type.value,
+        names.QUEUE: spec.queue,
+        names.ATTEMPT: str(attempt),
+    }
+
+
+def _never_preempted(spec: JobSpec) -> bool:
+    return spec.priority >= CRITICAL_PRIORITY or spec.protected or spec.conformance_protected
+
+
+def pod_group(
+    spec: JobSpec,
+    attempt: int,
+    owner: Owner | None = None,
+    started_under: Nomination | None = None,
+    nodes: tuple[Node, ...] = (),
+    settings: KubeSettings | None = None,
+) -> dict[str, Any]:
+    """The gang as Volcano sees it: `minMember` = min_available, queue and priority class."""
+    settings = settings or KubeSettings()
+    annotations = {names.JOB_ID: spec.id}
+    if started_under is not None:
+        # Which reservation the job started in and whose eviction freed it: for audits.
+        annotations[names.NOMINATION] = json.dumps(
+            nomination_to_json(started_under, nodes), separators=(",", ":"), sort_keys=True
+        )
+    metadata: dict[str, Any] = {
+        "name": names.pod_group_name(spec.name, attempt),
+        "namespace": spec.namespace,
+        "labels": _job_labels(spec, attempt),
+        "annotations": annotations,
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = owner.reference()
+    gang = spec.gang_request
+    minimum = resource_list(gang, settings.gpu_resource)
+    if 0 < spec.gpu < GPU_MILLI:
+        minimum.pop(settings.gpu_resource, None)  # a share is not a count of devices
+    group_spec: dict[str, Any] = {
+        "minMember": spec.min_available,
+        "queue": spec.queue,
+        "priorityClassName": spec.priority_class.name,
+    }
+    if minimum:
+        group_spec["minResources"] = minimum
+    if spec.topology is not None:
+        group_spec["networkTopology"] = {
+            "mode": spec.topology.mode.value,
+            "highestTierAllowed": spec.topology.highest_tier,
+        }
+    if _never_preempted(spec):
+        group_spec["preemptable"] = False  # Volcano's own preempt/reclaim must not touch it
+    return {
+        "apiVersion": VOLCANO_SCHEDULING_API,
+        "kind": "PodGroup",
+        "metadata": metadata,
+        "spec": group_spec,
+    }
+
+
+def job_service(spec: JobSpec, owner: Owner | None = None) -> dict[str, Any]:
+    """A headless Service: task N of a gang is reachable as NAME-N.NAME (MASTER_ADDR)."""
+    metadata: dict[str, Any] = {
+        "name": spec.name,
+        "namespace": spec.namespace,
+        "labels": {names.MANAGED: "true", names.JOB: spec.name},
+        "annotations": {names.JOB_ID: spec.id},
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = owner.reference()
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": {
+            "clusterIP": "None",
+            "selector": {names.MANAGED: "true", names.JOB: spec.name},
+            "publishNotReadyAddresses": True,  # rendezvous happens before readiness
+        },
+    }
+
+
+def _container_base(
+    workload: Workload, settings: KubeSettings
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(template metadata, pod spec, first container) from the workload, checked."""
+    template = copy.deepcopy(dict(workload.template or {}))
+    unknown = set(template) - {"metadata", "spec"}
+    if unknown:
+        raise RenderError(f"template: unknown key {sorted(unknown)[0]!r} (metadata, spec)")
+    metadata = template.get("metadata") or {}
+    pod_spec = template.get("spec") or {}
+    if not isinstance(metadata, dict) or not isinstance(pod_spec, dict):
+        raise RenderError("template: metadata and spec must be mappings")
+    for key in _SCHEDULING_FIELDS:
+        if key in pod_spec:
+            raise RenderError(f"template.spec.{key} is set by caldera (it decides placement)")
+    if (pod_spec.get("affinity") or {}).get("nodeAffinity") is not None:
+        raise RenderError("template.spec.affinity.nodeAffinity is set by caldera")
+    containers = pod_spec.get("containers") or [{}]
+    if not isinstance(containers, list) or not all(isinstance(c, dict) for c in containers):
+        raise RenderError("template.spec.containers must be a list of containers")
+    first = containers[0]
+    first.setdefault("name", "task")
+    image = workload.image or first.get("image") or settings.image
+    if not image:
+        raise RenderError("no image: give image in the job, its template, or kubernetes.image")
+    first["image"] = image
+    if workload.command:
+        first["command"] = list(workload.command)
+    if workload.args:
+        first["args"] = list(workload.args)
+    pod_spec["containers"] = containers
+    return metadata, pod_spec, first
+
+
+def _gpu_resources(spec: JobSpec, node: Node, settings: KubeSettings) -> dict[str, str]:
+    if spec.gpu >= GPU_MILLI:
+        return {settings.gpu_resource: str(spec.gpu // GPU_MILLI)}
+    if spec.gpu <= 0:
+        return {}
+    share = settings.gpu_share
+    if share.unit == "milli":
+        return {share.resource: str(spec.gpu)}
+    if share.unit == "percent":
+        return {settings.gpu_resource: "1", share.resource: str(math.ceil(spec.gpu / 10))}
+    if node.gpu_memory <= 0:
+        raise RenderError(
+            f"node {node.name} has no GPU memory label ({settings.labels.gpu_memory}): "
+            f"a {spec.gpu / GPU_MILLI:g} GPU share cannot be given in {share.resource}"
+        )
+    return {share.resource: str(math.ceil(spec.gpu * node.gpu_memory / GPU_MILLI))}
+
+
+def _env_list(env: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"name": key, "value": value} for key, value in env.items()]
+
+
+def task_pod(
+    spec: JobSpec,
+    workload: Workload,
+    rank: int,
+    placement: TaskPlacement,
+    nodes: tuple[Node, ...],
+    attempt: int,
+    master_rank: int,
+    grace_period: float,
+    settings: KubeSettings,
+    owner: Owner | None = None,
+) -> dict[str, Any]:
+    """One task's pod, pinned to its decided node, in the job's PodGroup."""
+    node = nodes[placement.node]
+    template_meta, pod_spec, container = _container_base(workload, settings)
+    grace = math.ceil(grace_period)
+    gang = spec.tasks > 1
+    labels = {**(template_meta.get("labels") or {}), **_job_labels(spec, attempt)}
+    labels[names.RANK] = str(rank)
+    if spec.protected:
+        labels[names.PROTECTED] = "true"
+    annotations = {
+        **(template_meta.get("annotations") or {}),
+        names.GROUP_NAME: names.pod_group_name(spec.name, attempt),
+        names.JOB_ID: spec.id,
+        names.PLACEMENT: json.dumps(
+            placement_to_json(placement, nodes), separators=(",", ":"), sort_keys=True
+        ),
+    }
+    if _never_preempted(spec):
+        annotations[names.VOLCANO_PREEMPTABLE] = "false"
+    metadata: dict[str, Any] = {
+        "name": names.pod_name(spec.name, attempt, rank),
+        "namespace": spec.namespace,
+        "labels": labels,
+        "annotations": annotations,
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = owner.reference()
+    caldera_env = {
+        "CALDERA_JOB_ID": spec.id,
+        "CALDERA_JOB_NAME": spec.name,
+        "CALDERA_JOB_TYPE": spec.type.value,
+        "CALDERA_QUEUE": spec.queue,
+        "CALDERA_ATTEMPT": str(attempt),
+        "CALDERA_CHECKPOINT_DIR": f"{settings.checkpoint_root.rstrip('/')}/"
+        f"{spec.namespace}/{spec.name}",
+        "CALDERA_GRACE_PERIOD": f"{grace_period:g}",
+        "RANK": str(rank),
+        "NODE_RANK": str(rank),
+        "WORLD_SIZE": str(spec.tasks),
+        "NNODES": str(spec.tasks),
+        "MASTER_ADDR": f"{spec.name}-{master_rank}.{spec.name}" if gang else "127.0.0.1",
+        "MASTER_PORT": str(settings.master_port),
+    }
+    if 0 < spec.gpu < GPU_MILLI:
+        caldera_env["CALDERA_GPU_FRACTION"] = f"{spec.gpu / GPU_MILLI:g}"
+    env = {
+        **{e["name"]: e.get("value", "") for e in container.get("env") or [] if "value" in e},
+        **dict(workload.env),
+        **caldera_env,
+    }
+    # Entries that take their value from elsewhere (valueFrom) stay as the template wrote them.
+    from_refs = [e for e in container.get("env") or [] if "value" not in e and e["name"] not in env]
+    container["env"] = _env_list(env) + from_refs
+    resources = copy.deepcopy(container.get("resources") or {})
+    requests = dict(resources.get("requests") or {})
+    limits = dict(resources.get("limits") or {})
+    gpu = _gpu_resources(spec, node, settings)
+    requests.update(gpu)
+    limits.update(gpu)  # extended resources must have limits equal to requests
+    if spec.cpu:
+        requests["cpu"] = cpu_quantity(spec.cpu)
+    if spec.memory:
+        requests["memory"] = memory_quantity(spec.memory)
+    resources = {"requests": requests}
+    if limits:
+        resources["limits"] = limits
+    container["resources"] = resources
+    affinity = dict(pod_spec.get("affinity") or {})
+    affinity["nodeAffinity"] = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}
+            ]
+        }
+    }
+    pod_spec.update(
+        {
+            "schedulerName": settings.scheduler_name,
+            "priorityClassName": spec.priority_class.name,
+            "restartPolicy": "Never",  # caldera retries and requeues whole gangs itself
+            "terminationGracePeriodSeconds": grace,
+            "affinity": affinity,
+        }
+    )
+    if gang:
+        pod_spec["hostname"] = f"{spec.name}-{rank}"
+        pod_spec["subdomain"] = spec.name
+    ordered = {key: pod_spec[key] for key in sorted(pod_spec)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": ordered}
+
+
+def render_start(
+    spec: JobSpec,
+    workload: Workload,
+    placement: Sequence[TaskPlacement],
+    nodes: tuple[Node, ...],
+    attempt: int,
+    grace_period: float,
+    settings: KubeSettings,
+    first_rank: int = 0,
+    master_rank: int = 0,
+    owner: Owner | None = None,
+    started_under: Nomination | None = None,
+    grow: bool = False,
+) -> list[dict[str, Any]]:
+    """Everything a start creates, in creation order: the Service (gangs only) and the
+    PodGroup (not when a running job grows), then one pod per task."""
+    objects: list[dict[str, Any]] = []
+    if not grow:
+        if spec.tasks > 1:
+            objects.append(job_service(spec, owner))
+        objects.append(pod_group(spec, attempt, owner, started_under, nodes, settings))
+    for i, task in enumerate(placement):
+        objects.append(
+            task_pod(
+                spec,
+                workload,
+                first_rank + i,
+                task,
+                nodes,
+                attempt,
+                master_rank,
+                grace_period,
+                settings,
+                owner,
+            )
+        )
+    return objects
+
+
+# What the controller does on a cluster, verb by verb: every call `KubeClusterAPI` makes is
+# covered here (a test replays the calls against these rules), and nothing more.
+RBAC_RULES: tuple[dict[str, list[str]], ...] = (
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+    {
+        "apiGroups": [""],
+        "resources": ["pods"],
+        "verbs": ["get", "list", "watch", "create", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "delete"]},
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "verbs": ["get", "list", "watch", "create", "patch"],
+    },
+    {
+        "apiGroups": ["scheduling.volcano.sh"],
+        "resources": ["podgroups"],
+        "verbs": ["get", "list", "create", "delete"],
+    },
+    {
+        "apiGroups": ["scheduling.volcano.sh"],
+        "resources": ["queues"],
+        "verbs": ["get", "list", "create", "update"],
+    },
+    {
+        "apiGroups": ["scheduling.k8s.io"],
+        "resources": ["priorityclasses"],
+        "verbs": ["get", "create"],
+    },
+)
+
+
+def controller_rbac(
+    namespace: str = "caldera-system", name: str = "caldera-controller"
+) -> list[dict[str, Any]]:
+    """The controller's namespace, ServiceAccount, ClusterRole and its binding. Cluster-wide:
+    caldera must see every pod on its nodes to know what room is really free."""
+    labels = {names.MANAGED: "true"}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": labels},
+            "rules": [copy.deepcopy(rule) for rule in RBAC_RULES],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name, "labels": labels},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    ]
+
+
+def to_yaml(objects: Iterable[Mapping[str, Any]]) -> str:
+    """Objects as one YAML stream (`---` between documents), keys in the order built."""
+    return yaml.safe_dump_all(
+        [dict(o) for o in objects], sort_keys=False, default_flow_style=False, width=100
+    )

@@ -1,0 +1,317 @@
+"""Just enough of the Kubernetes REST API, on 127.0.0.1, to run the official client against.
+
+It stores objects per collection (`/api/v1/namespaces/NS/pods`, `/apis/G/V/queues`, …),
+lists them with label and field selectors, creates (409 on a duplicate), replaces,
+merge-patches (and insists on `application/merge-patch+json`), deletes (honouring a uid
+precondition; with `graceful` pods keep a deletionTimestamp until the test removes them),
+streams a watch as one event per object, and answers `/version`. Every request is recorded
+— method, path, query, headers and decoded body — for tests to compare with what the API
+expects. With `volcano=False` the Volcano groups answer 404 like a cluster without the CRDs.
+`fail(method, path, status, message)` makes one path answer an error.
+
+Nothing in caldera imports this: it is the other side of the wire, written from the API's
+documented behaviour, so a request the client builds wrongly shows up here as a failure.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from caldera.k8s.fake import field_selector_matches, label_selector_matches, merge_patch
+
+__all__ = ["Recorded", "StubAPIServer"]
+
+CLUSTER_SCOPED = frozenset({"nodes", "namespaces", "priorityclasses", "queues"})
+VOLCANO_GROUPS = frozenset({"scheduling.volcano.sh", "batch.volcano.sh"})
+
+Key = tuple[str, str, str, str]  # group/version, plural, namespace ("" if none), name
+
+
+@dataclass(frozen=True)
+class Recorded:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: Any
+
+    @property
+    def content_type(self) -> str | None:
+        return self.headers.get("content-type")
+
+
+@dataclass
+class StubAPIServer:
+    volcano: bool = True
+    graceful: bool = False
+    objects: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    requests: list[Recorded] = field(default_factory=list)
+    failures: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: ThreadingHTTPServer | None = None
+    _thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> StubAPIServer:
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                stub._serve(self, raw)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    # -- test helpers --------------------------------------------------------------------------
+
+    def put(
+        self, api: str, plural: str, obj: dict[str, Any], namespace: str = ""
+    ) -> dict[str, Any]:
+        """Store an object as if it had been created (nodes, pods of other workloads…)."""
+        stored = copy.deepcopy(obj)
+        metadata = stored.setdefault("metadata", {})
+        if namespace:
+            metadata["namespace"] = namespace
+        metadata.setdefault("uid", f"stub-uid-{next(self._ids)}")
+        metadata.setdefault("resourceVersion", str(next(self._ids)))
+        with self._lock:
+            self.objects[(api, plural, namespace, metadata["name"])] = stored
+        return stored
+
+    def get(self, api: str, plural: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        with self._lock:
+            found = self.objects.get((api, plural, namespace, name))
+            return copy.deepcopy(found) if found is not None else None
+
+    def update(
+        self, api: str, plural: str, name: str, namespace: str, change: dict[str, Any]
+    ) -> None:
+        with self._lock:
+            key = (api, plural, namespace, name)
+            self.objects[key] = merge_patch(self.objects[key], change)
+
+    def remove(self, api: str, plural: str, name: str, namespace: str = "") -> None:
+        with self._lock:
+            self.objects.pop((api, plural, namespace, name), None)
+
+    def fail(self, method: str, path: str, status: int, message: str) -> None:
+        self.failures[(method, path)] = (status, message)
+
+    def calls(self, method: str | None = None, contains: str = "") -> list[Recorded]:
+        return [
+            r
+            for r in self.requests
+            if (method is None or r.method == method) and contains in r.path
+        ]
+
+    # -- serving -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _send(handler: BaseHTTPRequestHandler, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def _status(self, handler: BaseHTTPRequestHandler, code: int, message: str) -> None:
+        reason = {404: "NotFound", 409: "Conflict", 415: "UnsupportedMediaType"}.get(code, "")
+        self._send(
+            handler,
+            code,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "status": "Failure",
+                "message": message,
+                "reason": reason,
+                "code": code,
+            },
+        )
+
+    def _serve(self, handler: BaseHTTPRequestHandler, raw: bytes) -> None:
+        split = urlsplit(handler.path)
+        query = parse_qs(split.query)
+        body = json.loads(raw) if raw else None
+        headers = {k.lower(): v for k, v in handler.headers.items()}
+        method = handler.command
+        self.requests.append(Recorded(method, split.path, query, headers, body))
+        failure = self.failures.get((method, split.path))
+        if failure is not None:
+            self._status(handler, *failure)
+            return
+        if split.path == "/version":
+            self._send(handler, 200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0"})
+            return
+        parts = [p for p in split.path.split("/") if p]
+        if parts[:2] == ["api", "v1"]:
+            api, rest = "v1", parts[2:]
+        elif parts[:1] == ["apis"] and len(parts) >= 3:
+            api, rest = f"{parts[1]}/{parts[2]}", parts[3:]
+            if parts[1] in VOLCANO_GROUPS and not self.volcano:
+                self._status(handler, 404, "the server could not find the requested resource")
+                return
+        else:
+            self._status(handler, 404, "the server could not find the requested resource")
+            return
+        namespace = ""
+        if rest[:1] == ["namespaces"] and len(rest) >= 3:
+            namespace, rest = rest[1], rest[2:]
+        plural, name = rest[0], (rest[1] if len(rest) > 1 else "")
+        with self._lock:
+            if method == "GET" and not name:
+                self._list(handler, api, plural, namespace, query)
+            elif method == "GET":
+                self._read(handler, (api, plural, namespace, name))
+            elif method == "POST":
+                self._create(handler, api, plural, namespace, body)
+            elif method == "PUT":
+                self._replace(handler, (api, plural, namespace, name), body)
+            elif method == "PATCH":
+                self._patch(handler, (api, plural, namespace, name), body, headers)
+            elif method == "DELETE":
+                self._delete(handler, (api, plural, namespace, name), body, query)
+
+    def _list(
+        self,
+        handler: BaseHTTPRequestHandler,
+        api: str,
+        plural: str,
+        namespace: str,
+        query: dict[str, list[str]],
+    ) -> None:
+        labels = query.get("labelSelector", [""])[0]
+        fields = query.get("fieldSelector", [""])[0]
+        items = [
+            copy.deepcopy(obj)
+            for (a, p, ns, _), obj in sorted(self.objects.items())
+            if a == api
+            and p == plural
+            and (not namespace or ns == namespace)
+            and label_selector_matches(obj["metadata"].get("labels") or {}, labels)
+            and field_selector_matches(obj, fields)
+        ]
+        limit = query.get("limit")
+        if limit:
+            items = items[: int(limit[0])]
+        if query.get("watch", ["false"])[0] == "true":
+            lines = "".join(json.dumps({"type": "ADDED", "object": o}) + "\n" for o in items)
+            data = lines.encode()
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+            return
+        self._send(
+            handler,
+            200,
+            {
+                "kind": "List",
+                "apiVersion": api,
+                "metadata": {"resourceVersion": "1"},
+                "items": items,
+            },
+        )
+
+    def _read(self, handler: BaseHTTPRequestHandler, key: Key) -> None:
+        found = self.objects.get(key)
+        if found is None:
+            self._status(handler, 404, f'{key[1]} "{key[3]}" not found')
+            return
+        self._send(handler, 200, found)
+
+    def _create(
+        self, handler: BaseHTTPRequestHandler, api: str, plural: str, namespace: str, body: Any
+    ) -> None:
+        obj = copy.deepcopy(body)
+        metadata = obj.setdefault("metadata", {})
+        key = (api, plural, namespace, metadata["name"])
+        if key in self.objects:
+            self._status(handler, 409, f'{plural} "{metadata["name"]}" already exists')
+            return
+        if namespace:
+            metadata["namespace"] = namespace
+        metadata["uid"] = f"stub-uid-{next(self._ids)}"
+        metadata["resourceVersion"] = str(next(self._ids))
+        metadata["creationTimestamp"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if plural == "pods":
+            obj.setdefault("status", {"phase": "Pending"})
+        self.objects[key] = obj
+        self._send(handler, 201, obj)
+
+    def _replace(self, handler: BaseHTTPRequestHandler, key: Key, body: Any) -> None:
+        if key not in self.objects:
+            self._status(handler, 404, f'{key[1]} "{key[3]}" not found')
+            return
+        obj = copy.deepcopy(body)
+        obj["metadata"]["resourceVersion"] = str(next(self._ids))
+        self.objects[key] = obj
+        self._send(handler, 200, obj)
+
+    def _patch(
+        self, handler: BaseHTTPRequestHandler, key: Key, body: Any, headers: dict[str, str]
+    ) -> None:
+        if headers.get("content-type") != "application/merge-patch+json":
+            self._status(handler, 415, f"unsupported patch type {headers.get('content-type')}")
+            return
+        if key not in self.objects:
+            self._status(handler, 404, f'{key[1]} "{key[3]}" not found')
+            return
+        self.objects[key] = merge_patch(self.objects[key], body)
+        self._send(handler, 200, self.objects[key])
+
+    def _delete(
+        self, handler: BaseHTTPRequestHandler, key: Key, body: Any, query: dict[str, list[str]]
+    ) -> None:
+        found = self.objects.get(key)
+        if found is None:
+            self._status(handler, 404, f'{key[1]} "{key[3]}" not found')
+            return
+        options = body or {}
+        uid = (options.get("preconditions") or {}).get("uid")
+        if uid is not None and uid != found["metadata"].get("uid"):
+            self._status(handler, 409, "Precondition failed: UID in precondition")
+            return
+        grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds", [None])[0])
+        if self.graceful and key[1] == "pods" and grace not in (None, 0, "0"):
+            found["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
+            found["metadata"]["deletionGracePeriodSeconds"] = int(grace)
+        else:
+            del self.objects[key]
+        self._send(handler, 200, found)
