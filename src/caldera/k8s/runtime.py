@@ -42,6 +42,7 @@ from caldera.core import (
     Decisions,
     Evict,
     JobIndex,
+    Nomination,
     PolicyConfig,
     Room,
     Snapshot,
@@ -689,7 +690,12 @@ class KubeRuntime:
                 continue
             expected = JobState.RUNNING if start.grow else JobState.PENDING
             if job.state is expected:
-                self._start(job, start.placement, start.grow, now)
+                # The reservation it starts in, as the cycle saw it (this very cycle may
+                # already have dropped it): recorded on the PodGroup for audits.
+                view = seen.get(start.job)
+                self._start(
+                    job, start.placement, start.grow, now, view.nomination if view else None
+                )
         for hold in decisions.holds:
             job = self.jobs.get(hold.job)
             if job is not None and job.state is JobState.PENDING:
@@ -716,7 +722,12 @@ class KubeRuntime:
             self._dirty[job.id] = job
 
     def _start(
-        self, job: KubeJob, placement: tuple[TaskPlacement, ...], grow: bool, now: float
+        self,
+        job: KubeJob,
+        placement: tuple[TaskPlacement, ...],
+        grow: bool,
+        now: float,
+        nomination: Nomination | None = None,
     ) -> None:
         attempt = job.attempts if grow else job.attempts + 1
         first_rank = max((t.rank + 1 for t in job.tasks), default=0) if grow else 0
@@ -734,7 +745,7 @@ class KubeRuntime:
                 first_rank=first_rank,
                 master_rank=master,
                 owner=owner,
-                started_under=job.nomination,
+                started_under=nomination,
                 grow=grow,
             )
         except RenderError as error:
@@ -758,9 +769,7 @@ class KubeRuntime:
         if not grow:
             job.attempts = attempt
             job.exit_code = None
-            job.started_under = (
-                nomination_to_json(job.nomination, self.nodes) if job.nomination else None
-            )
+            job.started_under = nomination_to_json(nomination, self.nodes) if nomination else None
         new = [
             KubeTask(
                 rank=first_rank + i,

@@ -1,0 +1,469 @@
+"""The Kubernetes runtime on an in-memory cluster: admission, starts pinned where the cycle
+decided, preemption with the grace period and requeue, what may never be deleted, restart
+recovery, and the cluster's facts (failures, lost nodes, foreign pods) winning over memory."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from k8s_support import NAMESPACE, World
+
+from caldera.core import Decisions, Evict, EvictReason
+from caldera.k8s import ClusterUnavailable, KubeSettings, names
+from caldera.model import JobState
+
+GRACE = 120
+
+
+def two_normals_on_a_full_hypernode() -> World:
+    """Two 8-GPU nodes in one hypernode, each filled by a normal job that has run 10 min."""
+    world = World().hypernode("a", "n", count=2).start()
+    world.submit("small0")
+    world.submit("small1")
+    world.step()
+    assert world.pinned("small0") + world.pinned("small1") == ["n-0", "n-1"]
+    world.step(600)
+    return world
+
+
+def submit_large(world: World) -> None:
+    world.submit(
+        "big", type="large-job", tasks=2, gpus=8, topology={"mode": "hard", "highest_tier": 1}
+    )
+    world.step(1)
+
+
+# -- admission ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "namespace", "fields", "want"),
+    [
+        ("ok-name", NAMESPACE, {"queue": "nope"}, "unknown queue 'nope'"),
+        ("ok-name", NAMESPACE, {"gpus": 0.5, "tasks": 2}, "fractional gpus"),
+        ("ok-name", NAMESPACE, {"bogus": 1}, "bogus: unknown key"),
+        ("ok-name", NAMESPACE, {"type": "critical"}, "may not submit critical jobs"),
+        ("Bad_Name", NAMESPACE, {}, "not a DNS label"),
+        ("x" * 41, NAMESPACE, {}, "longer than 40 characters"),
+        ("ok-name", NAMESPACE, {"gpus": 16}, "no node in the cluster can host"),
+        ("ok-name", NAMESPACE, {"template": {"spec": {"nodeName": "n-0"}}}, "nodeName is set"),
+    ],
+    ids=[
+        "unknown queue",
+        "share for a gang",
+        "unknown key",
+        "critical from an unlisted namespace",
+        "not a DNS name",
+        "name too long",
+        "bigger than any node",
+        "template pins a node",
+    ],
+)
+def test_a_record_that_cannot_run_is_rejected_on_the_record(
+    name: str, namespace: str, fields: dict[str, Any], want: str
+) -> None:
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit(name, namespace, **fields)
+    world.step()
+    record = world.record(name, namespace)
+    assert record["metadata"]["labels"][names.STATE] == "Rejected"
+    assert want in world.status(name, namespace)["reason"]
+    assert world.pods(name, namespace) == []
+
+
+def test_critical_is_accepted_only_from_listed_namespaces() -> None:
+    settings = KubeSettings(image="img", critical_namespaces=("serving",))
+    world = World(settings=settings).hypernode("a", "n", count=1).start()
+    world.submit("chat", "serving", type="critical", gpus=1)
+    world.step()
+    assert world.state("chat", "serving") == "Running"
+
+
+def test_a_closed_queue_rejects_and_a_bad_yaml_record_is_rejected_in_one_line() -> None:
+    world = World(queues=[{"name": "team"}, {"name": "old", "state": "Closed"}])
+    world.hypernode("a", "n", count=1).start()
+    world.submit("late", queue="old")
+    world.cluster.create_config_map(
+        NAMESPACE,
+        {
+            "metadata": {"name": "broken", "labels": {names.JOB_RECORD: "true"}},
+            "data": {names.RECORD_KEY: "queue: [unclosed"},
+        },
+    )
+    world.step()
+    assert "queue 'old' is Closed" in world.status("late")["reason"]
+    assert world.status("broken")["reason"] == "data.job.yaml is not valid YAML"
+
+
+# -- starting ----------------------------------------------------------------------------------
+
+
+def test_a_start_creates_the_gang_pinned_where_the_cycle_placed_it() -> None:
+    world = World().hypernode("a", "n", count=4).start()
+    world.submit("gang", type="large-job", tasks=3, gpus=8, cpu=16, memory="64Gi")
+    world.step()
+    status = world.status("gang")
+    assert status["state"] == "Running"
+    decided = [task["placement"]["node"] for task in status["tasks"]]
+    assert world.pinned("gang") == decided
+    assert len(set(decided)) == 3
+    group = world.cluster.pod_groups[(NAMESPACE, "gang-1")]
+    assert group["spec"]["minMember"] == 3
+    assert (NAMESPACE, "gang") in world.cluster.services
+    pods = world.pods("gang")
+    assert all(p["status"]["phase"] == "Running" for p in pods)  # the fake bound the gang
+    assert all(p["spec"]["terminationGracePeriodSeconds"] == GRACE for p in pods)
+    assert all(p["metadata"]["ownerReferences"][0]["name"] == "gang" for p in pods)
+    for task, pod in zip(status["tasks"], pods, strict=True):
+        assert json.loads(pod["metadata"]["annotations"][names.PLACEMENT]) == task["placement"]
+
+
+def test_useful_work_starts_when_the_containers_run_not_at_the_decision() -> None:
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("late-bind")
+    world.rt.step()  # decided and created, not bound yet
+    assert world.rt.jobs[f"{NAMESPACE}/late-bind"].running_since is None
+    world.cluster.advance(30)  # binds now: containers start at the fake's time
+    world.rt.step()
+    assert world.rt.jobs[f"{NAMESPACE}/late-bind"].running_since == world.cluster.clock.now
+
+
+# -- preemption --------------------------------------------------------------------------------
+
+
+def test_a_large_job_preempts_normal_jobs_with_the_grace_period_and_takes_their_nodes() -> None:
+    world = two_normals_on_a_full_hypernode()
+    submitted = {name: world.status(name)["submit"] for name in ("small0", "small1")}
+    submit_large(world)
+
+    # Evicted: both pods deleted with the grace period, both records Releasing.
+    assert world.cluster.deletions == [
+        (NAMESPACE, "small0-1-0", GRACE),
+        (NAMESPACE, "small1-1-0", GRACE),
+    ]
+    assert {world.state("small0"), world.state("small1")} == {"Releasing"}
+    assert world.status("small0")["evicted_for"] == f"{NAMESPACE}/big"
+    nomination = world.nomination("big")
+    assert nomination is not None
+    assert sorted(nomination["victims"]) == [f"{NAMESPACE}/small0", f"{NAMESPACE}/small1"]
+    assert world.throttles() == {
+        "team": {"job": f"{NAMESPACE}/big", "since": pytest.approx(world.cluster.clock.now)}
+    }
+
+    # Inside the grace period the room stays with the victims: nothing starts.
+    world.step(GRACE - 10)
+    assert world.state("big") == "Pending"
+    assert world.pods("big") == []
+    assert {p["metadata"]["name"] for p in world.pods("small0")} == {"small0-1-0"}
+
+    # Grace over: the kubelet removed the pods; victims requeued with their submit time,
+    # the preemptor created on exactly the nodes it was promised.
+    world.step(11)
+    for name in ("small0", "small1"):
+        status = world.status(name)
+        assert status["state"] == "Pending"
+        assert status["submit"] == submitted[name]
+        assert status["evictions"] == 1
+        assert status["lost_gpu_seconds"] == pytest.approx(8 * 601)
+    assert world.state("big") == "Running"
+    assert world.pinned("big") == [p["node"] for p in nomination["placement"]]
+    assert world.nomination("big") is None
+    started_under = world.cluster.pod_groups[(NAMESPACE, "big-1")]["metadata"]["annotations"]
+    assert json.loads(started_under[names.NOMINATION])["victims"] == nomination["victims"]
+    assert world.throttles() == {}
+    assert (NAMESPACE, "small0-1") not in world.cluster.pod_groups  # old attempt cleaned up
+
+
+def test_a_victim_that_checkpoints_on_sigterm_frees_its_node_early() -> None:
+    world = two_normals_on_a_full_hypernode()
+    world.cluster.exit_on_sigterm(NAMESPACE, "small0-1-0", after=20)
+    world.cluster.exit_on_sigterm(NAMESPACE, "small1-1-0", after=25)
+    submit_large(world)
+    world.step(30)
+    assert world.state("big") == "Running"
+    assert world.state("small0") == "Pending"
+
+
+def test_a_checkpoint_the_job_reports_on_its_pod_limits_the_lost_work() -> None:
+    world = two_normals_on_a_full_hypernode()
+    checkpoint_at = world.cluster.clock.now - 100  # 500 s of its 601 s are saved
+    for pod in ("small0-1-0", "small1-1-0"):
+        world.cluster.pod(NAMESPACE, pod)["metadata"]["annotations"][names.CHECKPOINT] = json.dumps(
+            {"time": checkpoint_at}
+        )
+    world.step()
+    submit_large(world)
+    world.step(GRACE)
+    assert world.status("small0")["saved_work"] == pytest.approx(500)
+    assert world.status("small0")["lost_gpu_seconds"] == pytest.approx(8 * 101)
+
+
+def test_only_the_tasks_above_min_available_give_way_when_that_is_enough() -> None:
+    world = World().hypernode("a", "n", count=2).start()
+    world.submit("elastic", tasks=2, gpus=8, min_available=1)
+    world.step(600)
+    world.submit("big", type="large-job", tasks=1, gpus=8)
+    world.step(1)
+    assert len(world.cluster.deletions) == 1
+    assert world.state("elastic") == "Running"
+    world.step(GRACE)
+    assert world.state("big") == "Running"
+    assert world.state("elastic") == "Running"
+    assert len([p for p in world.pods("elastic") if p["status"]["phase"] == "Running"]) == 1
+
+
+# -- never deleted -----------------------------------------------------------------------------
+
+
+def test_a_critical_job_is_never_a_victim_the_large_job_waits() -> None:
+    settings = KubeSettings(image="img", critical_namespaces=("*",))
+    world = World(settings=settings).hypernode("a", "n", count=2).start()
+    world.submit("infer", type="critical", gpus=8)
+    world.submit("small")
+    world.step(600)
+    submit_large(world)
+    world.step(GRACE + 1)
+    assert world.state("infer") == "Running"
+    assert (NAMESPACE, "infer-1-0") not in {(ns, pod) for ns, pod, _ in world.cluster.deletions}
+    assert world.state("big") == "Pending"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"type": "critical"}, {"labels": {"protected": "true"}}],
+    ids=["critical", "protected"],
+)
+def test_an_eviction_of_a_critical_or_protected_job_is_refused_even_if_asked(
+    fields: dict[str, Any],
+) -> None:
+    settings = KubeSettings(image="img", critical_namespaces=("*",))
+    world = World(settings=settings).hypernode("a", "n", count=1).start()
+    job_id = world.submit("keep", **fields)
+    world.step()
+    snapshot = world.rt.snapshot(world.cluster.clock.now)
+    world.rt.apply(
+        Decisions(evictions=(Evict(job_id, EvictReason.PREEMPT, "someone", (), 8000),)), snapshot
+    )
+    assert world.cluster.deletions == []
+    assert world.rt.stats.refused_evictions == 1
+    assert world.state("keep") == "Running"
+
+
+@pytest.mark.parametrize(
+    ("tamper", "why"),
+    [
+        (lambda pod: pod["metadata"]["labels"].update({names.JOB_TYPE: "critical"}), "critical"),
+        (lambda pod: pod["spec"].update({"priority": 1000}), "critical"),
+        (lambda pod: pod["metadata"]["labels"].update({names.PROTECTED: "true"}), "protected"),
+    ],
+    ids=["labelled critical", "priority 1000", "labelled protected"],
+)
+def test_the_live_pod_is_checked_before_every_delete(
+    tamper: Any, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Defence in depth: the job looks like a fine victim, but its pod says otherwise."""
+    world = two_normals_on_a_full_hypernode()
+    for pod in ("small0-1-0", "small1-1-0"):
+        tamper(world.cluster.pod(NAMESPACE, pod))
+    submit_large(world)
+    assert world.cluster.deletions == []
+    assert world.rt.stats.refused_deletes == 2
+    assert f"pod {NAMESPACE}/small0-1-0 is {why}" in caplog.text
+    assert {p["metadata"].get("deletionTimestamp") for p in world.cluster.pods.values()} == {None}
+
+
+def test_nothing_in_kube_system_is_deleted_even_to_stop_a_broken_gang() -> None:
+    world = World().hypernode("a", "n", count=2).start()
+    world.submit("sysjob", "kube-system", tasks=2, gpus=8)
+    world.step()
+    assert world.state("sysjob", "kube-system") == "Running"
+    world.cluster.finish("kube-system", "sysjob-1-0", exit_code=1)
+    world.step()
+    assert world.cluster.deletions == []
+    assert world.rt.stats.refused_deletes == 1
+
+
+# -- restart -----------------------------------------------------------------------------------
+
+
+def test_a_restarted_controller_recovers_nominations_throttles_and_releasing_victims() -> None:
+    world = two_normals_on_a_full_hypernode()
+    submit_large(world)
+    promised = [p["node"] for p in (world.nomination("big") or {})["placement"]]
+    before = world.rt
+    big = before.jobs[f"{NAMESPACE}/big"]
+    nomination, throttles = big.nomination, dict(before.throttles)
+    releasing = {
+        job_id: job.view().releasing for job_id, job in before.jobs.items() if job.releasing
+    }
+    deletions = list(world.cluster.deletions)
+
+    after = world.restart()
+
+    assert after.jobs[f"{NAMESPACE}/big"].nomination == nomination
+    assert after.throttles == throttles
+    assert {
+        job_id: job.view().releasing for job_id, job in after.jobs.items() if job.releasing
+    } == releasing
+    assert world.cluster.deletions == deletions  # nothing signalled twice
+    assert after.room.fingerprint() == before.room.fingerprint()
+
+    world.step(GRACE + 1)
+    assert world.state("big") == "Running"
+    assert world.pinned("big") == promised
+    assert world.throttles() == {}
+
+
+class FailingDeletes:
+    """Wraps the fake: deletes fail as if the API server went away mid-step."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cluster, name)
+
+    def delete_pod(self, *args: Any, **kwargs: Any) -> bool:
+        raise ClusterUnavailable("cannot reach the Kubernetes API at fake://: connection reset")
+
+
+def test_an_eviction_recorded_but_never_sent_is_sent_by_the_next_controller() -> None:
+    world = two_normals_on_a_full_hypernode()
+    world.rt.api = FailingDeletes(world.cluster)
+    world.submit("big", type="large-job", tasks=2, gpus=8)
+    world.cluster.advance(1)
+    with pytest.raises(ClusterUnavailable):
+        world.rt.step()
+    assert world.state("small0") == "Releasing"  # written before the deletes went out
+    assert world.cluster.deletions == []
+
+    world.restart()
+    assert sorted(world.deleted()) == ["small0-1-0", "small1-1-0"]
+    world.step(GRACE + 1)
+    assert world.state("big") == "Running"
+
+
+def test_a_start_recorded_but_never_created_is_requeued_and_started_again() -> None:
+    world = World().hypernode("a", "n", count=1).start()
+
+    class FailingCreates(FailingDeletes):
+        def create_pod(self, *args: Any, **kwargs: Any) -> Any:
+            raise ClusterUnavailable("cannot reach the Kubernetes API at fake://: timed out")
+
+    world.rt.api = FailingCreates(world.cluster)
+    world.submit("job")
+    with pytest.raises(ClusterUnavailable):
+        world.rt.step()
+    assert world.state("job") == "Running"
+    world.restart()  # the task's pod is missing: lost, requeued, started again
+    world.step()
+    assert world.state("job") == "Running"
+    assert world.status("job")["attempts"] == 2
+    assert world.pinned("job") == ["n-0"]
+
+
+# -- the cluster's facts -----------------------------------------------------------------------
+
+
+def test_all_pods_succeeding_finishes_the_job_and_cleans_up() -> None:
+    world = World().hypernode("a", "n", count=2).start()
+    world.submit("train", tasks=2, gpus=8)
+    world.step()
+    for pod in ("train-1-0", "train-1-1"):
+        world.cluster.finish(NAMESPACE, pod, 0)
+    world.step()
+    assert world.state("train") == "Succeeded"
+    assert world.status("train")["exit_code"] == 0
+    assert (NAMESPACE, "train-1") not in world.cluster.pod_groups
+    assert (NAMESPACE, "train") not in world.cluster.services
+    assert f"{NAMESPACE}/train" not in world.rt.jobs
+
+
+@pytest.mark.parametrize(("retries", "want"), [(0, "Failed"), (1, "Running")])
+def test_a_failed_member_stops_the_gang_then_fails_or_retries_it(retries: int, want: str) -> None:
+    world = World().hypernode("a", "n", count=2).start()
+    world.submit("train", tasks=2, gpus=8, max_retries=retries)
+    world.step()
+    world.cluster.finish(NAMESPACE, "train-1-0", exit_code=3)
+    world.step()
+    assert world.deleted() == ["train-1-1"]  # the rest of the gang is stopped
+    assert world.state("train") == "Running"
+    world.step(GRACE)
+    assert world.state("train") == want
+    if want == "Failed":
+        assert world.status("train")["exit_code"] == 3
+        assert world.status("train")["reason"] == "exited with code 3"
+    else:
+        assert world.status("train")["attempts"] == 2
+        assert sorted(p["metadata"]["name"] for p in world.pods("train")) == [
+            "train-1-0",
+            "train-2-0",
+            "train-2-1",
+        ]
+
+
+def test_a_lost_node_requeues_its_gang_and_it_restarts_elsewhere() -> None:
+    world = World().hypernode("a", "n", count=3).start()
+    world.submit("train", tasks=2, gpus=8)
+    world.step()
+    lost = world.pinned("train")[0]
+    del world.cluster.nodes[lost]
+    world.cluster.pods = {
+        k: p for k, p in world.cluster.pods.items() if p["spec"].get("nodeName") != lost
+    }
+    world.step()
+    world.step(GRACE)
+    assert world.state("train") == "Running"
+    assert world.status("train")["attempts"] == 2
+    assert lost not in world.pinned("train")[-2:]
+
+
+def test_pods_caldera_did_not_create_and_cordoned_nodes_are_never_used() -> None:
+    world = World().hypernode("a", "n", count=3)
+    world.cluster.add_foreign_pod("other", "render-farm", "n-0", gpus=4)
+    world.cluster.nodes["n-1"]["spec"]["unschedulable"] = True
+    world.start()
+    world.submit("whole")  # needs 8 GPUs of one node: only n-2 has them
+    world.submit("half", gpus=4)  # n-0 has 4 left
+    world.step()
+    assert world.pinned("whole") == ["n-2"]
+    assert world.pinned("half") == ["n-0"]
+
+
+def test_a_start_volcano_never_binds_is_given_up_and_requeued() -> None:
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("job")
+    world.rt.step()  # created; the node is cordoned before Volcano binds it
+    world.cluster.nodes["n-0"]["spec"]["unschedulable"] = True
+    world.step(world.settings.bind_timeout + 1)
+    assert world.deleted() == ["job-1-0"]
+    world.step(1)
+    assert world.state("job") == "Pending"
+
+
+def test_a_deleted_record_stops_its_pods_and_their_room_returns_only_when_they_are_gone() -> None:
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("first")
+    world.step()
+    world.cluster.delete_record(NAMESPACE, "first")  # the GC deletes the pod with grace
+    world.submit("second")
+    world.step()
+    assert f"{NAMESPACE}/first" not in world.rt.jobs
+    assert world.state("second") == "Pending"  # the old pod still holds the node
+    world.step(GRACE)
+    assert world.state("second") == "Running"
+
+
+def test_the_throttle_holds_small_submissions_until_the_large_job_runs() -> None:
+    world = two_normals_on_a_full_hypernode()
+    submit_large(world)
+    world.submit("late")
+    world.step()
+    assert world.state("late") == "Held"
+    assert world.status("late")["hold_reason"] == "throttle"
+    world.step(GRACE)
+    assert world.state("big") == "Running"
+    assert world.state("late") == "Pending"
+    assert world.rt.jobs[f"{NAMESPACE}/late"].state is JobState.PENDING
