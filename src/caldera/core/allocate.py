@@ -81,8 +81,8 @@ def place_nominated(cycle: CycleContext, job: JobView) -> bool:
 _STARTED, _WAITING, _CAPPED = range(3)
 
 
-def allocate(cycle: CycleContext) -> None:
-    room = cycle.room
+def _place_nominated(cycle: CycleContext) -> set[str]:
+    """Before anything else is placed: nominated preemptors start or block their room."""
     eligible_queues = {key[0] for key, _ in cycle.eligible_groups}
     handled: set[str] = set()
     nominated = sorted(
@@ -92,9 +92,17 @@ def allocate(cycle: CycleContext) -> None:
     for job in nominated:
         if place_nominated(cycle, job):
             handled.add(job.id)
+    return handled
+
+
+def allocate(cycle: CycleContext) -> None:
+    room = cycle.room
+    handled: set[str] = cycle.memo("nominated_handled", lambda: _place_nominated(cycle))
 
     # Per queue, a heap of its groups' next jobs: (rank, group number, position).
-    groups: list[PendingGroup] = [g for g in cycle.eligible_groups if g[0][0] in cycle.usage]
+    groups: list[PendingGroup] = [
+        g for g in cycle.eligible_groups if g[0][0] in cycle.usage and cycle.in_pass(g[0])
+    ]
     heads: dict[str, list[tuple[tuple[int, float, str], int, int]]] = {}
     for number, (key, jobs) in enumerate(groups):
         heads.setdefault(key[0], []).append((jobs[0].spec.rank, number, 0))

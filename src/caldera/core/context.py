@@ -110,6 +110,9 @@ class CycleContext:
     blocked: dict[str, list[TaskPlacement]] = field(default_factory=dict)
     evicted_gpu: int = 0
     missed: set[str] = field(default_factory=set)  # searched for victims, found none
+    # Which pending groups the current pass of allocate/preempt/reclaim serves (None: all).
+    pass_filter: Callable[[GroupKey], bool] | None = None
+    waiting_seen: dict[str, int] = field(default_factory=dict)  # per phase: entries done
     wakeups: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     _memo: dict[str, object] = field(default_factory=dict)
@@ -139,6 +142,9 @@ class CycleContext:
             "eligible",
             lambda: sorted((j for _, jobs in self.eligible_groups for j in jobs), key=_rank),
         )
+
+    def in_pass(self, key: GroupKey) -> bool:
+        return self.pass_filter is None or self.pass_filter(key)
 
     def waiting_jobs(self) -> Iterator[JobView]:
         """Jobs allocate could not place: the waiting groups' jobs, then `unplaced`."""

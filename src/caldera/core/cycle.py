@@ -4,8 +4,11 @@
 2. allocate  place whole gangs in free room, queues by share
 3. preempt   free room inside a queue for jobs that did not fit
 4. reclaim   take back lent room across queues
-5. backfill  use what is left without delaying a reservation
+5. backfill  grow elastic jobs in what is left
 6. throttle  waiting mode on or off for large jobs
+
+Critical jobs go through 2–4 first, on their own: room a critical job can reach — free, or
+held by its victims — is settled before any lower-priority job may take it in this cycle.
 """
 
 from __future__ import annotations
@@ -15,13 +18,15 @@ from caldera.core.backfill import backfill
 from caldera.core.context import CycleContext
 from caldera.core.decisions import Decisions
 from caldera.core.enqueue import enqueue
+from caldera.core.jobindex import GroupKey
 from caldera.core.policy import Policy, get_policy, register_policy
 from caldera.core.preempt import preempt
 from caldera.core.reclaim import reclaim
 from caldera.core.snapshot import Snapshot
 from caldera.core.throttle import throttle
+from caldera.model import CRITICAL_PRIORITY
 
-__all__ = ["CALDERA", "run"]
+__all__ = ["CALDERA", "critical_first", "run"]
 
 
 def run(snapshot: Snapshot, policy: Policy | None = None) -> Decisions:
@@ -34,10 +39,27 @@ def run(snapshot: Snapshot, policy: Policy | None = None) -> Decisions:
         return cycle.decisions()
 
 
+def _critical(key: GroupKey) -> bool:
+    return key[1] >= CRITICAL_PRIORITY
+
+
+def _not_critical(key: GroupKey) -> bool:
+    return key[1] < CRITICAL_PRIORITY
+
+
+def critical_first(cycle: CycleContext) -> None:
+    """2–4 for critical jobs alone; the phases that follow serve everybody else."""
+    cycle.pass_filter = _critical
+    allocate(cycle)
+    preempt(cycle)
+    reclaim(cycle)
+    cycle.pass_filter = _not_critical
+
+
 CALDERA = register_policy(
     Policy(
         name="caldera",
-        phases=(enqueue, allocate, preempt, reclaim, backfill, throttle),
+        phases=(enqueue, critical_first, allocate, preempt, reclaim, backfill, throttle),
         description="gangs, topology, fewest/cheapest victims, graceful eviction, throttle",
     )
 )

@@ -79,8 +79,10 @@ def give_way(
     settled for this phase (its jobs would search the same victims for the same shape)."""
     heads: list[tuple[tuple[int, float, str], int, int]] = []
     groups = [group for group, _ in cycle.waiting]
+    seen = cycle.waiting_seen.get(reason.value, 0)
+    cycle.waiting_seen[reason.value] = len(cycle.waiting)
     for number, ((_, jobs), first) in enumerate(cycle.waiting):
-        if jobs[first].spec.may_preempt:
+        if number >= seen and jobs[first].spec.may_preempt:
             heads.append((jobs[first].spec.rank, number, first))
     if not heads:
         return
@@ -126,13 +128,16 @@ def give_way(
                             units_of[victim.id] = victim_units(victim, cycle.config, cycle.now)
                         units.extend(units_of[victim.id])
             index = indexes[group] = VictimIndex(units)
-        if not index.units:
-            cycle.missed.add(job.id)
-            continue
         veto = None if allow is None else (lambda unit, chosen, p=job: allow(p, unit, chosen))
-        plan = find_plan(cycle.room, job.spec, index, cycle.evicted, veto, _patience(cycle, job))
+        plan = None
+        if index.units:
+            plan = find_plan(
+                cycle.room, job.spec, index, cycle.evicted, veto, _patience(cycle, job)
+            )
         if plan is None:
             cycle.missed.add(job.id)
+            if priority >= CRITICAL_PRIORITY:  # look again soon, even if nothing happens
+                cycle.wakeups.append(cycle.now + cycle.config.preempt_backoff)
             continue
         _execute(cycle, job, plan, reason)
         if following is not None:

@@ -24,5 +24,5 @@ def _same_queue(preemptor: JobView, by_queue: VictimsByQueue) -> list[Collection
 
 
 def preempt(cycle: CycleContext) -> None:
-    continue_nominations(cycle)
+    cycle.memo("nominations_continued", lambda: continue_nominations(cycle))
     give_way(cycle, EvictReason.PREEMPT, _same_queue)
