@@ -125,7 +125,10 @@ def give_way(
                 for victim in victims:
                     if _eligible(cycle, job, victim):
                         if victim.id not in units_of:
-                            units_of[victim.id] = victim_units(victim, cycle.config, cycle.now)
+                            weight = cycle.memo("weights", dict).get(victim.id)
+                            units_of[victim.id] = victim_units(
+                                victim, cycle.config, cycle.now, weight
+                            )
                         units.extend(units_of[victim.id])
             index = indexes[group] = VictimIndex(units)
         veto = None if allow is None else (lambda unit, chosen, p=job: allow(p, unit, chosen))

@@ -87,9 +87,13 @@ class Unit:
         return tuple(self.job.placement[i] for i in self.tasks)
 
 
-def victim_units(job: JobView, config: PolicyConfig, now: float) -> list[Unit]:
-    """The ways `job` can give way: extra tasks first (nothing lost), then the whole gang."""
-    weight = effective_weight(job, config, now)
+def victim_units(
+    job: JobView, config: PolicyConfig, now: float, weight: float | None = None
+) -> list[Unit]:
+    """The ways `job` can give way: extra tasks first (nothing lost), then the whole gang.
+    `weight`: its effective weight now, when the caller already has it."""
+    if weight is None:
+        weight = effective_weight(job, config, now)
     since = job.running_since if job.running_since is not None else 0.0
     running = len(job.placement)
     units: list[Unit] = []
