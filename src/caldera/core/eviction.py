@@ -125,7 +125,8 @@ def give_way(
                 for victim in victims:
                     if _eligible(cycle, job, victim):
                         if victim.id not in units_of:
-                            weight = cycle.memo("weights", dict).get(victim.id)
+                            weights: dict[str, float] = cycle.memo("weights", dict)
+                            weight = weights.get(victim.id)
                             units_of[victim.id] = victim_units(
                                 victim, cycle.config, cycle.now, weight
                             )
