@@ -166,7 +166,10 @@ class KubeClusterAPI:
 
     def check(self, namespace: str) -> None:
         t = self.timeout
-        self._call("GET /version", lambda: self.version.get_code(_request_timeout=t))
+        self._call(
+            "GET /version",
+            lambda: self.version.get_code(_request_timeout=t, _preload_content=False),
+        )
         self._call(
             "list nodes",
             lambda: self.core.list_node(limit=1, _request_timeout=t, _preload_content=False),

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from caldera.k8s import names
-from caldera.k8s.quantities import parse_count
+from caldera.k8s.quantities import parse_capacity_mib, parse_count
 from caldera.k8s.settings import KubeSettings
 from caldera.model import Node, parse_cpu, parse_memory_mib
 
@@ -94,7 +94,7 @@ def read_nodes(items: Iterable[Mapping[str, Any]], settings: KubeSettings) -> No
                 gpus=gpus,
                 gpu_model=str(labels.get(keys.gpu_model) or "GPU"),
                 cpu=parse_cpu(str(allocatable.get("cpu", "0"))),
-                memory=parse_memory_mib(str(allocatable.get("memory", "0"))),
+                memory=parse_capacity_mib(allocatable.get("memory", "0")),
                 island_size=island,
                 tier1=tier1,
                 tier2=tier2,

@@ -15,6 +15,7 @@ __all__ = [
     "cpu_quantity",
     "gpu_quantity",
     "memory_quantity",
+    "parse_capacity_mib",
     "parse_count",
     "parse_gpu_quantity",
     "resource_list",
@@ -52,6 +53,35 @@ def parse_count(value: object) -> float:
     if number < 0 or not math.isfinite(number):
         raise ValueError(f"invalid quantity {value!r}")
     return number
+
+
+_BYTES = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTPE]i?|k|m)?\s*$")
+_BYTE_SCALE = {
+    None: 1,
+    "m": 0.001,
+    "k": 10**3,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+
+
+def parse_capacity_mib(value: object) -> int:
+    """A node's memory ("1056330584Ki") in whole MiB, rounded *down*: capacity is never
+    overstated (requests round up, `caldera.model.parse_memory_mib`)."""
+    match = _BYTES.match(str(value))
+    if not match:
+        raise ValueError(f"invalid memory quantity {value!r}")
+    return int(float(match.group(1)) * _BYTE_SCALE[match.group(2)]) // 2**20
 
 
 def parse_gpu_quantity(value: object) -> int:

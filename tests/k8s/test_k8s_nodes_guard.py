@@ -1,0 +1,210 @@
+"""Reading Kubernetes nodes into caldera's topology, the room other pods hold, and the guard
+that every pod deletion passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from caldera.k8s import Blocked, KubeSettings, Purpose, foreign_usage, names, read_nodes, refusal
+from caldera.k8s.settings import NodeLabels
+
+SETTINGS = KubeSettings()
+
+
+def node(
+    name: str,
+    gpus: str | None = "8",
+    labels: dict[str, str] | None = None,
+    cpu: str = "127910m",
+    memory: str = "1056330584Ki",
+    ready: str = "True",
+    unschedulable: bool = False,
+) -> dict[str, Any]:
+    allocatable = {"cpu": cpu, "memory": memory}
+    if gpus is not None:
+        allocatable["nvidia.com/gpu"] = gpus
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"unschedulable": True} if unschedulable else {},
+        "status": {
+            "allocatable": allocatable,
+            "conditions": [
+                {"type": "MemoryPressure", "status": "False"},
+                {"type": "Ready", "status": ready},
+            ],
+        },
+    }
+
+
+def test_gpus_model_memory_and_islands_come_from_allocatable_and_labels() -> None:
+    state = read_nodes(
+        [
+            node(
+                "b",
+                labels={
+                    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                    "nvidia.com/gpu.memory": "81559",
+                    "caldera.io/nvlink-island": "4",
+                },
+            ),
+            node("a", gpus=None, labels={"nvidia.com/gpu.count": "4"}),
+        ],
+        SETTINGS,
+    )
+    a, b = state.nodes
+    assert (a.name, a.index, a.gpus, a.gpu_model, a.island_size) == ("a", 0, 4, "GPU", 4)
+    assert (b.name, b.index, b.gpus, b.island_size) == ("b", 1, 8, 4)
+    assert b.gpu_model == "NVIDIA-H100-80GB-HBM3"
+    assert b.gpu_memory == 81559
+    assert b.cpu == 127_910
+    assert b.memory == 1056330584 // 1024  # KiB to MiB, rounded down
+    assert state.closed == frozenset()
+
+
+def test_hypernode_and_spine_labels_become_tier_domains_and_unlabelled_nodes_stand_alone() -> None:
+    hyper = "caldera.io/hypernode"
+    spine = "caldera.io/spine"
+    state = read_nodes(
+        [
+            node("n1", labels={hyper: "h1", spine: "s1"}),
+            node("n2", labels={hyper: "h1", spine: "s1"}),
+            node("n3", labels={hyper: "h2", spine: "s1"}),
+            node("n4", labels={hyper: "h3"}),
+            node("n5"),
+            node("n6"),
+        ],
+        SETTINGS,
+    )
+    tier1 = {n.name: n.tier1 for n in state.nodes}
+    tier2 = {n.name: n.tier2 for n in state.nodes}
+    assert tier1["n1"] == tier1["n2"] != tier1["n3"]
+    assert len({tier1["n4"], tier1["n5"], tier1["n6"], tier1["n1"], tier1["n3"]}) == 5
+    assert tier2["n1"] == tier2["n2"] == tier2["n3"]
+    assert len({tier2["n1"], tier2["n4"], tier2["n5"], tier2["n6"]}) == 4
+
+
+def test_label_names_are_settings() -> None:
+    settings = KubeSettings(labels=NodeLabels(hypernode="example.com/leaf", gpu_model="gpu"))
+    state = read_nodes(
+        [
+            node("x", labels={"example.com/leaf": "l", "gpu": "A100"}),
+            node("y", labels={"example.com/leaf": "l"}),
+        ],
+        settings,
+    )
+    assert state.nodes[0].tier1 == state.nodes[1].tier1
+    assert state.nodes[0].gpu_model == "A100"
+
+
+def test_an_island_label_that_does_not_divide_the_gpus_is_ignored() -> None:
+    state = read_nodes([node("x", labels={"caldera.io/nvlink-island": "3"})], SETTINGS)
+    assert state.nodes[0].island_size == 8
+
+
+def test_cordoned_and_not_ready_nodes_are_closed() -> None:
+    state = read_nodes(
+        [node("ok"), node("cordoned", unschedulable=True), node("sick", ready="False")], SETTINGS
+    )
+    assert state.closed == frozenset({"cordoned", "sick"})
+    assert [n.name for n in state.nodes] == ["cordoned", "ok", "sick"]  # held, not dropped
+
+
+def pod(
+    name: str,
+    node_name: str | None,
+    containers: list[dict[str, str]],
+    init: list[dict[str, str]] | None = None,
+    phase: str = "Running",
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "x", "labels": labels or {}},
+        "spec": {
+            **({"nodeName": node_name} if node_name else {}),
+            "containers": [{"resources": {"requests": c}} for c in containers],
+            "initContainers": [{"resources": {"requests": c}} for c in init or []],
+        },
+        "status": {"phase": phase},
+    }
+
+
+def test_foreign_pods_hold_what_the_scheduler_would_count() -> None:
+    usage = foreign_usage(
+        [
+            pod(
+                "sum", "n1", [{"nvidia.com/gpu": "2", "cpu": "1"}, {"cpu": "500m", "memory": "1Gi"}]
+            ),
+            pod("init-peak", "n1", [{"cpu": "1"}], init=[{"cpu": "4", "nvidia.com/gpu": "1"}]),
+            pod("done", "n1", [{"nvidia.com/gpu": "8"}], phase="Succeeded"),
+            pod("unbound", None, [{"nvidia.com/gpu": "8"}], phase="Pending"),
+            pod("other-node", "n9", [{"nvidia.com/gpu": "8"}]),
+            pod("ours", "n1", [{"nvidia.com/gpu": "8"}], labels={names.MANAGED: "true"}),
+            pod("cpu-only", "n2", [{"cpu": "250m"}]),
+        ],
+        ["n1", "n2"],
+        SETTINGS,
+    )
+    assert usage == {
+        "n1": Blocked(gpus=3, cpu=1500 + 4000, memory=1024),
+        "n2": Blocked(gpus=0, cpu=250, memory=0),
+    }
+
+
+def caldera_pod(
+    labels: dict[str, str] | None = None, namespace: str = "team", **spec: Any
+) -> dict[str, Any]:
+    """A pod as caldera creates it for a normal job, with the given changes."""
+    return {
+        "metadata": {
+            "name": "job-1-0",
+            "namespace": namespace,
+            "labels": {names.MANAGED: "true", names.JOB_TYPE: "normal", **(labels or {})},
+        },
+        "spec": {"priorityClassName": "normal-job", "priority": 100, **spec},
+    }
+
+
+GUARD_CASES = [
+    ({}, Purpose.EVICT, None),
+    ({"labels": {names.MANAGED: "false"}}, Purpose.CLEANUP, "was not created by caldera"),
+    ({"namespace": "kube-system"}, Purpose.STOP, "is in kube-system"),
+    ({"namespace": "kube-system"}, Purpose.EVICT, "is in kube-system"),
+    ({"priority": 1000}, Purpose.EVICT, "is critical"),
+    ({"priorityClassName": "critical-job"}, Purpose.EVICT, "is critical"),
+    ({"priorityClassName": "system-node-critical"}, Purpose.EVICT, "is critical"),
+    ({"labels": {names.JOB_TYPE: "critical"}}, Purpose.EVICT, "is critical"),
+    ({"labels": {names.PROTECTED: "true"}}, Purpose.EVICT, "is protected"),
+    ({"labels": {"protected": "true"}}, Purpose.EVICT, "is protected"),
+    ({"labels": {"caldera.io/system": "true"}}, Purpose.EVICT, "is a system pod"),
+    ({"priority": 1000}, Purpose.STOP, None),
+    ({"labels": {names.PROTECTED: "true"}}, Purpose.CLEANUP, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "purpose", "want"),
+    GUARD_CASES,
+    ids=[
+        "a normal victim",
+        "not caldera's",
+        "kube-system, even to stop",
+        "kube-system victim",
+        "priority 1000",
+        "critical class",
+        "system class",
+        "critical label",
+        "protected label",
+        "user's protected label",
+        "system label",
+        "a critical gang that broke may be stopped",
+        "a protected job's leftovers may be cleaned",
+    ],
+)
+def test_guard(change: dict[str, Any], purpose: Purpose, want: str | None) -> None:
+    got = refusal(caldera_pod(**change), purpose)
+    if want is None:
+        assert got is None
+    else:
+        assert got is not None and want in got
