@@ -19,11 +19,19 @@ is given. Nothing here decides anything: placement choices in tests stay explici
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from caldera.core import JobView, Nomination, PolicyConfig, Snapshot, TaskPlacement, Throttle
+from caldera.core import (
+    Decisions,
+    JobView,
+    Nomination,
+    PolicyConfig,
+    Snapshot,
+    TaskPlacement,
+    Throttle,
+)
 from caldera.model import (
     GPU_MILLI,
     Checkpointing,
@@ -437,7 +445,7 @@ def snapshot(
 
 
 def decided_starts(
-    snap: Snapshot, decisions: Any
+    snap: Snapshot, decisions: Decisions
 ) -> dict[str, tuple[tuple[str, tuple[int, ...], int], ...]]:
     """{job: ((node name, devices, milli per device), …)} for every start, in order."""
     names = [n.name for n in snap.nodes]
@@ -448,16 +456,6 @@ def decided_starts(
     return result
 
 
-def decided_evictions(decisions: Any) -> dict[str, tuple[str, str | None, tuple[int, ...]]]:
+def decided_evictions(decisions: Decisions) -> dict[str, tuple[str, str | None, tuple[int, ...]]]:
     """{victim: (reason, preemptor, tasks)} (tasks () = all)."""
     return {e.job: (e.reason.value, e.preemptor, e.tasks) for e in decisions.evictions}
-
-
-def nodes_used(snap: Snapshot, decisions: Any, job_id: str) -> list[str]:
-    """Node names of a job's started tasks, one entry per task."""
-    names = [n.name for n in snap.nodes]
-    return [names[t.node] for s in decisions.starts if s.job == job_id for t in s.placement]
-
-
-def running_views(snap: Snapshot) -> Mapping[str, JobView]:
-    return {j.id: j for j in snap.jobs}

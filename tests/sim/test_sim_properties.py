@@ -266,3 +266,78 @@ def test_the_same_scenario_gives_the_same_result(data: dict[str, Any]) -> None:
     first = Simulator(parse_scenario(data)).run().result()
     second = Simulator(parse_scenario(data)).run().result()
     assert first == second
+
+
+@st.composite
+def critical_scenarios(draw: st.DrawFn) -> dict[str, Any]:
+    """One queue kept busy by normal, large and debug work (gangs, topology, checkpoints),
+    and critical one-task jobs arriving one at a time (each done before the next comes).
+    Expected durations may be under the real ones (B9: backfill must not trust them)."""
+    count = draw(st.integers(2, 6))
+    nodes = [
+        {
+            "prefix": "n",
+            "count": count,
+            "gpus": 8,
+            "nvlink_island": draw(st.sampled_from([0, 4])),
+            "nodes_per_tier1": draw(st.integers(0, 3)),
+        }
+    ]
+    jobs: list[dict[str, Any]] = []
+    for i in range(draw(st.integers(count, 4 * count))):
+        tasks = draw(st.integers(1, 4))
+        duration = 600 * draw(st.integers(1, 40))
+        job: dict[str, Any] = {
+            "name": f"w{i}",
+            "queue": "q",
+            "type": draw(st.sampled_from(["normal", "normal", "large-job", "debug"])),
+            "submit": 10 * draw(st.integers(0, 60)),
+            "duration": duration,
+            "tasks": tasks,
+            "gpus_per_task": draw(st.sampled_from([1, 2, 4, 8])),
+            "min_available": draw(st.integers(1, tasks)),
+            "checkpoint_cost": draw(st.sampled_from([0, 30, 200])),
+            "checkpoint_on_sigterm": draw(st.booleans()),
+        }
+        if draw(st.booleans()):
+            job["expected_duration"] = duration * draw(st.sampled_from([0.25, 1, 2]))
+        if tasks > 1 and draw(st.booleans()):
+            job["topology"] = {"mode": draw(st.sampled_from(["hard", "soft"]))}
+        jobs.append(job)
+    for k in range(draw(st.integers(1, 4))):
+        jobs.append(
+            {
+                "name": f"c{k}",
+                "queue": "q",
+                "type": "critical",
+                "submit": 1000 + 2000 * k + draw(st.integers(0, 300)),
+                "duration": draw(st.integers(60, 1500)),
+                "gpus_per_task": draw(st.sampled_from([1, 2, 4, 8])),
+            }
+        )
+    grace = draw(st.sampled_from([30, 120]))
+    return {
+        "cluster": {"nodes": nodes},
+        "queues": [{"name": "q"}],
+        "policy": {"grace_period": grace},
+        "jobs": jobs,
+        "until": 12_000,
+    }
+
+
+@given(data=critical_scenarios())
+def test_critical_jobs_start_within_one_grace_period(data: dict[str, Any]) -> None:
+    """DESIGN goal 1: critical work starts fast. Everything else in the queue may be taken
+    (W_eff ≤ 800 < 1000, cooldown does not apply), victims release within the grace period,
+    and the budget (at least one node's worth, and always one unit) spreads a one-node plan
+    over at most a few one-second cycles: start ≤ submit + grace + 5."""
+    scenario = parse_scenario(data)
+    sim = CheckedSimulator(scenario)
+    result = sim.run().result()
+    assert sim.problems == []
+    grace = scenario.config.grace_period
+    for record in result["jobs"]:
+        if record["type"] == "critical":
+            assert record["start"] is not None, record
+            assert record["start"] - record["submit"] <= grace + 5, record
+            assert record["evictions"] == 0
