@@ -1,5 +1,8 @@
 """`caldera bench api`: the service under submission load (figures in docs/benchmarks.md).
 
+Submit latency is measured by the client around each call; the server's own share comes
+from the `Server-Timing` header it adds to every response.
+
 1. Start latency: on an idle cluster, submit a job whose first act is to print the time, and
    measure from just before the POST to that printed time: the submit call, the cycle, the
    spawn through the runner and the exec, all included. Repeated `starts` times, one at a
@@ -53,6 +56,8 @@ class ApiBenchResult:
     submit_p95_ms: float
     submit_p99_ms: float
     submit_max_ms: float
+    server_p50_ms: float  # inside the server (Server-Timing), without client-side queueing
+    server_p99_ms: float
     start_p50_ms: float
     start_max_ms: float
     starts_measured: int
@@ -159,11 +164,12 @@ def _start_latencies(client: httpx.Client, starts: int) -> list[float]:
 
 def _load(
     url: str, rate: float, duration: float, workers: int, progress: Callable[[int], None] | None
-) -> tuple[list[float], int, float, list[str]]:
+) -> tuple[list[float], list[float], int, float, list[str]]:
     local = threading.local()
     clients: list[httpx.Client] = []
     clients_lock = threading.Lock()
     latencies: list[float] = []
+    inside: list[float] = []
     ids: list[str] = []
     errors = [0]
     record = threading.Lock()
@@ -188,6 +194,7 @@ def _load(
         with record:
             if ok:
                 latencies.append(elapsed)
+                inside.append(_server_ms(response))
                 ids.append(response.json()["id"])
             else:
                 errors[0] += 1
@@ -206,7 +213,17 @@ def _load(
     wall = time.monotonic() - began
     for client in clients:
         client.close()
-    return latencies, errors[0], wall, ids
+    return latencies, inside, errors[0], wall, ids
+
+
+def _server_ms(response: httpx.Response) -> float:
+    """The server's own time for a request, from its Server-Timing header (0 if absent)."""
+    timing = response.headers.get("server-timing", "")
+    _, _, value = timing.partition("dur=")
+    try:
+        return float(value.split(";")[0])
+    except ValueError:
+        return 0.0
 
 
 def _cycle_mean_ms(client: httpx.Client) -> float | None:
@@ -267,13 +284,14 @@ def _run(
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
         start = sorted(_start_latencies(client, starts))
-        latencies, errors, wall, ids = _load(url, rate, duration, workers, progress)
+        latencies, inside, errors, wall, ids = _load(url, rate, duration, workers, progress)
         pending = len(client.get("/v1/jobs", params={"state": "Pending", "limit": 100000}).json())
         cycle = _cycle_mean_ms(client)
         if not own:  # leave someone else's server as we found it
             for job_id in ids:
                 client.post(f"/v1/jobs/{job_id}/cancel")
     latencies.sort()
+    inside.sort()
     ms = [value * 1000 for value in latencies]
     return ApiBenchResult(
         rate=rate,
@@ -285,6 +303,8 @@ def _run(
         submit_p95_ms=round(percentile(ms, 0.95), 2),
         submit_p99_ms=round(percentile(ms, 0.99), 2),
         submit_max_ms=round(ms[-1], 2) if ms else 0.0,
+        server_p50_ms=round(percentile(inside, 0.50), 2),
+        server_p99_ms=round(percentile(inside, 0.99), 2),
         start_p50_ms=round(percentile(start, 0.5) * 1000, 1),
         start_max_ms=round(start[-1] * 1000, 1) if start else 0.0,
         starts_measured=len(start),

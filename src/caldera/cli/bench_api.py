@@ -55,7 +55,8 @@ def api_command(
         f"{result['submitted']} submissions in {result['duration']:g}s "
         f"({result['achieved_rate']}/s offered {result['rate']:g}/s, {result['errors']} errors): "
         f"submit p50 {result['submit_p50_ms']} ms, p99 {result['submit_p99_ms']} ms, "
-        f"max {result['submit_max_ms']} ms; idle-GPU start p50 {result['start_p50_ms']} ms, "
+        f"max {result['submit_max_ms']} ms (inside the server p50 {result['server_p50_ms']} "
+        f"ms, p99 {result['server_p99_ms']} ms); idle-GPU start p50 {result['start_p50_ms']} ms, "
         f"max {result['start_max_ms']} ms; {result['pending_at_end']} pending at the end; "
         f"mean cycle {result['cycle_mean_ms']} ms"
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +38,7 @@ from caldera.service.launcher import JobFiles
 from caldera.service.metrics import CONTENT_TYPE
 from caldera.service.runtime import Conflict, NotFound, Rejected, Runtime
 
-__all__ = ["JobOut", "JobRequest", "create_app", "iso"]
+__all__ = ["JobOut", "JobRequest", "ServerTiming", "create_app", "iso"]
 
 API_VERSION = "v1"
 
@@ -270,6 +271,31 @@ def job_out(row: dict[str, Any], node_names: list[str]) -> JobOut:
 
 # -- the application -------------------------------------------------------------------------
 
+
+class ServerTiming:
+    """Adds `Server-Timing: app;dur=MS` to every response: the time spent inside the server,
+    so a client can tell its own queueing from the service's (used by `caldera bench api`)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        began = time.perf_counter()
+
+        async def timed(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                elapsed = (time.perf_counter() - began) * 1000
+                headers = list(message.get("headers", []))
+                headers.append((b"server-timing", f"app;dur={elapsed:.3f}".encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, timed)
+
+
 _bearer = HTTPBearer(auto_error=False)
 
 
@@ -299,6 +325,7 @@ def create_app(runtime: Runtime, render_metrics: Any, lifespan: Any = None) -> F
         "decision core as the simulator. Authenticate with `Authorization: Bearer TOKEN`.",
     )
     app.state.tokens = runtime.config.tokens
+    app.add_middleware(ServerTiming)
     node_names = [node.name for node in runtime.nodes]
 
     @app.exception_handler(RequestValidationError)

@@ -159,6 +159,7 @@ class Runtime:
         self._events: list[dict[str, Any]] = []
         self._throttle_writes: list[tuple[str, Throttle | None]] = []
         self._actions: list[Callable[[], None]] = []
+        self._spawns: list[tuple[LiveJob, TaskRun]] = []  # committed, not yet spawned
         self._cycle_needed = True
         self._next_wakeup: float | None = None
         self._last_cycle = 0.0
@@ -264,6 +265,7 @@ class Runtime:
                 self._last_cycle = now
                 self.apply(decisions, snapshot)
                 self._next_wakeup = decisions.wakeup
+            self.launch_pending()
             again = decisions.releases or any(
                 isinstance(change, ThrottleOff) for change in decisions.throttles
             )
@@ -433,7 +435,7 @@ class Runtime:
             now, "start", job.id, placement=where, gpus=gpus, attempt=job.attempts, grow=grow
         )
         for run_ in new:
-            self._actions.append(partial(self._spawn, job, run_))
+            self._spawns.append((job, run_))
 
     def _spawn(self, job: LiveJob, task: TaskRun) -> None:
         files = JobFiles(self.data_dir, job.id)
@@ -467,15 +469,30 @@ class Runtime:
         )
         try:
             files.make()
-            task.pid, task.start_ticks = self.launcher.spawn(launch)
+            pid, ticks = self.launcher.spawn(launch)  # outside the lock: forks are slow
         except OSError as error:
-            task.done = True
-            task.exit_code = 127
-            job.reason = f"cannot start task {task.rank}: {error.strerror or error}"
-            self._mark(job)
-            self._settle(job, self.clock())
+            with self.lock:
+                task.done = True
+                task.exit_code = 127
+                job.reason = f"cannot start task {task.rank}: {error.strerror or error}"
+                self._mark(job)
+                self._settle(job, self.clock())
+                self._flush()
             return
-        self._mark(job)
+        with self.lock:
+            task.pid, task.start_ticks = pid, ticks
+            self._mark(job)
+            if task.leaving:  # cancelled or evicted while it was being spawned
+                self._signal(task, signal.SIGTERM)
+            self._flush()
+
+    def launch_pending(self) -> None:
+        """Spawn the tasks the last decisions started (loop thread, without the lock: a
+        submission never waits for a fork). Their rows are committed already."""
+        with self.lock:
+            spawns, self._spawns = self._spawns, []
+        for job, task in spawns:
+            self._spawn(job, task)
 
     def _signal(self, task: TaskRun, signum: signal.Signals) -> None:
         self.launcher.signal(task.pid, task.start_ticks, signum)
