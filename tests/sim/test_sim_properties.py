@@ -195,46 +195,74 @@ def output_schema() -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def event_log_problems(result: dict[str, Any], data: dict[str, Any], cooldown: float) -> list[str]:
-    """The rules that read naturally off the event log."""
+def event_log_problems(
+    result: dict[str, Any], data: dict[str, Any], cooldown: float, grace: float
+) -> list[str]:
+    """The rules that read off the output document alone — what an evaluator sees."""
     problems: list[str] = []
     specs = {j["name"]: j for j in data["jobs"]}
     priority = {"critical": 1000, "large-job": 800, "normal": 100, "debug": 50}
+    capacity = sum(g["count"] * g["gpus"] for g in data["cluster"]["nodes"])
     last_evicted: dict[str, float] = {}
     lost: dict[str, float] = {}
+    held: dict[str, float] = {}  # GPUs each job holds, running or releasing
+    leaving: list[tuple[float, str, float]] = []  # (released_at, job, gpus)
+
+    def release_until(t: float) -> None:
+        for item in sorted(x for x in leaving if x[0] <= t):
+            leaving.remove(item)
+            held[item[1]] -= item[2]
+
     for event in result["events"]:
-        if event["kind"] != "evict":
+        t, kind, name = event["t"], event["kind"], event["job"]
+        if kind in ("start", "evict", "finish", "cancel"):
+            release_until(t)
+        if kind == "start":
+            spec = specs[name]
+            if not event.get("grow") and event["tasks"] < spec.get(
+                "min_available", spec.get("tasks", 1)
+            ):
+                problems.append(f"t={t}: {name} started {event['tasks']} tasks < min_available")
+            if abs(sum(event["placement"].values()) - event["gpus"]) > 1e-9:
+                problems.append(f"t={t}: {name} placement does not add up to gpus")
+            held[name] = held.get(name, 0.0) + event["gpus"]
+            most = spec.get("tasks", 1) * spec.get("gpus_per_task", 1)
+            if held[name] > most + 1e-9:
+                problems.append(f"t={t}: {name} holds {held[name]} GPUs, asked for {most}")
+            if sum(held.values()) > capacity + 1e-9:
+                problems.append(f"t={t}: {sum(held.values())} GPUs held of {capacity}")
+        elif kind == "finish":
+            held[name] = sum(g for _, j, g in leaving if j == name)  # only what is leaving
+        if kind != "evict":
             continue
-        name = event["job"]
         victim = specs[name]
         lost[name] = lost.get(name, 0.0) + event["lost_gpu_seconds"]
+        if not t <= event["released_at"] <= t + grace + 1e-9:
+            problems.append(f"t={t}: {name} released at {event['released_at']}")
+        leaving.append((event["released_at"], name, event["gpus"]))
         if event["reason"] != "cancel" and (  # a user may cancel anything of theirs
             victim["type"] == "critical"
             or victim.get("labels", {}).get("protected") == "true"
             or victim.get("namespace") == "kube-system"
         ):
-            problems.append(f"t={event['t']}: {name} ({victim['type']}) must never be evicted")
+            problems.append(f"t={t}: {name} ({victim['type']}) must never be evicted")
         preemptor = event.get("preemptor")
         if event["reason"] in ("preempt", "reclaim"):
             p = specs.get(preemptor or "")
             if p is None:
-                problems.append(f"t={event['t']}: {name} evicted without a preemptor")
+                problems.append(f"t={t}: {name} evicted without a preemptor")
             else:
                 if p["type"] == "debug":
-                    problems.append(f"t={event['t']}: debug job {preemptor} caused an eviction")
+                    problems.append(f"t={t}: debug job {preemptor} caused an eviction")
                 if priority[p["type"]] <= priority[victim["type"]]:
-                    problems.append(f"t={event['t']}: {preemptor} evicted {name}, not lower")
+                    problems.append(f"t={t}: {preemptor} evicted {name}, not lower")
                 before = last_evicted.get(name)
-                if (
-                    before is not None
-                    and event["t"] - before < cooldown
-                    and p["type"] != "critical"
-                ):
+                if before is not None and t - before < cooldown and p["type"] != "critical":
                     problems.append(
-                        f"t={event['t']}: {name} evicted again {event['t'] - before}s after"
-                        f" the last time, by non-critical {preemptor}"
+                        f"t={t}: {name} evicted again {t - before}s after the last time,"
+                        f" by non-critical {preemptor}"
                     )
-        last_evicted[name] = event["t"]
+        last_evicted[name] = t
     for record in result["jobs"]:
         want = round(lost.get(record["name"], 0.0), 6)
         if abs(record["lost_gpu_seconds"] - want) > 1e-3:
@@ -252,7 +280,10 @@ def test_every_invariant_holds_at_every_event(data: dict[str, Any]) -> None:
     sim = CheckedSimulator(scenario)
     result = sim.run().result()
     assert sim.problems == []
-    assert event_log_problems(result, data, scenario.config.cooldown) == []
+    assert (
+        event_log_problems(result, data, scenario.config.cooldown, scenario.config.grace_period)
+        == []
+    )
     metrics = result["metrics"]
     assert metrics["critical_preempted"] == 0
     assert metrics["gang_hang_gpu_hours"] == 0
@@ -341,3 +372,49 @@ def test_critical_jobs_start_within_one_grace_period(data: dict[str, Any]) -> No
             assert record["start"] is not None, record
             assert record["start"] - record["submit"] <= grace + 5, record
             assert record["evictions"] == 0
+
+
+def test_the_event_log_checks_can_fail() -> None:
+    """The document checks above are only worth something if they see a broken log."""
+    data = {
+        "cluster": {"nodes": [{"prefix": "n", "count": 1, "gpus": 8}]},
+        "queues": [{"name": "q"}],
+        "jobs": [
+            {
+                "name": "v",
+                "queue": "q",
+                "type": "normal",
+                "submit": 0,
+                "duration": 900,
+                "gpus_per_task": 8,
+                "tasks": 1,
+            },
+            {
+                "name": "g",
+                "queue": "q",
+                "type": "large-job",
+                "submit": 10,
+                "duration": 100,
+                "gpus_per_task": 4,
+                "tasks": 2,
+            },
+        ],
+    }
+    clean = Simulator(parse_scenario(data)).run().result()
+    assert event_log_problems(clean, data, 600, 120) == []
+
+    def corrupted(change: Any) -> list[str]:
+        document = json.loads(json.dumps(clean))
+        change(document)
+        return event_log_problems(document, data, 600, 120)
+
+    def first(document: dict[str, Any], kind: str, job: str) -> dict[str, Any]:
+        return next(e for e in document["events"] if e["kind"] == kind and e["job"] == job)
+
+    assert corrupted(lambda d: first(d, "start", "g").update(tasks=1))  # below the gang
+    assert corrupted(lambda d: first(d, "evict", "v").update(preemptor="v"))  # equal priority
+    assert corrupted(lambda d: first(d, "evict", "v").update(released_at=10_000))  # > grace
+    data["jobs"][0]["type"] = "critical"
+    assert event_log_problems(clean, data, 600, 120)  # a critical victim
+    data["jobs"][0]["type"] = "normal"
+    assert corrupted(lambda d: first(d, "start", "g").update(gpus=16))  # over capacity
