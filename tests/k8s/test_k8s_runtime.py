@@ -467,3 +467,58 @@ def test_the_throttle_holds_small_submissions_until_the_large_job_runs() -> None
     assert world.state("big") == "Running"
     assert world.state("late") == "Pending"
     assert world.rt.jobs[f"{NAMESPACE}/late"].state is JobState.PENDING
+
+
+def test_a_drained_node_stops_the_gang_and_it_is_requeued_not_failed() -> None:
+    world = World().hypernode("a", "n", count=3).start()
+    world.submit("train", tasks=2, gpus=8)
+    world.step()
+    drained = world.pinned("train")[0]
+    victim = next(p for p in world.pods("train") if p["spec"]["nodeName"] == drained)
+    world.cluster.nodes[drained]["spec"]["unschedulable"] = True  # kubectl drain: cordon…
+    world.cluster.delete_pod(NAMESPACE, victim["metadata"]["name"], 30)  # …then evict
+    world.step()
+    others = [p["metadata"]["name"] for p in world.pods("train") if p is not victim]
+    assert world.deleted()[1:] == others  # the rest of the gang is stopped by caldera
+    world.step(GRACE)
+    world.step()
+    assert world.state("train") == "Running"
+    status = world.status("train")
+    assert status["attempts"] == 2
+    assert status.get("exit_code") is None  # lost, not failed
+    assert drained not in world.pinned("train")[-2:]
+
+
+def test_an_elastic_job_grows_onto_room_that_frees_up() -> None:
+    world = World().hypernode("a", "n", count=2).start()
+    world.submit("blocker")
+    world.step()
+    world.submit("elastic", tasks=2, gpus=8, min_available=1)
+    world.step()
+    assert [p["metadata"]["name"] for p in world.pods("elastic")] == ["elastic-1-0"]
+    world.cluster.finish(NAMESPACE, "blocker-1-0", 0)
+    world.step()
+    world.step()
+    pods = world.pods("elastic")
+    assert [p["metadata"]["name"] for p in pods] == ["elastic-1-0", "elastic-1-1"]
+    assert pods[1]["metadata"]["annotations"][names.GROUP_NAME] == "elastic-1"  # same gang
+    env = {e["name"]: e["value"] for e in pods[1]["spec"]["containers"][0]["env"]}
+    assert (env["RANK"], env["MASTER_ADDR"]) == ("1", "elastic-0.elastic")
+    assert len(world.status("elastic")["tasks"]) == 2
+
+
+def test_an_eviction_budget_spreads_one_plan_over_cycles_and_the_plan_survives() -> None:
+    world = World(policy={"eviction_budget": 0.3}).hypernode("a", "n", count=4).start()
+    for i in range(4):
+        world.submit(f"small{i}")
+    world.step(600)
+    world.submit(
+        "big", type="large-job", tasks=4, gpus=8, topology={"mode": "hard", "highest_tier": 1}
+    )
+    world.step(1)
+    first = len(world.cluster.deletions)
+    assert 0 < first < 4  # the budget: not all four at once
+    assert world.nomination("big") is not None
+    world.run_until("big", "Running", dt=5)
+    assert len(world.cluster.deletions) == 4
+    assert {world.state(f"small{i}") for i in range(4)} == {"Pending"}

@@ -510,7 +510,7 @@ class KubeRuntime:
         unclaimed = dict(by_key)
         for job in list(self.jobs.values()):
             changed = False
-            late = False
+            late = broken = False
             for task in job.tasks:
                 if task.done:
                     continue
@@ -528,6 +528,10 @@ class KubeRuntime:
                     task.bound = True
                     self._mark(job)
                 deleting = "deletionTimestamp" in pod["metadata"]
+                if deleting and not (task.leaving or task.stopping):
+                    # Someone else is deleting a running task's pod (a drain, kubectl, the
+                    # node lifecycle controller): the task is ending, so is its gang.
+                    broken = True
                 if (task.leaving or task.stopping) and not deleting:
                     # Recorded as signalled but the delete never went out (a restart in
                     # between): send it now.
@@ -545,12 +549,15 @@ class KubeRuntime:
             self._note_running(job, by_key)
             if changed:
                 self._settle(job, now)
-            elif late and job.state is JobState.RUNNING:
-                log.warning(
-                    "%s: pods not bound in %.0f s; giving the start up",
-                    job.id,
-                    self.settings.bind_timeout,
-                )
+            elif (late or broken) and job.state is JobState.RUNNING:
+                if late:
+                    log.warning(
+                        "%s: pods not bound in %.0f s; giving the start up",
+                        job.id,
+                        self.settings.bind_timeout,
+                    )
+                else:
+                    log.warning("%s: a pod is being deleted by someone else; stopping", job.id)
                 self._stop_gang(job, now)
         for key, pod in unclaimed.items():
             self._orphan(key, pod)
@@ -873,8 +880,8 @@ class KubeRuntime:
     def _delete_pod(self, namespace: str, name: str, grace: int, purpose: Purpose) -> None:
         """Every pod deletion goes through here: read the live pod, check it, delete it."""
         pod = self.api.read_pod(namespace, name)
-        if pod is None:
-            return
+        if pod is None or "deletionTimestamp" in pod["metadata"]:
+            return  # gone, or already going: its own grace period runs
         refused = refusal(pod, purpose)
         if refused is not None:
             self.stats.refused_deletes += 1
@@ -887,14 +894,15 @@ class KubeRuntime:
     def _stop_gang(self, job: KubeJob, now: float) -> None:
         """A gang that cannot run whole (a member failed or vanished, or Volcano never bound
         it): stop the rest; `_settle` retries or fails it when they are gone."""
-        for task in job.running:
-            if not task.done and not task.stopping:
-                task.stopping = True
-                task.kill_at = now + self.policy_config.grace_period
-                self._actions.append(
-                    partial(self._delete_pod, job.namespace, task.pod, self.grace, Purpose.STOP)
-                )
-        self._mark(job)
+        stopping = [t for t in job.running if not t.done and not t.stopping]
+        for task in stopping:
+            task.stopping = True
+            task.kill_at = now + self.policy_config.grace_period
+            self._actions.append(
+                partial(self._delete_pod, job.namespace, task.pod, self.grace, Purpose.STOP)
+            )
+        if stopping:
+            self._mark(job)
 
     def _settle(self, job: KubeJob, now: float) -> None:
         """Give back the room of tasks that ended and move the job on if it is over."""
