@@ -158,6 +158,9 @@ class QueueBuilder:
     def reclaimable(self, value: bool = True) -> QueueBuilder:
         return self._set(reclaimable=value)
 
+    def critical_allowed(self, value: bool = True) -> QueueBuilder:
+        return self._set(critical_allowed=value)
+
     def closed(self) -> QueueBuilder:
         return self._set(state=QueueState.CLOSED)
 
