@@ -208,3 +208,19 @@ def test_no_wakeup_once_every_job_has_room_coming() -> None:
     _, decisions = decide("priority-kill", nodes(1), [running("norm").on("n-0"), large()])
     assert decisions.evictions
     assert decisions.wakeup is None
+
+
+@pytest.mark.parametrize("policy", ["priority-kill", "volcano"])
+def test_a_job_grown_this_cycle_is_no_victim_in_it(policy: str) -> None:
+    """E (large, 2 × 8, min 1) runs one pod and gets its missing pod on n-2 in this cycle;
+    the critical 2 × 8 gang C cannot use E's first pod as a victim in the same cycle (the
+    runtime would apply the eviction before the grow and leave a requeued job holding room),
+    so with only N on n-0 to evict, C's pod group is turned away and nothing is evicted."""
+    jobs = [
+        running("N").on("n-0"),
+        job("E").large().gang(2, gpus=8, min_available=1).running(since=0).on("n-1"),
+        job("C").critical().gang(2, gpus=8).submitted(NOW),
+    ]
+    _, decisions = decide(policy, nodes(3), jobs)
+    assert victims(decisions) == {}
+    assert [(s.job, s.grow) for s in decisions.starts] == [("E", True)]

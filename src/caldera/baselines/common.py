@@ -155,20 +155,50 @@ class TaskCuts:
         return positions
 
 
-class FutureRoom:
-    """Idle room plus room held by terminating tasks (Volcano's FutureIdle), with an undo log.
+def _leaving(snapshot: Snapshot, gone: set[str]) -> list[TaskPlacement]:
+    """Tasks holding room that is on its way to being free: tasks inside their grace period,
+    and the running tasks of jobs the cycle has already evicted whole (a window closed)."""
+    tasks = [t for job in snapshot.by_state[JobState.RELEASING] for t in job.releasing]
+    for job in snapshot.by_state[JobState.RUNNING]:
+        tasks.extend(job.releasing)
+        if job.id in gone:
+            tasks.extend(job.placement)
+    return tasks
 
-    Built from the snapshot: every running task is taken, terminating ones are not. Jobs the
-    cycle already evicted whole (a queue's window closed) are left out as well.
+
+class FutureRoom:
+    """Idle room plus room held by terminating tasks (Volcano's FutureIdle, the room a
+    nominated pod waits for).
+
+    Two ways to get one. `separate`: a room index of its own, built from the snapshot, for a
+    phase that still places pods in idle room while it counts on future room (Volcano's
+    allocate pipelines). `in_place`: the cycle's own working room, with the leaving tasks
+    given back — only for phases after the last start of the cycle, since idle and future
+    room are then one (and the cycle rolls its working room back when it ends). With nothing
+    leaving, the idle room already is the future room: `shared` says so.
     """
 
-    def __init__(self, snapshot: Snapshot, gone: set[str]) -> None:
-        self.room = Room(snapshot.nodes)
+    def __init__(self, room: Room, shared: bool) -> None:
+        self.room = room
+        self.shared = shared
+
+    @classmethod
+    def separate(cls, snapshot: Snapshot, idle: Room, gone: set[str]) -> FutureRoom:
+        leaving = _leaving(snapshot, gone)
+        if not leaving:
+            return cls(idle, shared=True)
+        room = Room(snapshot.nodes)
         for job in snapshot.by_state[JobState.RUNNING]:
-            if job.id in gone:
-                continue
-            for task in job.placement:
-                self.room.take(task)
+            if job.id not in gone:
+                for task in job.placement:
+                    room.take(task)
+        return cls(room, shared=False)
+
+    @classmethod
+    def in_place(cls, snapshot: Snapshot, idle: Room, gone: set[str]) -> FutureRoom:
+        for task in _leaving(snapshot, gone):
+            idle.give(task)
+        return cls(idle, shared=True)
 
     def fits(self, index: int, spec: JobSpec) -> bool:
         return fit_on_node(self.room, index, spec.gpu, spec.cpu, spec.memory) is not None
@@ -188,6 +218,7 @@ class Staged:
     def __init__(self, idle: Room, future: FutureRoom) -> None:
         self.idle = idle
         self.future = future.room
+        self.shared = future.shared  # one room for both views: change it once
         self._undo: list[Callable[[], None]] = []
 
     def mark(self) -> int:
@@ -204,19 +235,20 @@ class Staged:
     def take_idle(self, task: TaskPlacement) -> None:
         """A task placed in idle room: taken in both views."""
         self.idle.take(task)
-        self.future.take(task)
-
-        def undo() -> None:
-            self.idle.give(task)
-            self.future.give(task)
-
-        self._undo.append(undo)
+        self._mirror_take(task)
 
     def place_idle(self, spec: JobSpec, within: Sequence[int] | None) -> TaskPlacement | None:
         """One pod on the best node with idle room for it (taken in both views), or None."""
         task = place_one(self.idle, spec, within)
-        if task is None:
-            return None
+        if task is not None:
+            self._mirror_take(task)
+        return task
+
+    def _mirror_take(self, task: TaskPlacement) -> None:
+        """`task` was just taken in idle room: take it in the future view too (logged)."""
+        if self.shared:
+            self._undo.append(lambda: self.idle.give(task))
+            return
         self.future.take(task)
 
         def undo() -> None:
@@ -224,7 +256,6 @@ class Staged:
             self.future.give(task)
 
         self._undo.append(undo)
-        return task
 
     def place_future(
         self, spec: JobSpec, within: Sequence[int] | None, hold_idle: bool = False
@@ -239,7 +270,7 @@ class Staged:
         if task is None:
             return None
         self._undo.append(lambda: self.future.give(task))
-        if hold_idle:
+        if hold_idle and not self.shared:
             for part in _idle_parts(self.idle, task):
                 self.idle.take(part)
                 self._undo.append(lambda part=part: self.idle.give(part))  # type: ignore[misc]

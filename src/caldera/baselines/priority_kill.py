@@ -72,36 +72,43 @@ Pod = tuple[JobView, int]
 class _Session:
     """What pk_allocate hands to pk_preempt within one cycle."""
 
-    future: FutureRoom
-    staged: Staged
-    evictions: StagedEvictions
-    gone: set[str]  # jobs evicted whole before the session opened (window close)
-    on_node: dict[int, list[Pod]]
+    gone: set[str]  # jobs evicted whole before allocation (a queue's window closed)
     waiting: list[tuple[JobView, int]] = field(default_factory=list)  # (job, pods to place)
     unserved: int = 0  # jobs whose pods found no room at all this cycle, claims included
 
 
-def _open(cycle: CycleContext) -> _Session:
-    gone = set(cycle.evicted)
+@dataclass
+class _Claims:
+    """pk_preempt's working state: room free or being released (the cycle's own room, since
+    nothing starts after allocation), running pods by node, the evictions chosen."""
+
+    future: FutureRoom
+    staged: Staged
+    evictions: StagedEvictions
+    gone: set[str]
+    on_node: dict[int, list[Pod]]
+    started: set[str]  # jobs started or grown this cycle: not victims in the same cycle
+
+
+def _session(cycle: CycleContext) -> _Session:
+    return cycle.memo(_SESSION, lambda: _Session(set(cycle.evicted)))
+
+
+def _open_claims(cycle: CycleContext, gone: set[str]) -> _Claims:
     on_node: dict[int, list[Pod]] = {}
     for job in cycle.snapshot.by_state[JobState.RUNNING]:
         if job.id in gone:
             continue
         for index, task in enumerate(job.placement):
             on_node.setdefault(task.node, []).append((job, index))
-    future = FutureRoom(cycle.snapshot, gone)
+    future = FutureRoom.in_place(cycle.snapshot, cycle.room, gone)
     staged = Staged(cycle.room, future)
-    return _Session(future, staged, StagedEvictions(staged), gone, on_node)
-
-
-def _session(cycle: CycleContext) -> _Session:
-    return cycle.memo(_SESSION, lambda: _open(cycle))
+    return _Claims(future, staged, StagedEvictions(staged), gone, on_node, cycle.started)
 
 
 def pk_allocate(cycle: CycleContext) -> None:
     """PK1, PK2: place pods in priority order; remember the pods that found no room."""
     session = _session(cycle)
-    future = session.future.room
     failed: set[int] = set()
     for job in sorted(pending_work(cycle), key=lambda j: j.spec.rank):
         spec = job.spec
@@ -125,8 +132,6 @@ def pk_allocate(cycle: CycleContext) -> None:
             if placed is None:
                 failed.add(spec.shape)
         if placed:
-            for task in placed:
-                future.take(task)
             cycle.start(job, placed, grow=running)
             pods -= len(placed)
         if pods:
@@ -139,6 +144,10 @@ def pk_preempt(cycle: CycleContext) -> None:
     """PK3–PK7: each waiting pod claims room on one node, evicting lower-priority pods there
     when nothing else fits. Claims last for this cycle only (PK6): they are not starts."""
     session = _session(cycle)
+    if not any(job.spec.may_preempt for job, _ in session.waiting):
+        session.unserved += len(session.waiting)
+        return
+    claims = _open_claims(cycle, session.gone)
     hopeless: set[tuple[int, int]] = set()  # (shape, priority) of groups that found no room
     for job, pods in session.waiting:
         spec = job.spec
@@ -151,40 +160,40 @@ def pk_preempt(cycle: CycleContext) -> None:
             session.unserved += 1
             continue
         group = 1 if running else spec.min_available  # PK3a: pods that must all get room
-        mark = session.staged.mark()
-        first = session.evictions.mark()
-        claimed = _claim(session, job, pods if running else group)
+        mark = claims.staged.mark()
+        first = claims.evictions.mark()
+        claimed = _claim(claims, job, pods if running else group)
         if claimed >= group:
-            if session.evictions.mark() > first:
-                session.evictions.commit(cycle, first, job, EvictReason.PREEMPT)
+            if claims.evictions.mark() > first:
+                claims.evictions.commit(cycle, first, job, EvictReason.PREEMPT)
                 hopeless.clear()  # victims may leave spare room for others
         else:
-            session.staged.rollback(mark)
+            claims.staged.rollback(mark)
             session.unserved += 1
             if not running:
                 hopeless.add(key)
 
 
-def _claim(session: _Session, job: JobView, pods: int) -> int:
+def _claim(claims: _Claims, job: JobView, pods: int) -> int:
     """Give up to `pods` pods room, one node each (PK3); returns how many got it."""
     spec = job.spec
-    future = session.future.room
+    future = claims.future.room
     scope = domain_of(future, spec, job.placement[0].node) if job.placement else None
     hard = domain_nodes(future, spec) is not None
     claimed = 0
     for _ in range(pods):
         # Room that is free or being released comes first: no eviction needed for it.
-        task = session.staged.place_future(spec, scope)
+        task = claims.staged.place_future(spec, scope)
         if task is None:
-            choice = _pick_node(session, job, scope)
+            choice = _pick_node(claims, job, scope)
             if choice is None:
                 break
             node, victims = choice
             for victim, index in victims:
-                session.evictions.stage(victim, index)
+                claims.evictions.stage(victim, index)
             task = fit_on_node(future, node, spec.gpu, spec.cpu, spec.memory)
             assert task is not None, "the chosen victims make the pod fit"
-            session.staged.take_future(task)
+            claims.staged.take_future(task)
         claimed += 1
         if hard and scope is None:
             scope = domain_of(future, spec, task.node)  # the gang's pod affinity
@@ -201,16 +210,17 @@ def pk_close(cycle: CycleContext) -> None:
 # -- PK3: one node, its victims ------------------------------------------------------------
 
 
-def _candidates(session: _Session, preemptor: JobView, node: int) -> list[Pod]:
+def _candidates(claims: _Claims, preemptor: JobView, node: int) -> list[Pod]:
     """PK4: running pods on `node` of lower priority that may be victims."""
     priority = preemptor.spec.priority
-    evictions = session.evictions
+    evictions = claims.evictions
     return [
         (job, index)
-        for job, index in session.on_node.get(node, ())
+        for job, index in claims.on_node.get(node, ())
         if job.spec.priority < priority
         and not is_protected(job)
-        and job.id not in session.gone
+        and job.id not in claims.gone
+        and job.id not in claims.started
         and not evictions.is_cut(job, index)
     ]
 
@@ -223,11 +233,11 @@ def _importance(pod: Pod) -> tuple[int, float, str, int]:
 
 
 def _victims_on_node(
-    session: _Session, preemptor: JobView, node: int, candidates: Sequence[Pod]
+    claims: _Claims, preemptor: JobView, node: int, candidates: Sequence[Pod]
 ) -> list[Pod] | None:
     """selectVictimsOnNode: the victims that let the pod fit on `node`, or None. The future
     room is exactly as before when this returns."""
-    room = session.future.room
+    room = claims.future.room
     spec = preemptor.spec
     for job, index in candidates:
         room.give(job.placement[index])
@@ -258,16 +268,16 @@ def _node_score(node: int, victims: Sequence[Pod]) -> tuple[int, int, int, float
 
 
 def _pick_node(
-    session: _Session, preemptor: JobView, scope: Sequence[int] | None
+    claims: _Claims, preemptor: JobView, scope: Sequence[int] | None
 ) -> tuple[int, list[Pod]] | None:
-    future = session.future
+    future = claims.future
     spec = preemptor.spec
-    nodes = scope if scope is not None else sorted(session.on_node)
+    nodes = scope if scope is not None else sorted(claims.on_node)
     best: tuple[tuple[int, int, int, float, int], int, list[Pod]] | None = None
     for node in nodes:
         if not can_host(future.room, node, spec):
             continue
-        candidates = _candidates(session, preemptor, node)
+        candidates = _candidates(claims, preemptor, node)
         if not candidates:
             continue
         free = future.free_on(node)
@@ -277,7 +287,7 @@ def _pick_node(
             or free.memory + sum(job.spec.memory for job, _ in candidates) < spec.memory
         ):
             continue
-        victims = _victims_on_node(session, preemptor, node, candidates)
+        victims = _victims_on_node(claims, preemptor, node, candidates)
         if not victims:
             continue
         score = _node_score(node, victims)

@@ -131,7 +131,9 @@ def _open(cycle: CycleContext) -> _Session:
     """Open the session: future room, queue attributes with water-filled deserved (V2)."""
     snapshot = cycle.snapshot
     gone = set(cycle.evicted)
-    future = FutureRoom(snapshot, gone)
+    # A room index of its own only while something is being released: allocate places in
+    # idle room and pipelines onto future room within the same pass.
+    future = FutureRoom.separate(snapshot, cycle.room, gone)
     queues: dict[str, QueueShare] = {}
     on_node: dict[int, list[Pod]] = {}
 
@@ -341,6 +343,8 @@ def _victim_nodes(session: _Session, job: JobView, reason: EvictReason) -> dict[
         for node, pods in session.on_node.items():
             for victim, _ in pods:
                 if is_protected(victim) or victim.id in session.gone:
+                    continue
+                if victim.id in session.cycle.started:
                     continue
                 if reason is EvictReason.PREEMPT:
                     fits_rule = (
@@ -563,6 +567,7 @@ def _victims_on(
             for pod in session.on_node.get(node, ())
             if not is_protected(pod[0])
             and pod[0].id not in session.gone
+            and pod[0].id not in session.cycle.started  # bound this cycle: not yet a victim
             and not session.evictions.is_cut(*pod)
             and rule(session, job, pod)
         ),
