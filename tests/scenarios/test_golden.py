@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -245,3 +247,17 @@ def test_a_running_job_leaves_when_its_window_closes_and_resumes_next_day() -> N
     assert [e["t"] for e in events(WINDOWS, "start", "late")] == [17 * 3600, DAY + 9 * 3600]
     # 1 h done before 18:00 is kept (checkpoint on SIGTERM): 1 h more on Tuesday
     assert job(WINDOWS, "late")["end"] == DAY + 10 * 3600
+
+
+@pytest.mark.parametrize("name", [REJECTS, NEARLY])
+def test_the_cli_prints_the_same_document(name: str) -> None:
+    """Held-out scenarios are run through `caldera simulate FILE --json`: it must print exactly
+    what the library returns, as one JSON document."""
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("caldera")), "simulate", str(HERE / name), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == result(name)
