@@ -302,3 +302,32 @@ def test_the_public_api_is_pinned() -> None:
     )
     for name in caldera.k8s.__all__:
         assert getattr(caldera.k8s, name) is not None
+
+
+class OneEventWatch(FakeCluster):
+    """Each watch yields one event and ends, as a server closing watches early would."""
+
+    watches: int = 0
+
+    def watch(self, kind: str, namespace: str, label_selector: str, timeout_seconds: int) -> Any:
+        self.watches += 1
+        return iter(["MODIFIED"])
+
+
+def test_watch_events_wake_the_loop_and_short_watches_do_not_spin() -> None:
+    world = World()
+    world.cluster = OneEventWatch()
+    world.hypernode("a", "n", count=1).start()
+    stop = threading.Event()
+    controller = Controller(world.rt, resync=30.0, min_gap=0.0)
+    runner = threading.Thread(target=controller.run, args=(stop,))
+    runner.start()
+    try:
+        stop.wait(0.5)
+    finally:
+        stop.set()
+        runner.join(timeout=5)
+    assert not runner.is_alive()
+    assert controller.steps >= 2  # the events woke it long before the 30 s resync
+    assert isinstance(world.cluster, OneEventWatch)
+    assert world.cluster.watches <= 6  # three watches, restarted at most once a second

@@ -145,12 +145,15 @@ class Controller:
     def _watch(self, kind: str, namespace: str, selector: str, stop: threading.Event) -> None:
         backoff = 1.0
         while not stop.is_set():
+            began = self.clock()
             try:
-                for _ in self.api.watch(kind, namespace, selector, int(self.resync)):
+                for _ in self.api.watch(kind, namespace, selector, max(int(self.resync), 1)):
                     self.wake.set()
                     if stop.is_set():
                         return
                 backoff = 1.0
+                if self.clock() - began < 1.0:
+                    stop.wait(1.0)  # a watch that ends at once must not spin
             except ClusterError as error:
                 log.warning("watch %s: %s (retrying in %.0f s)", kind, error, backoff)
                 stop.wait(backoff)
@@ -196,7 +199,12 @@ class Controller:
             wakeup = self.runtime.next_wakeup
             if wakeup is not None:
                 timeout = min(timeout, max(wakeup - self.clock(), 0.0))
-            self.wake.wait(timeout)
+            deadline = self.clock() + timeout
+            while not stop.is_set() and not self.wake.wait(
+                min(0.25, max(deadline - self.clock(), 0))
+            ):
+                if self.clock() >= deadline:
+                    break  # slices: a stop request is seen within a quarter second
             self.wake.clear()
             # Events come in bursts (a gang's pods): let them land, then look once.
             rest = self.min_gap - (self.clock() - began)
