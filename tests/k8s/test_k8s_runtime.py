@@ -522,3 +522,57 @@ def test_an_eviction_budget_spreads_one_plan_over_cycles_and_the_plan_survives()
     world.run_until("big", "Running", dt=5)
     assert len(world.cluster.deletions) == 4
     assert {world.state(f"small{i}") for i in range(4)} == {"Pending"}
+
+
+def test_a_device_plugin_restart_that_reports_no_gpus_for_a_moment_stops_nothing() -> None:
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("job")
+    world.step()
+    allocatable = world.cluster.nodes["n-0"]["status"]["allocatable"]
+    allocatable["nvidia.com/gpu"] = "0"
+    world.step(10)
+    allocatable["nvidia.com/gpu"] = "8"
+    world.step(10)
+    assert world.cluster.deletions == []
+    assert world.state("job") == "Running"
+    world.submit("next")  # the node is full again in caldera's eyes
+    world.step()
+    assert world.state("next") == "Pending"
+
+
+def test_an_empty_node_list_is_not_taken_for_a_vanished_cluster() -> None:
+    world = World().hypernode("a", "n", count=2).start()
+    world.submit("train", tasks=2, gpus=8)
+    world.step()
+    nodes, world.cluster.nodes = world.cluster.nodes, {}
+    world.step(10)
+    world.cluster.nodes = nodes
+    world.step(10)
+    assert world.cluster.deletions == []
+    assert world.state("train") == "Running"
+    assert world.status("train")["attempts"] == 1
+
+
+def test_a_record_edited_after_admission_does_not_change_the_job() -> None:
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("job", gpus=4)
+    world.step()
+    record = world.record("job")
+    record["data"][names.RECORD_KEY] = "queue: [broken"
+    world.restart()
+    world.step(10)
+    assert world.cluster.deletions == []
+    assert world.state("job") == "Running"
+    assert world.rt.jobs[f"{NAMESPACE}/job"].spec.gpu == 4000
+
+
+def test_an_unreadable_status_leaves_the_pods_alone_and_their_room_taken() -> None:
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("job")
+    world.step()
+    world.record("job")["metadata"]["annotations"][names.STATUS] = "{not json"
+    world.restart()
+    world.submit("next")
+    world.step(10)
+    assert world.cluster.deletions == []
+    assert world.state("next") == "Pending"

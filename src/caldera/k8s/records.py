@@ -406,6 +406,7 @@ class KubeJob:
         data: dict[str, Any] = {
             "state": self.state.value,
             "submit": self.spec.submit,
+            "request": self.request.model_dump(mode="json", exclude_defaults=True),
             "tasks": [t.to_json(nodes) for t in self.tasks],
             "started_under": self.started_under,
         }

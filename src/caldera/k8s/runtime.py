@@ -38,6 +38,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
+from pydantic import ValidationError
+
 from caldera.core import (
     Decisions,
     Evict,
@@ -119,7 +121,7 @@ def _fits(room: Room, task: TaskPlacement) -> bool:
     """Would `room.take(task)` succeed? Checked first: a failed take is not rolled back."""
     free = room.free[task.node]
     return (
-        all(free[d] >= task.milli for d in task.devices)
+        all(d < len(free) and free[d] >= task.milli for d in task.devices)
         and room.cpu[task.node] >= task.cpu
         and room.memory[task.node] >= task.memory
     )
@@ -179,6 +181,7 @@ class KubeRuntime:
         self._dirty: dict[str, KubeJob] = {}
         self._throttles_dirty = False
         self._actions: list[Callable[[], None]] = []
+        self._unreadable: set[tuple[str, str]] = set()  # records present but unreadable
         self._loaded = False
         self._cycle_needed = True
         self._next_wakeup: float | None = None
@@ -214,7 +217,11 @@ class KubeRuntime:
         """Bring memory in line with the cluster: nodes, records, pods, foreign room."""
         settings = self.settings
         state = read_nodes(self.api.list_nodes(settings.node_selector), settings)
-        if state != self.node_state:
+        if not state.nodes and self.nodes:
+            # Every node gone at once is an API or selector problem far more often than a
+            # cluster that vanished; acting on it would stop every job. Keep the last list.
+            log.error("the API listed no nodes; keeping the last %d", len(self.nodes))
+        elif state != self.node_state:
             self._set_nodes(state, now)
         if not self._loaded:
             self._load_throttles()
@@ -343,10 +350,10 @@ class KubeRuntime:
             self.room.take(task.placement)
             task.counted = True
             return
-        # Two records claim one device (a record edited by hand, a bug): never count a GPU
-        # twice; the pod stays what it is and the cluster's own checks keep it honest.
-        log.error("job %s task %d overlaps other tasks; not counted", job.id, task.rank)
-        task.done, task.exit_code = True, None
+        # The node offers less than its pods hold (a device plugin restarting reports 0 GPUs
+        # for a moment) or two records claim one device: never count a GPU twice, and never
+        # stop a job for it — the room is taken again when the node's capacity is back.
+        log.warning("job %s task %d does not fit its node now; not counted", job.id, task.rank)
 
     def _give(self, task: KubeTask) -> None:
         if task.counted:
@@ -377,6 +384,7 @@ class KubeRuntime:
 
     def _reconcile_records(self, records: list[Object], now: float) -> None:
         present: set[str] = set()
+        self._unreadable = set()
         for record in records:
             metadata = record["metadata"]
             namespace, name, uid = metadata["namespace"], metadata["name"], metadata["uid"]
@@ -392,8 +400,16 @@ class KubeRuntime:
             if status_text is None:
                 self._admit(record, now)
                 continue
-            status = json.loads(status_text)
-            if JobState(status["state"]) in TERMINAL:
+            try:
+                status = json.loads(status_text)
+                state = JobState(status["state"])
+            except (ValueError, KeyError, TypeError):
+                # Edited by hand into something unreadable: leave its pods alone (their
+                # room stays taken) rather than guess; an operator has to look.
+                log.error("record %s has an unreadable %s annotation", job_id, names.STATUS)
+                self._unreadable.add((namespace, name))
+                continue
+            if state in TERMINAL:
                 continue
             self._load(record, status, now)
         for job_id, job in list(self.jobs.items()):
@@ -405,14 +421,20 @@ class KubeRuntime:
         metadata = record["metadata"]
         annotations = metadata.get("annotations") or {}
         try:
-            request = parse_request(record)
-        except RecordError as error:
+            # The request as admitted (a record edited later does not change a job).
+            request = (
+                JobRequest.model_validate(status["request"])
+                if "request" in status
+                else parse_request(record)
+            )
+        except (RecordError, ValidationError) as error:
             log.error(
                 "record %s/%s is no longer valid: %s",
                 metadata["namespace"],
                 metadata["name"],
-                error,
+                " ".join(str(error).split()),
             )
+            self._unreadable.add((metadata["namespace"], metadata["name"]))
             return
         nomination = annotations.get(names.NOMINATION)
         job = KubeJob.from_record(
@@ -546,7 +568,7 @@ class KubeRuntime:
                 ):
                     late = True
                 self._read_reports(job, pod, now)
-            self._note_running(job, by_key)
+            self._note_running(job, by_key, now)
             if changed:
                 self._settle(job, now)
             elif (late or broken) and job.state is JobState.RUNNING:
@@ -577,15 +599,25 @@ class KubeRuntime:
         if key in self._orphans:
             return
         text = (pod["metadata"].get("annotations") or {}).get(names.PLACEMENT)
-        placement = placement_from_json(json.loads(text), self.node_state.index) if text else None
+        try:
+            placement = (
+                placement_from_json(json.loads(text), self.node_state.index) if text else None
+            )
+        except (ValueError, KeyError, TypeError):
+            placement = None
         if placement is not None and _fits(self.room, placement):
             self.room.take(placement)
             self._orphans[key] = placement
+        job = (pod["metadata"].get("labels") or {}).get(names.JOB, "")
+        if (key[0], job) in self._unreadable:
+            return  # its record exists but cannot be read: hold the room, touch nothing
         if "deletionTimestamp" not in pod["metadata"]:
             grace = int(pod["spec"].get("terminationGracePeriodSeconds") or self.grace)
             self._actions.append(partial(self._delete_pod, key[0], key[1], grace, Purpose.CLEANUP))
 
-    def _note_running(self, job: KubeJob, pods: Mapping[tuple[str, str], Object]) -> None:
+    def _note_running(
+        self, job: KubeJob, pods: Mapping[tuple[str, str], Object], now: float
+    ) -> None:
         """Useful work starts when `min_available` tasks' containers run, not at the start
         decision: images take time to pull."""
         if job.state is not JobState.RUNNING or job.running_since is not None:
@@ -595,9 +627,9 @@ class KubeRuntime:
             pod = pods.get((job.namespace, task.pod))
             if task.done or pod is None or (pod.get("status") or {}).get("phase") != "Running":
                 continue
-            starts.append(_started_at(pod) or self.clock())
+            starts.append(_started_at(pod) or now)
         if len(starts) >= job.spec.min_available:
-            job.running_since = min(max(starts), self.clock())
+            job.running_since = min(max(starts), now)
             job.work_base = job.saved_work
             self._mark(job)
 
