@@ -174,3 +174,12 @@ def test_bad_parameters_are_one_line_errors(
     message = str(error.value)
     assert want in message and "\n" not in message
     assert message.startswith("workload.generators[0]")
+
+
+def test_more_days_keep_the_first_days(philly: Path) -> None:
+    short = production(philly, days=2)
+    longer = production(philly, days=3)
+    kept = [s.spec for s in longer.submissions if s.spec.submit < 2 * DAY]
+    assert sorted(kept, key=lambda s: s.id) == sorted(
+        (s.spec for s in short.submissions), key=lambda s: s.id
+    )

@@ -108,7 +108,8 @@ def write_outputs(
         document = comparison_document(scenario.name, runs, command)
         sys.stdout.write(json.dumps(document, separators=(",", ":")) + "\n")
         return
-    console = Console()
+    # A pipe or a log gets the whole table on one screen width rather than wrapped cells.
+    console = Console() if sys.stdout.isatty() else Console(width=160)
     jobs = len(runs[0].result["jobs"]) if runs else 0
     gpus = runs[0].gpus if runs else 0
     console.print(comparison_table(runs, f"{scenario.name}: {jobs} jobs on {gpus} GPUs"))

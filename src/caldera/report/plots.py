@@ -6,6 +6,9 @@
 - `lost_gpu_hours.png`: GPU-hours lost to preemption, cumulative over time per policy, and the
   total split by the victims' job type.
 
+A scenario's warm-up (`workload.warmup`) is shaded on the utilization plot and left out of the
+others, as it is left out of the metrics.
+
 Figures are built with matplotlib's object API (`Figure`, rendered by Agg on save), never
 pyplot: no global state, no display, nothing to close.
 """
@@ -66,6 +69,9 @@ def plot_utilization(runs: Sequence[PolicyRun], path: Path) -> Path:
         if starts.size:
             mean = run.result["metrics"]["gpu_utilization"] * 100
             ax.plot(starts / _DAY, shares * 100, lw=1.0, label=f"{run.policy} (mean {mean:.1f} %)")
+    warmup = max((run.warmup for run in runs), default=0.0)
+    if warmup > 0:
+        ax.axvspan(0, warmup / _DAY, color="grey", alpha=0.15, label="warm-up (not measured)")
     ax.set_xlabel("simulated day")
     ax.set_ylabel("GPUs allocated, % (hourly mean)")
     ax.set_ylim(0, 105)
@@ -77,12 +83,14 @@ def plot_utilization(runs: Sequence[PolicyRun], path: Path) -> Path:
     return path
 
 
-def _waits(result: dict[str, Any], kind: str) -> tuple[np.ndarray, int]:
+def _waits(result: dict[str, Any], kind: str, warmup: float) -> tuple[np.ndarray, int]:
     """Sorted waits (s) of the jobs of `kind` that started, and how many were accepted."""
     waits = []
     accepted = 0
     for job in result["jobs"]:
         if job["type"] != kind or job["state"] in ("Rejected", "Cancelled"):
+            continue
+        if job["submit"] < warmup:
             continue
         accepted += 1
         if job["start"] is not None:
@@ -97,7 +105,7 @@ def plot_wait_cdf(runs: Sequence[PolicyRun], path: Path) -> Path:
     for ax, kind in zip(axes.flat, kinds, strict=True):
         drawn = False
         for run in runs:
-            waits, accepted = _waits(run.result, kind)
+            waits, accepted = _waits(run.result, kind, run.warmup)
             if not accepted:
                 continue
             # A wait of 0 cannot sit on a log axis: show it at one second.
@@ -121,12 +129,14 @@ def plot_wait_cdf(runs: Sequence[PolicyRun], path: Path) -> Path:
     return path
 
 
-def _lost_events(result: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+def _lost_events(
+    result: dict[str, Any], warmup: float
+) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
     types = {job["name"]: job["type"] for job in result["jobs"]}
     times, lost = [], []
     by_type: dict[str, float] = {}
     for event in result["events"]:
-        if event["kind"] != "evict":
+        if event["kind"] != "evict" or event["t"] < warmup:
             continue
         hours = event.get("lost_gpu_seconds", 0.0) / _HOUR
         times.append(event["t"])
@@ -141,10 +151,10 @@ def plot_lost_work(runs: Sequence[PolicyRun], path: Path) -> Path:
     left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
     totals: dict[str, dict[str, float]] = {}
     for run in runs:
-        times, lost, by_type = _lost_events(run.result)
+        times, lost, by_type = _lost_events(run.result, run.warmup)
         totals[run.policy] = by_type
         end = run.series[-1][0] if run.series else 0.0
-        x = np.concatenate(([0.0], times, [end])) / _DAY
+        x = np.concatenate(([run.warmup], times, [end])) / _DAY
         y = np.concatenate(([0.0], np.cumsum(lost), [lost.sum()]))
         left.step(x, y, where="post", lw=1.2, label=run.policy)
     left.set_xlabel("simulated day")

@@ -31,6 +31,7 @@ class PolicyRun:
     series: tuple[tuple[float, float], ...]  # (t, allocated GPUs) at every change
     gpus: int
     wall_seconds: float
+    warmup: float = 0.0  # seconds at the start the metrics leave out
 
 
 def order_policies(requested: Sequence[str] | None, known: Sequence[str]) -> list[str]:
@@ -65,4 +66,5 @@ def run_policies(
             series=tuple(simulator.recorder.series),
             gpus=sum(node.gpus for node in variant.nodes),
             wall_seconds=time.perf_counter() - began,
+            warmup=variant.warmup,
         )

@@ -17,6 +17,10 @@
 - `large_job_max_wait`: the longest wait of a large job, counting a large job still waiting
   at the end up to the end; None without large jobs.
 - `throttle_episodes`, `throttle_held_seconds`.
+
+With a warm-up (`workload.warmup`), everything above is measured from the end of the warm-up:
+jobs submitted before it are left out of waits and SLAs, and GPU time, evictions, lost work and
+gang-hang events before it do not count (`critical_preempted` counts all: it must be 0).
 """
 
 from __future__ import annotations
@@ -49,6 +53,9 @@ def wait_stats(waits: list[float]) -> dict[str, Any]:
 def compute_metrics(recorder: Recorder, jobs: list[dict[str, Any]]) -> dict[str, Any]:
     end = recorder.last_t if recorder.last_t is not None else 0.0
     begin = recorder.first_t if recorder.first_t is not None else 0.0
+    warmup = recorder.measure_from
+    if warmup:
+        begin = max(begin, warmup)
     observed = max(end - begin, 0.0)
     slo = recorder.sim.config.slo
     waits: dict[str, list[float]] = {t.value: [] for t in JobType}
@@ -59,6 +66,8 @@ def compute_metrics(recorder: Recorder, jobs: list[dict[str, Any]]) -> dict[str,
     for job in jobs:
         kind = job["type"]
         wasted += job["lost_gpu_seconds"]
+        if job["submit"] < warmup:
+            continue
         if job["state"] == "Rejected":
             continue
         start = job["start"]
@@ -77,6 +86,8 @@ def compute_metrics(recorder: Recorder, jobs: list[dict[str, Any]]) -> dict[str,
             sla_met[kind] += 1
     capacity_seconds = recorder.capacity * observed
     days = observed / 86400 if observed > 0 else 0.0
+    if warmup:
+        wasted = recorder.lost_measured
     wasted_hours = wasted / 3600
     return {
         "wait": {kind: wait_stats(values) for kind, values in waits.items()},

@@ -41,6 +41,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -150,7 +151,7 @@ def _production() -> KindModel:
 def _research() -> ResearchModel:
     return ResearchModel(
         queue="research",
-        per_day=640.0,
+        per_day=900.0,
         gpus=[1, 2, 4, 8],
         weights=[0.5, 0.2, 0.15, 0.15],
         amplitude=0.5,
@@ -308,14 +309,16 @@ def _rate(kind: KindModel, t: np.ndarray) -> np.ndarray:
     return kind.per_day / _DAY * daily * np.where(weekend, kind.weekend_factor, 1.0)
 
 
-def _arrivals(rng: np.random.Generator, kind: KindModel, horizon: float, scale: float) -> Any:
-    """A non-homogeneous Poisson process by thinning: candidates at the peak rate, each kept
-    with probability rate(t) / peak."""
+def _arrivals(
+    rng: np.random.Generator, kind: KindModel, begin: float, end: float, scale: float
+) -> Any:
+    """A non-homogeneous Poisson process on [begin, end) by thinning: candidates at the peak
+    rate, each kept with probability rate(t) / peak."""
     peak = kind.per_day * scale / _DAY * (1.0 + kind.amplitude) * max(kind.weekend_factor, 1.0)
-    if peak <= 0:
+    if peak <= 0 or end <= begin:
         return np.empty(0)
-    count = rng.poisson(peak * horizon)
-    times = np.sort(rng.uniform(0.0, horizon, count))
+    count = rng.poisson(peak * (end - begin))
+    times = np.sort(rng.uniform(begin, end, count))
     keep = rng.uniform(0.0, 1.0, count) < _rate(kind, times) * scale / peak
     return times[keep]
 
@@ -477,36 +480,39 @@ def generate_production(params: dict[str, Any], base: Path) -> Workload:
     horizon = model.days * _DAY
     submissions: list[Submission] = []
     for name, (kind, job_type) in model.kinds().items():
-        # One child stream per kind: changing one kind's parameters leaves the others' draws.
-        child = np.random.default_rng([model.seed, len(name), sum(map(ord, name))])
-        times = _arrivals(child, kind, horizon, model.scale)
-        n = len(times)
-        if isinstance(kind, ResearchModel):
-            runtimes = load_runtimes(_runtime_path(kind, base))
-            durations = np.clip(
-                child.choice(runtimes, size=n), kind.min_seconds, kind.max_hours * _HOUR
-            )
-        else:
-            durations = _lognormal_hours(child, kind, n)
-        sizes = _sizes(child, kind, n)
-        checkpoints = child.uniform(0.0, 1.0, n) < kind.checkpoint_share
-        if kind.checkpoint_after_hours is not None:
-            checkpoints |= durations >= kind.checkpoint_after_hours * _HOUR
-        for i in range(n):
-            submissions.append(
-                Submission(
-                    _spec(
-                        f"{model.prefix}{name}-{i}",
-                        job_type,
-                        kind,
-                        float(times[i]),
-                        float(durations[i]),
-                        float(sizes[i]),
-                        bool(checkpoints[i]),
-                        model,
-                    )
+        runtimes = (
+            load_runtimes(_runtime_path(kind, base)) if isinstance(kind, ResearchModel) else None
+        )
+        count = 0
+        for day in range(math.ceil(model.days)):
+            # One stream per kind and day: another kind's parameters, or more days, leave these
+            # draws as they were.
+            rng = np.random.default_rng([model.seed, zlib.crc32(name.encode()), day])
+            times = _arrivals(rng, kind, day * _DAY, min((day + 1) * _DAY, horizon), model.scale)
+            n = len(times)
+            if isinstance(kind, ResearchModel) and runtimes is not None:
+                durations = np.clip(
+                    rng.choice(runtimes, size=n), kind.min_seconds, kind.max_hours * _HOUR
                 )
-            )
+            else:
+                durations = _lognormal_hours(rng, kind, n)
+            sizes = _sizes(rng, kind, n)
+            checkpoints = rng.uniform(0.0, 1.0, n) < kind.checkpoint_share
+            if kind.checkpoint_after_hours is not None:
+                checkpoints |= durations >= kind.checkpoint_after_hours * _HOUR
+            for i in range(n):
+                job = _spec(
+                    f"{model.prefix}{name}-{count}",
+                    job_type,
+                    kind,
+                    float(times[i]),
+                    float(durations[i]),
+                    float(sizes[i]),
+                    bool(checkpoints[i]),
+                    model,
+                )
+                submissions.append(Submission(job))
+                count += 1
     return Workload(tuple(submissions), (_pool(model),), _queues(model))
 
 

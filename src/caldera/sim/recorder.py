@@ -54,6 +54,10 @@ class Recorder:
         self.throttle_episodes = 0
         self.throttle_held = 0.0
         self.lost_by_day: dict[int, float] = {}
+        # Metrics count from `measure_from` (the scenario's warm-up); before it the recorder
+        # only keeps the event log, the series and the safety counter critical_preempted.
+        self.measure_from = float(getattr(sim.scenario, "warmup", 0.0) or 0.0)
+        self.lost_measured = 0.0
 
     # -- time ------------------------------------------------------------------------------
 
@@ -64,11 +68,13 @@ class Recorder:
             return
         dt = t - self.last_t
         if dt > 0:
-            hung = max(self.allocated - self.useful - self.releasing, 0)
-            self.area_allocated += self.allocated * dt
-            self.area_useful += self.useful * dt
-            self.area_hung += hung * dt
-            self.area_demand += min(self.capacity, self.allocated + self.pending_demand) * dt
+            if t > self.measure_from:
+                span = dt if self.last_t >= self.measure_from else t - self.measure_from
+                hung = max(self.allocated - self.useful - self.releasing, 0)
+                self.area_allocated += self.allocated * span
+                self.area_useful += self.useful * span
+                self.area_hung += hung * span
+                self.area_demand += min(self.capacity, self.allocated + self.pending_demand) * span
             if not self.series or self.series[-1][1] != self.allocated:
                 self.series.append((self.last_t, self.allocated / GPU_MILLI))
         self.last_t = t
@@ -131,19 +137,23 @@ class Recorder:
     ) -> None:
         gpu = sum(t.gpu for t in leaving)
         self.releasing += gpu
+        measured = self.sim.now >= self.measure_from
         if job.running_since is not None:  # only extra tasks left; the gang goes on
             self.useful -= gpu
-        elif job.placement:  # the gang was cut below min_available and hangs
+        elif job.placement and measured:  # the gang was cut below min_available and hangs
             self.gang_hang_events += 1
         victim_type = job.spec.type.value
         preemptor = self.sim.jobs.get(evict.preemptor) if evict.preemptor else None
         if evict.reason is not EvictReason.CANCEL:  # a user's cancel is not a preemption
-            self.preempt_reason[evict.reason.value] += 1
-            self.preempt_victim[victim_type] += 1
-            if preemptor is not None:
-                self.preempt_preemptor[preemptor.spec.type.value] += 1
-            if job.spec.priority >= 1000:
+            if measured:
+                self.preempt_reason[evict.reason.value] += 1
+                self.preempt_victim[victim_type] += 1
+                if preemptor is not None:
+                    self.preempt_preemptor[preemptor.spec.type.value] += 1
+            if job.spec.priority >= 1000:  # a safety counter: counted in the warm-up too
                 self.critical_preempted += 1
+        if measured:
+            self.lost_measured += lost
         day = int(self.sim.now // 86400)
         self.lost_by_day[day] = self.lost_by_day.get(day, 0.0) + lost
         self.events.append(
@@ -164,7 +174,8 @@ class Recorder:
         self.releasing -= gpu
 
     def throttle_on(self, queue: str, job: str) -> None:
-        self.throttle_episodes += 1
+        if self.sim.now >= self.measure_from:
+            self.throttle_episodes += 1
         self.event("throttle_on", None, queue=queue, large_job=job)
 
     def throttle_off(self, queue: str, reason: str) -> None:

@@ -221,6 +221,9 @@ class TraceModel(_Strict):
 class WorkloadModel(_Strict):
     generators: list[StreamModel | OtherGeneratorModel] = Field(default_factory=list)
     trace: TraceModel | None = None
+    # Seconds at the start that the metrics leave out (a pool filling up from empty): jobs
+    # submitted before it, evictions and GPU time before it do not count.
+    warmup: Number = 0
 
 
 class ScenarioModel(_Strict):
@@ -252,6 +255,7 @@ class Scenario:
     until: float | None = None
     name: str = "scenario"
     overrides: dict[str, Any] = field(default_factory=dict)
+    warmup: float = 0.0  # metrics count from here on (workload.warmup)
 
     def with_policy(self, name: str) -> Scenario:
         """The same cluster and workload under another policy; explicit overrides are kept
@@ -484,6 +488,7 @@ def _expand(model: ScenarioModel, base: Path, name: str) -> Scenario:
         config=config,
         until=model.until,
         name=model.name or name,
+        warmup=workload.warmup if workload is not None else 0.0,
     )
 
 
