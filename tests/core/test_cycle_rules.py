@@ -243,10 +243,6 @@ def test_admission(  # type: ignore[no-untyped-def]
     assert want_reason in admission.reason
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B11: Queue.critical_allowed is never enforced by admit — see NOTES-bugs.md",
-)
 def test_admission_refuses_critical_where_the_queue_does_not_allow_it() -> None:
     """DESIGN §2: who may submit critical is a queue/role permission (Queue.critical_allowed)."""
     queues = {"q": queue("q").critical_allowed(False).build()}

@@ -1,8 +1,9 @@
 """The platform layer in front of the cycle: accept, hold or reject a submission.
 
 Pure like the cycle; every runtime calls it when a submission arrives.
-- unknown queue, Closing or Closed queue, a request beyond the queue's capability or one no
-  node group could ever host: rejected with a one-line reason;
+- unknown queue, Closing or Closed queue, a `critical` job where the queue does not accept
+  critical work, a request beyond the queue's capability or one no node group could ever
+  host: rejected with a one-line reason;
 - a queue in waiting mode for a large job: submissions below priority 800 are Held;
 - a queue outside its time window: Held until the window opens;
 - otherwise Pending.
@@ -19,6 +20,7 @@ from caldera.model import (
     GPU_MILLI,
     JobSpec,
     JobState,
+    JobType,
     Node,
     Queue,
     QueueState,
@@ -81,6 +83,8 @@ def admit(
         return Admission(JobState.REJECTED, f"unknown queue {spec.queue!r}")
     if queue.state is not QueueState.OPEN:
         return Admission(JobState.REJECTED, f"queue {queue.name!r} is {queue.state.value}")
+    if spec.type is JobType.CRITICAL and not queue.critical_allowed:
+        return Admission(JobState.REJECTED, f"queue {queue.name!r} does not accept critical jobs")
     if not spec.gang_request.fits_in(queue.capability):
         return Admission(
             JobState.REJECTED, f"request exceeds the capability of queue {queue.name!r}"
