@@ -90,7 +90,8 @@ def log_violations(result: dict[str, Any], scenario: Scenario) -> list[str]:
     """Replay a simulation's event log and say what breaks the rules every baseline keeps
     (independent of the policies' code): cluster GPUs over capacity, a queue over its GPU
     capability (room being released still counts), a victim at priority >= 1000, labelled
-    protected or conformance-protected, a debug preemptor, an eviction by fifo."""
+    protected or conformance-protected, a debug preemptor, an eviction by fifo, a job
+    starting afresh while it still holds GPUs."""
     problems: list[str] = []
     specs = {s.spec.name: s.spec for s in scenario.submissions}
     capability = {
@@ -115,6 +116,8 @@ def log_violations(result: dict[str, Any], scenario: Scenario) -> list[str]:
         kind = event["kind"]
         if kind == "start":
             gpu = round(event["gpus"] * 1000)
+            if not event.get("grow") and running.get(name, 0):
+                problems.append(f"t={event['t']}: {name} starts while still holding GPUs")
             running[name] = running.get(name, 0) + gpu
             held[spec.queue] = held.get(spec.queue, 0) + gpu
             if held[spec.queue] > capability.get(spec.queue, total):

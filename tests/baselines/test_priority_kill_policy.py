@@ -195,12 +195,18 @@ def test_hung_gang_missing_pod_may_preempt() -> None:
     assert victims(decisions) == {"dbg": ("preempt", "gang", 1)}
 
 
-def test_a_cycle_that_evicts_asks_to_run_again_a_second_later() -> None:
-    """The loop runs every second: after a cycle that decided something while a job still
-    found no room, one more cycle a second later (another victim may have appeared)."""
-    jobs = [running("norm").on("n-0"), large("L1"), large("L2").submitted(NOW + 1)]
-    _, decisions = decide("priority-kill", nodes(1), jobs)
-    assert decisions.evictions
+def test_a_second_later_when_a_new_victim_started() -> None:
+    """The loop runs every second. Here the gang L cannot get room for both pods (N2, started
+    on n-1 in this very cycle, is no victim yet), so it evicts nothing; one second later N2
+    is a victim like any other: the cycle asks to run again then."""
+    jobs = [
+        running("norm").on("n-0"),
+        job("L").large().gang(2, gpus=8).submitted(NOW),
+        job("N2").gpus(8).submitted(NOW),
+    ]
+    _, decisions = decide("priority-kill", nodes(2), jobs)
+    assert [s.job for s in decisions.starts] == ["N2"]
+    assert decisions.evictions == ()
     assert decisions.wakeup == NOW + 1
 
 

@@ -12,7 +12,8 @@ The baselines stand for Kubernetes-based schedulers, which think in pods (tasks)
 - `Staged`: an undo log over both views, so a what-if can be kept or discarded (Volcano's
   Statement).
 - `rerun_after_change`: the event-driven simulator runs a cycle at events only; a scheduler
-  that loops every second would run again right after its own decisions, so ask for that.
+  that loops every second would look again a second after starting jobs that a waiting
+  preemptor could take, so ask for that.
 
 Hard rules every baseline keeps (Kubernetes has them too): never a node over capacity, never a
 queue over its capability, never a victim at or above priority 1000, conformance-protected, or
@@ -76,10 +77,11 @@ def missing_tasks(job: JobView) -> int:
 def pending_work(cycle: CycleContext) -> list[JobView]:
     """Jobs with pending pods: eligible pending jobs (enqueue's list) and running jobs with
     missing pods, gang-hung or elastic. Jobs evicted earlier in this cycle are left out."""
+    evicted = cycle.evicted
     running = [
         job
         for job in cycle.snapshot.by_state[JobState.RUNNING]
-        if missing_tasks(job) > 0 and job.id not in cycle.evicted
+        if len(job.placement) + len(job.releasing) < job.spec.tasks and job.id not in evicted
     ]
     return [*cycle.eligible, *running]
 
@@ -349,9 +351,21 @@ class StagedEvictions:
             cycle.evict(Evict(victim.id, reason, preemptor.id, positions, gpu), victim)
 
 
-def rerun_after_change(cycle: CycleContext, waiting: bool) -> None:
-    """Ask for another cycle one loop period later when this one decided something and work is
-    still waiting: a scheduler looping every second would look again at the changed cluster.
-    Cycles with no decision are not repeated — the same snapshot gives the same answer."""
-    if waiting and (cycle.starts or cycle.evictions):
-        cycle.wakeups.append(cycle.now + FOLLOW_UP)
+def rerun_after_change(
+    cycle: CycleContext,
+    waiting: Iterable[JobView],
+    could_take: Callable[[JobView, JobView], bool],
+) -> None:
+    """Ask for another cycle one loop period later when a loop every second would decide
+    something new there: this cycle started a job that a preemptor still `waiting` for room
+    could take as a victim (`could_take(started, preemptor)`) — a job started in a cycle is
+    no victim in that cycle. Nothing else changes a baseline's answer between events."""
+    preemptors = [job for job in waiting if job.spec.may_preempt]
+    if not preemptors or not cycle.starts:
+        return
+    jobs = cycle.jobs
+    for start in cycle.starts:
+        started = jobs.get(start.job)
+        if started is not None and any(could_take(started, p) for p in preemptors):
+            cycle.wakeups.append(cycle.now + FOLLOW_UP)
+            return

@@ -74,7 +74,7 @@ class _Session:
 
     gone: set[str]  # jobs evicted whole before allocation (a queue's window closed)
     waiting: list[tuple[JobView, int]] = field(default_factory=list)  # (job, pods to place)
-    unserved: int = 0  # jobs whose pods found no room at all this cycle, claims included
+    unserved: list[JobView] = field(default_factory=list)  # pods found no room, claims included
 
 
 @dataclass
@@ -88,6 +88,22 @@ class _Claims:
     gone: set[str]
     on_node: dict[int, list[Pod]]
     started: set[str]  # jobs started or grown this cycle: not victims in the same cycle
+    # node -> [(priority, milli-GPUs)] of the pods that could ever be victims there.
+    victim_gpu: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    _below: dict[int, dict[int, int]] = field(default_factory=dict)
+
+    def could_free(self, priority: int) -> dict[int, int]:
+        """node -> milli-GPUs of the pods there below `priority` that could ever be victims:
+        an upper bound on what preempting on that node can free (once per priority)."""
+        found = self._below.get(priority)
+        if found is None:
+            found = {}
+            for node, pods in self.victim_gpu.items():
+                gpu = sum(g for p, g in pods if p < priority)
+                if gpu:
+                    found[node] = gpu
+            self._below[priority] = found
+        return found
 
 
 def _session(cycle: CycleContext) -> _Session:
@@ -103,7 +119,16 @@ def _open_claims(cycle: CycleContext, gone: set[str]) -> _Claims:
             on_node.setdefault(task.node, []).append((job, index))
     future = FutureRoom.in_place(cycle.snapshot, cycle.room, gone)
     staged = Staged(cycle.room, future)
-    return _Claims(future, staged, StagedEvictions(staged), gone, on_node, cycle.started)
+    claims = _Claims(future, staged, StagedEvictions(staged), gone, on_node, cycle.started)
+    for node, pods in on_node.items():
+        by_priority: dict[int, int] = {}
+        for job, _ in pods:
+            if not is_protected(job) and job.id not in cycle.started:
+                by_priority[job.spec.priority] = (
+                    by_priority.get(job.spec.priority, 0) + job.spec.gpu
+                )
+        claims.victim_gpu[node] = sorted(by_priority.items())
+    return claims
 
 
 def pk_allocate(cycle: CycleContext) -> None:
@@ -118,7 +143,11 @@ def pk_allocate(cycle: CycleContext) -> None:
         running = job.state is JobState.RUNNING
         pods = missing_tasks(job) if running else spec.tasks
         # A ResourceQuota refuses pods beyond the queue's capability.
-        while pods and not usage.within_capability(spec.task_request.scaled(pods)):
+        while (
+            pods
+            and usage.queue.capability is not None
+            and not usage.within_capability(spec.task_request.scaled(pods))
+        ):
             pods -= 1
         if not pods or (not running and pods < spec.min_available):
             continue
@@ -145,19 +174,17 @@ def pk_preempt(cycle: CycleContext) -> None:
     when nothing else fits. Claims last for this cycle only (PK6): they are not starts."""
     session = _session(cycle)
     if not any(job.spec.may_preempt for job, _ in session.waiting):
-        session.unserved += len(session.waiting)
         return
     claims = _open_claims(cycle, session.gone)
     hopeless: set[tuple[int, int]] = set()  # (shape, priority) of groups that found no room
     for job, pods in session.waiting:
         spec = job.spec
         if not spec.may_preempt:  # PK7
-            session.unserved += 1
             continue
         running = job.state is JobState.RUNNING
         key = (spec.shape, spec.priority)
         if not running and key in hopeless:
-            session.unserved += 1
+            session.unserved.append(job)
             continue
         group = 1 if running else spec.min_available  # PK3a: pods that must all get room
         mark = claims.staged.mark()
@@ -169,7 +196,7 @@ def pk_preempt(cycle: CycleContext) -> None:
                 hopeless.clear()  # victims may leave spare room for others
         else:
             claims.staged.rollback(mark)
-            session.unserved += 1
+            session.unserved.append(job)
             if not running:
                 hopeless.add(key)
 
@@ -201,10 +228,13 @@ def _claim(claims: _Claims, job: JobView, pods: int) -> int:
 
 
 def pk_close(cycle: CycleContext) -> None:
-    """kube-scheduler retries unschedulable pods after every change; the simulator runs at
-    events, so ask for one more cycle after a cycle that decided something while some pods
-    found no room (pods with room coming wait for its release, an event)."""
-    rerun_after_change(cycle, _session(cycle).unserved > 0)
+    """kube-scheduler retries unschedulable pods as the cluster changes; the simulator runs at
+    events, so ask for one more cycle a second later when this one started a lower-priority
+    job a pod still without room could now evict (pods with room coming wait for its
+    release, an event)."""
+    rerun_after_change(
+        cycle, _session(cycle).unserved, lambda v, p: v.spec.priority < p.spec.priority
+    )
 
 
 # -- PK3: one node, its victims ------------------------------------------------------------
@@ -272,10 +302,14 @@ def _pick_node(
 ) -> tuple[int, list[Pod]] | None:
     future = claims.future
     spec = preemptor.spec
-    nodes = scope if scope is not None else sorted(claims.on_node)
+    freeable = claims.could_free(spec.priority)
+    nodes = sorted(freeable if scope is None else freeable.keys() & set(scope))
     best: tuple[tuple[int, int, int, float, int], int, list[Pod]] | None = None
+    room = future.room
     for node in nodes:
-        if not can_host(future.room, node, spec):
+        if room.free_milli(node) + freeable[node] < spec.gpu:
+            continue  # not enough GPUs even if every lower-priority pod went
+        if not can_host(room, node, spec):
             continue
         candidates = _candidates(claims, preemptor, node)
         if not candidates:

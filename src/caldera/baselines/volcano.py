@@ -449,10 +449,20 @@ def volcano_reclaim(cycle: CycleContext) -> None:
 
 
 def volcano_close(cycle: CycleContext) -> None:
-    """V1: one more cycle 1 s after a cycle that decided something, while jobs starve."""
+    """V1: Volcano loops every second; ask for the cycle a second later when this one started
+    a job that a job still starving could take next time (same queue and lower priority for
+    preempt; another reclaimable queue for reclaim)."""
     session = _session(cycle)
-    waiting = any(job.id not in session.counted for job in session.starving)
-    rerun_after_change(cycle, waiting)
+    starving = [job for job in session.starving if job.id not in session.counted]
+    queues = cycle.snapshot.queues
+
+    def could_take(started: JobView, preemptor: JobView) -> bool:
+        if started.spec.queue == preemptor.spec.queue:
+            return started.spec.priority < preemptor.spec.priority
+        owner = queues.get(started.spec.queue)
+        return owner is not None and owner.reclaimable
+
+    rerun_after_change(cycle, starving, could_take)
 
 
 def _take_room(
