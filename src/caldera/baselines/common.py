@@ -28,7 +28,7 @@ from dataclasses import replace
 from caldera.core.config import PolicyConfig
 from caldera.core.context import CycleContext
 from caldera.core.decisions import Evict, EvictReason
-from caldera.core.placement import fit_on_node, node_allows, place_job
+from caldera.core.placement import node_allows, place_job
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView, Snapshot
 from caldera.core.victims import is_protected
@@ -138,15 +138,6 @@ class TaskCuts:
     def __init__(self) -> None:
         self._left: dict[str, list[int]] = {}
 
-    def is_cut(self, job: JobView, index: int) -> bool:
-        left = self._left.get(job.id)
-        return left is not None and index not in left
-
-    def running(self, job: JobView) -> int:
-        """Tasks of `job` still running once this cycle's cuts apply."""
-        left = self._left.get(job.id)
-        return len(job.placement) if left is None else len(left)
-
     def cut(self, job: JobView, indexes: Iterable[int]) -> tuple[int, ...]:
         """Record the cut; return the positions the runtime will see for these tasks."""
         left = self._left.setdefault(job.id, list(range(len(job.placement))))
@@ -202,9 +193,6 @@ class FutureRoom:
             idle.give(task)
         return cls(idle, shared=True)
 
-    def fits(self, index: int, spec: JobSpec) -> bool:
-        return fit_on_node(self.room, index, spec.gpu, spec.cpu, spec.memory) is not None
-
     def free_on(self, index: int) -> Resources:
         room = self.room
         return Resources(room.free_milli(index), room.cpu[index], room.memory[index])
@@ -233,11 +221,6 @@ class Staged:
 
     def on_undo(self, action: Callable[[], None]) -> None:
         self._undo.append(action)
-
-    def take_idle(self, task: TaskPlacement) -> None:
-        """A task placed in idle room: taken in both views."""
-        self.idle.take(task)
-        self._mirror_take(task)
 
     def place_idle(self, spec: JobSpec, within: Sequence[int] | None) -> TaskPlacement | None:
         """One pod on the best node with idle room for it (taken in both views), or None."""

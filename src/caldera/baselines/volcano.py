@@ -4,9 +4,10 @@ Points V1–V9 are BASELINES.md's numbered points for `volcano`; the phases cite
   V1. A cycle on a snapshot; pipelined placements are dropped when it ends. Cadence: Volcano
       loops every 1 s; the simulator runs a cycle at every event instant. Between events the
       snapshot does not change, and nothing Volcano decides depends on the clock itself, so
-      a 1 s loop would repeat the same answer — except right after a cycle that decided
-      something: then `volcano_close` asks for another cycle 1 s later (a wake-up), as the
-      loop would see the changed cluster. Decisions come up to 1 s earlier than Volcano's.
+      a 1 s loop would repeat the same answer — with one exception: jobs bound in a cycle
+      are no victims in that cycle, but are in the next. So when a cycle starts a job that a
+      job still starving could take, `volcano_close` asks for a cycle 1 s later (a wake-up).
+      Decisions come up to 1 s earlier than Volcano's; otherwise the cadences agree.
   V2. Queue deserved by water-filling, share = max over resources (`proportion`).
   V3. Order: queues by share ascending; jobs by priority descending, then not-ready first,
       then creation time; tasks by index (all of a job's tasks are alike here).
