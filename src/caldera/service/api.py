@@ -360,7 +360,7 @@ def create_app(runtime: Runtime, render_metrics: Any, lifespan: Any = None) -> F
         )
 
     @app.post(f"/{API_VERSION}/jobs", status_code=201, tags=["jobs"], response_model=JobOut)
-    async def submit(body: JobRequest, who: Caller) -> Response:
+    def submit(body: JobRequest, who: Caller) -> Response:
         """Submit a job. 403: queue not allowed or `critical` without permission; 409: the
         queue is Closing or Closed; 400: invalid or impossible request."""
         if body.queue not in runtime.queues:

@@ -744,33 +744,39 @@ class Runtime:
     # -- the API's calls -------------------------------------------------------------------
 
     def submit(self, request: dict[str, Any], user: str) -> dict[str, Any]:
-        """Admit and record a normalised request; raises Rejected or ValueError."""
+        """Admit and record a normalised request; raises Rejected or ValueError.
+
+        The row is committed before the job joins the live set (so nothing can start or
+        change it first) and outside the runtime lock, so concurrent submissions commit
+        together instead of one after the other (PostgreSQL groups their commits).
+        """
+        now = self.clock()
+        job_id = "j-" + secrets.token_hex(6)
+        spec = spec_from_request(job_id, request, now, user)
         with self.lock:
-            now = self.clock()
-            job_id = "j-" + secrets.token_hex(6)
-            spec = spec_from_request(job_id, request, now, user)
             admission = admit(
                 spec, self.queues, self.throttles, now, self.nodes, self.policy_config.week_offset
             )
-            if admission.state is JobState.REJECTED:
-                queue = self.queues.get(spec.queue)
-                closed = queue is not None and queue.state is not QueueState.OPEN
-                raise Rejected(admission.reason, closed)
-            job = LiveJob(spec=spec, request=request, state=admission.state)
-            events = [{"t": now, "kind": "submit", "job": job_id, "data": {"user": user}}]
-            if admission.state is JobState.HELD:
-                job.hold_reason = admission.reason
-                job.hold_since = now
-                events.append(
-                    {"t": now, "kind": "hold", "job": job_id, "data": {"reason": admission.reason}}
-                )
-            with self.store.batch() as batch:
-                batch.insert_job(job.row())
-                batch.events(events)
+            queue = self.queues.get(spec.queue)
+        if admission.state is JobState.REJECTED:
+            closed = queue is not None and queue.state is not QueueState.OPEN
+            raise Rejected(admission.reason, closed)
+        job = LiveJob(spec=spec, request=request, state=admission.state)
+        events = [{"t": now, "kind": "submit", "job": job_id, "data": {"user": user}}]
+        if admission.state is JobState.HELD:
+            job.hold_reason = admission.reason
+            job.hold_since = now
+            events.append(
+                {"t": now, "kind": "hold", "job": job_id, "data": {"reason": admission.reason}}
+            )
+        row = job.row()
+        with self.store.batch() as batch:
+            batch.insert_job(row)
+            batch.events(events)
+        with self.lock:
             self.jobs[job_id] = job
             self._stale.add(job_id)
             self._cycle_needed = True
-            row = job.row()
         self.wake.set()
         return row
 

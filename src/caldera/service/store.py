@@ -96,8 +96,7 @@ class Store:
             self._checkpoints.start()
         else:
             self.engine = create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
-        # SQLite allows one writer; our writes are already serialised by the runtime's lock,
-        # this lock only keeps API-thread writes (queue states) from interleaving.
+        # SQLite allows one writer at a time: writers queue on this lock.
         self._write_lock = threading.Lock()
 
     def migrate(self) -> None:
@@ -124,8 +123,13 @@ class Store:
 
     @contextmanager
     def batch(self) -> Iterator[Batch]:
-        with self._write_lock, self.engine.begin() as connection:
-            yield Batch(connection)
+        if self.is_sqlite:
+            # One writer at a time anyway: wait here rather than in SQLite's busy loop.
+            with self._write_lock, self.engine.begin() as connection:
+                yield Batch(connection)
+        else:
+            with self.engine.begin() as connection:
+                yield Batch(connection)
 
     # -- reads -------------------------------------------------------------------------------
 
