@@ -15,11 +15,16 @@ import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from caldera.cli.errors import EXIT_BAD_INPUT, EXIT_FAILURE, fail
+
+if TYPE_CHECKING:
+    from caldera.k8s.client import KubeClusterAPI
+    from caldera.k8s.config import KubeConfig
+    from caldera.k8s.settings import KubeSettings
 
 __all__ = ["k8s_app"]
 
@@ -90,9 +95,6 @@ def run(
     from caldera.k8s.api import ClusterError
     from caldera.k8s.client import KubeClusterAPI
     from caldera.k8s.config import KubeConfigError, load_kube_config
-    from caldera.k8s.controller import Controller, DryRunCluster, sync_cluster_objects
-    from caldera.k8s.render import queue_from_volcano
-    from caldera.k8s.runtime import KubeRuntime
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
@@ -110,6 +112,28 @@ def run(
         api = KubeClusterAPI.from_kubeconfig(
             str(kubeconfig) if kubeconfig else None, context, settings.request_timeout
         )
+    except ClusterError as error:
+        fail(str(error), EXIT_FAILURE)
+    try:
+        _run(api, loaded, settings, dry_run, once, sync)
+    finally:
+        api.close()
+
+
+def _run(
+    api: KubeClusterAPI,
+    loaded: KubeConfig,
+    settings: KubeSettings,
+    dry_run: bool,
+    once: bool,
+    sync: bool,
+) -> None:
+    from caldera.k8s.api import ClusterError
+    from caldera.k8s.controller import Controller, DryRunCluster, sync_cluster_objects
+    from caldera.k8s.render import queue_from_volcano
+    from caldera.k8s.runtime import KubeRuntime
+
+    try:
         api.check(settings.namespace)
         queues = loaded.queues or tuple(queue_from_volcano(q, settings) for q in api.list_queues())
         if not queues:

@@ -3,9 +3,13 @@ runs the Volcano batch scheduler.
 
 - `render`: PriorityClasses, Volcano Queues, and a started job's PodGroup + pinned Pods;
 - `KubeRuntime`: reads nodes, job records and pods, runs the cycle, applies its decisions;
-- `ClusterAPI`: the one seam to a cluster — `KubeClusterAPI` (the official `kubernetes`
-  client) and `FakeCluster` (in memory, for tests);
-- `Controller`: the loop (watches, wake-ups, resync) behind `caldera k8s run`.
+- `ClusterAPI`: the one seam to a cluster — `caldera.k8s.client.KubeClusterAPI` (the
+  official `kubernetes` client) and `FakeCluster` (in memory, for tests);
+- `caldera.k8s.controller.Controller`: the loop (watches, wake-ups, resync) behind
+  `caldera k8s run`; `caldera.k8s.plan`: what `caldera k8s render` prints.
+
+The package root does not import the `kubernetes` client (slow to import); `client` does.
+See docs/kubernetes.md.
 """
 
 from caldera.k8s.api import (

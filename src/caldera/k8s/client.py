@@ -102,6 +102,10 @@ class KubeClusterAPI:
     ) -> KubeClusterAPI:
         return cls(load_api_client(kubeconfig, context), timeout)
 
+    def close(self) -> None:
+        """Close the client's connection pool."""
+        self.api_client.close()
+
     # -- plumbing ----------------------------------------------------------------------------
 
     def _call(self, what: str, call: Callable[[], _T], volcano: bool = False) -> _T:

@@ -18,7 +18,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from caldera.k8s import names
 from caldera.k8s.api import ClusterAPI, ClusterError, Object
@@ -210,11 +209,3 @@ class Controller:
             rest = self.min_gap - (self.clock() - began)
             if rest > 0:
                 stop.wait(rest)
-
-    @staticmethod
-    def describe(runtime: KubeRuntime) -> list[dict[str, Any]]:
-        """One row per job the runtime holds, for `--dry-run` output."""
-        return [
-            {"job": job.id, "state": job.state.value, "queue": job.spec.queue}
-            for job in sorted(runtime.jobs.values(), key=lambda j: j.id)
-        ]
