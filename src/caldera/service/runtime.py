@@ -1,9 +1,11 @@
 """The local runtime: the same cycle as the simulator, applied to processes on this host.
 
 One loop thread owns time. It wakes on a submission, a cancel, a process exit (polled every
-`poll_interval`), a cycle's wake-up time and a periodic timer; it takes a snapshot under the
-lock, runs `caldera.core.run` without it (submissions keep flowing), and applies the
-decisions under the lock with the same meaning as the simulator's `_apply`:
+`poll_interval`), a cycle's wake-up time and a periodic timer. Under the lock it brings the
+job index (`caldera.core.JobIndex`) up to date with the jobs that changed, runs
+`caldera.core.run` on it and on the live room (a cycle costs what changed, well under a
+millisecond with thousands waiting), and applies the decisions with the same meaning as the
+simulator's `_apply`; processes are spawned after the lock is released:
 
 - start: the job's tasks are committed to the database, then spawned, each in its own process
   group through `caldera.service.runner`, with CUDA_VISIBLE_DEVICES and the rank variables;
@@ -13,9 +15,9 @@ decisions under the lock with the same meaning as the simulator's `_apply`:
 - nominate: the reservation is stored on the preemptor until it starts;
 - hold / release / throttle on / off: Held ⇄ Pending and the queue's waiting mode.
 
-Decisions that no longer match the job (cancelled between snapshot and apply) are skipped.
-A start that would give a GPU twice raises `CapacityError` in our own room index and is
-skipped: the room is the last line of defence, never the first.
+Decisions that no longer match the job are skipped. A start that would give a GPU twice is
+refused by a check against the room before anything is taken: the room is the last line of
+defence, never the first.
 """
 
 from __future__ import annotations
