@@ -137,6 +137,18 @@ CASES = [
         {},
     ),
     Case(
+        "a gang whose room is coming holds it: the lower-priority job may not take n-0",
+        # L needs both nodes: n-0 is free now, n-1 is being released. Without holding, N
+        # would start on n-0 and L would have to evict it once n-1 is free.
+        nodes(2),
+        [
+            releasing_view(job("gone").gpus(8).running(since=0).on("n-1", range(8)), nodes(2)),
+            job("L").large().gang(2, gpus=8).submitted(NOW),
+            job("N").gpus(8).submitted(NOW),
+        ],
+        {},
+    ),
+    Case(
         "a pod that fits in idle room starts, no eviction",
         nodes(2),
         [running("norm").on("n-1"), large()],

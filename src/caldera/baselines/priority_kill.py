@@ -26,6 +26,9 @@ Rules (cited by the phases below):
        periodic checkpoint (see `baseline_defaults`).
   PK6. No reservation, no throttle: a preemptor counts on the room only inside the cycle;
        whoever is ordered first when the room is released takes it.
+  PK6a. Within a cycle, room promised to a higher-priority pod is not given to lower-priority
+       ones (kube-scheduler counts nominated pods when it filters lower-priority pods): a gang
+       whose pods all find room free or being released holds it until the cycle ends.
   PK7. Pods whose priority class says `Never` (debug) never preempt.
 
 A hard topology constraint is a required pod affinity on the switch label: once a pod of the
@@ -75,6 +78,11 @@ class _Session:
     gone: set[str]  # jobs evicted whole before allocation (a queue's window closed)
     waiting: list[tuple[JobView, int]] = field(default_factory=list)  # (job, pods to place)
     unserved: list[JobView] = field(default_factory=list)  # pods found no room, claims included
+    # Idle and future room side by side, built the first time a gang waits for room being
+    # released (None: not yet; a shared one: nothing is being released).
+    future: FutureRoom | None = None
+    rooms: Staged | None = None
+    cannot_hold: set[int] = field(default_factory=set)  # shapes whose room is not coming
 
 
 @dataclass
@@ -110,15 +118,19 @@ def _session(cycle: CycleContext) -> _Session:
     return cycle.memo(_SESSION, lambda: _Session(set(cycle.evicted)))
 
 
-def _open_claims(cycle: CycleContext, gone: set[str]) -> _Claims:
+def _open_claims(cycle: CycleContext, session: _Session) -> _Claims:
+    gone = session.gone
     on_node: dict[int, list[Pod]] = {}
     for job in cycle.snapshot.by_state[JobState.RUNNING]:
         if job.id in gone:
             continue
         for index, task in enumerate(job.placement):
             on_node.setdefault(task.node, []).append((job, index))
-    future = FutureRoom.in_place(cycle.snapshot, cycle.room, gone)
-    staged = Staged(cycle.room, future)
+    if session.future is not None and session.rooms is not None and not session.future.shared:
+        future, staged = session.future, session.rooms  # holds from allocation stay
+    else:
+        future = FutureRoom.in_place(cycle.snapshot, cycle.room, gone)
+        staged = Staged(cycle.room, future)
     claims = _Claims(future, staged, StagedEvictions(staged), gone, on_node, cycle.started)
     for node, pods in on_node.items():
         by_priority: dict[int, int] = {}
@@ -162,11 +174,48 @@ def pk_allocate(cycle: CycleContext) -> None:
                 failed.add(spec.shape)
         if placed:
             cycle.start(job, placed, grow=running)
+            if session.future is not None and not session.future.shared:
+                for task in placed:
+                    session.future.room.take(task)
             pods -= len(placed)
+        elif not running and _hold(cycle, session, job):
+            continue  # PK6a: its room is coming; it waits for it
         if pods:
             session.waiting.append((job, pods))
             if not placed:
                 cycle.unplaced.append(job)
+
+
+def _hold(cycle: CycleContext, session: _Session, job: JobView) -> bool:
+    """PK6a: a gang that is not running, whose `min_available` pods all find room free or
+    being released, holds that room for the rest of the cycle — lower-priority pods may not
+    take room nominated for a higher-priority pod, and coscheduling's waiting pods keep what
+    they got. Nothing carries over to the next cycle (no reservation). True when held."""
+    spec = job.spec
+    if spec.shape in session.cannot_hold:
+        return False
+    if session.future is None:
+        session.future = FutureRoom.separate(cycle.snapshot, cycle.room, session.gone)
+        if not session.future.shared:
+            for start in cycle.starts:  # what allocation has started so far
+                for started in start.placement:
+                    session.future.room.take(started)
+        session.rooms = Staged(cycle.room, session.future)
+    rooms = session.rooms
+    if session.future.shared or rooms is None:
+        return False  # nothing is being released: no room is coming
+    mark = rooms.mark()
+    hard = domain_nodes(cycle.room, spec) is not None
+    scope: tuple[int, ...] | None = None
+    for _ in range(spec.min_available):
+        task = rooms.place_idle(spec, scope) or rooms.place_future(spec, scope, hold_idle=True)
+        if task is None:
+            rooms.rollback(mark)
+            session.cannot_hold.add(spec.shape)  # room only shrinks while allocating
+            return False
+        if hard and scope is None:
+            scope = domain_of(cycle.room, spec, task.node)
+    return True
 
 
 def pk_preempt(cycle: CycleContext) -> None:
@@ -175,7 +224,7 @@ def pk_preempt(cycle: CycleContext) -> None:
     session = _session(cycle)
     if not any(job.spec.may_preempt for job, _ in session.waiting):
         return
-    claims = _open_claims(cycle, session.gone)
+    claims = _open_claims(cycle, session)
     hopeless: set[tuple[int, int]] = set()  # (shape, priority) of groups that found no room
     for job, pods in session.waiting:
         spec = job.spec
