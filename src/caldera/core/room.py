@@ -91,28 +91,34 @@ class Room:
         self._change(task, 1)
 
     def _change(self, task: TaskPlacement, sign: int) -> None:
+        """Apply a take (-1) or give (+1). Checked in full before anything changes, so a
+        refused change leaves the room as it was."""
         index = task.node
         node = self.nodes[index]
         free = self.free[index]
+        delta = sign * task.milli
+        cpu = self.cpu[index] + sign * task.cpu
+        memory = self.memory[index] + sign * task.memory
+        if cpu < 0 or memory < 0 or cpu > node.cpu or memory > node.memory:
+            raise CapacityError(f"node {node.name}: cpu/memory out of range")
+        for device in task.devices:
+            after = free[device] + delta
+            if after < 0 or after > GPU_MILLI:
+                raise CapacityError(
+                    f"node {node.name} device {device}: {free[device]} milli free, change {delta}"
+                )
+        if len(set(task.devices)) != len(task.devices):
+            raise CapacityError(f"node {node.name}: a task lists a device twice")
         whole_before = self.whole[index]
         whole = whole_before
-        delta = sign * task.milli
         for device in task.devices:
             before = free[device]
             after = before + delta
-            if after < 0 or after > GPU_MILLI:
-                raise CapacityError(
-                    f"node {node.name} device {device}: {before} milli free, change {delta}"
-                )
             free[device] = after
             if before == GPU_MILLI:
                 whole -= 1
             if after == GPU_MILLI:
                 whole += 1
-        cpu = self.cpu[index] + sign * task.cpu
-        memory = self.memory[index] + sign * task.memory
-        if cpu < 0 or memory < 0 or cpu > node.cpu or memory > node.memory:
-            raise CapacityError(f"node {node.name}: cpu/memory out of range")
         self.cpu[index] = cpu
         self.memory[index] = memory
         if whole != whole_before:
