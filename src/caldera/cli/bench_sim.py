@@ -62,7 +62,17 @@ def sim_command(
     if json_output:
         return
     table = Table(title=f"simulator throughput (policy {policy})", title_justify="left")
-    for column in ("workload", "jobs", "nodes", "GPUs", "events", "sim days", "load", "run"):
+    for column in (
+        "workload",
+        "jobs",
+        "nodes",
+        "GPUs",
+        "events",
+        "sim days",
+        "load",
+        "run (wall)",
+        "run (CPU)",
+    ):
         table.add_column(column, justify="left" if column == "workload" else "right")
     for row in results:
         table.add_row(
@@ -74,5 +84,6 @@ def sim_command(
             f"{row['simulated_days']:.1f}",
             f"{row['load_s']:.2f} s",
             f"{row['run_s']:.2f} s",
+            f"{row['run_cpu_s']:.2f} s",
         )
     Console().print(table)
