@@ -140,8 +140,8 @@ def test_cpu_only_nodes_and_pods(tmp_path: Path, openb: Path) -> None:
 
 
 def test_timeless_list_borrows_times_by_name(tmp_path: Path, openb: Path) -> None:
-    """multigpu20 has no time columns: its pods take the default list's times by name, and
-    pods missing there take a seeded draw from the others."""
+    """multigpu20 has no time (nor qos) columns: its pods take the default list's by name,
+    and pods missing there take a seeded draw from the others."""
     every_default = rows(openb / "openb_pod_list_default.csv")
     default = every_default[:30]
     named = {r["name"] for r in every_default}
@@ -158,6 +158,8 @@ def test_timeless_list_borrows_times_by_name(tmp_path: Path, openb: Path) -> Non
     specs = {s.spec.name: s.spec for s in first.submissions}
     for row in default:
         assert specs[row["name"]].submit == float(row["creation_time"])
+    for row in default:  # multigpu20 has no qos column: the type comes from the default list
+        assert specs[row["name"]].type is QOS_TYPES.get(row["qos"], JobType.NORMAL)
     known_times = {float(r["creation_time"]) for r in default}
     for row in extra:
         assert specs[row["name"]].submit in known_times

@@ -30,11 +30,12 @@ deletion_time, …`), each one single-task job named after the pod:
 - `expected_duration: true` tells the scheduler each pod's lifetime (off by default: a
   scheduler does not know it).
 
-Pod lists without time columns (`openb_pod_list_multigpu20.csv`): its first 8,152 pods are the
-default list's pods, identical, plus extra multi-GPU pods. Such a list borrows creation and
-deletion times by pod name from `times` (default: `openb_pod_list_default.csv` beside it);
-pods not found there take the times of a pod drawn at random (seeded by `seed`) from those
-that were found, so the extra pods follow the trace's arrival pattern and lifetimes.
+Pod lists without time columns (`openb_pod_list_multigpu20.csv`, which also lacks `qos` and
+`gpu_spec`): its first 8,152 pods are the default list's pods, identical, plus 172 extra
+multi-GPU pods. Such a list borrows creation and deletion times — and `qos` and `gpu_spec`
+when it lacks those columns — by pod name from `times` (default: `openb_pod_list_default.csv`
+beside it); pods not found there take them from a pod drawn at random (seeded by `seed`)
+among those found, so the extra pods follow the trace's arrivals, lifetimes and QoS mix.
 
 All pods go to one queue (`queue`, default `openb`), created unless the scenario declares it.
 """
@@ -44,7 +45,7 @@ from __future__ import annotations
 import csv
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -155,6 +156,11 @@ def read_nodes(path: Path, nodes_per_tier1: int = 8, tier1_per_tier2: int = 0) -
     ]
 
 
+def _header(path: Path) -> set[str]:
+    with path.open(newline="", encoding="utf-8") as handle:
+        return set(next(csv.reader(handle), []))
+
+
 def read_pods(path: Path) -> list[OpenBPod]:
     pods = []
     for line, row in enumerate(_rows(path, _POD_COLUMNS), start=2):
@@ -174,12 +180,16 @@ def read_pods(path: Path) -> list[OpenBPod]:
     return pods
 
 
-def _borrow_times(
+def _complete(
     pods: list[OpenBPod], model: TraceModel, pods_path: Path, base: Path
-) -> list[tuple[float, float]]:
-    """(creation, deletion) per pod, taken from a timed list by name where needed."""
-    if all(p.creation is not None and p.deletion is not None for p in pods):
-        return [(p.creation or 0.0, p.deletion or 0.0) for p in pods]
+) -> list[OpenBPod]:
+    """Pods with times (and, where the list lacks the columns, `qos` and `gpu_spec`) taken
+    by name from a timed list; pods missing there take a seeded draw from those found."""
+    columns = _header(pods_path)
+    if {"creation_time", "deletion_time"} <= columns and all(
+        p.creation is not None and p.deletion is not None for p in pods
+    ):
+        return pods
     times_path = base / model.times if model.times else pods_path.parent / _DEFAULT_TIMES
     if not times_path.is_file():
         raise ValueError(
@@ -187,7 +197,7 @@ def _borrow_times(
             "trace.times: a pod list with them"
         )
     known = {
-        p.name: (p.creation, p.deletion)
+        p.name: p
         for p in read_pods(times_path)
         if p.creation is not None and p.deletion is not None
     }
@@ -195,14 +205,24 @@ def _borrow_times(
         raise ValueError(f"workload.trace: {times_path.name} has no creation/deletion times")
     rng = random.Random(model.seed)
     pool = list(known.values())
-    result: list[tuple[float, float]] = []
+    borrow_qos = "qos" not in columns
+    borrow_spec = "gpu_spec" not in columns
+    completed = []
     for pod in pods:
         if pod.creation is not None and pod.deletion is not None:
-            result.append((pod.creation, pod.deletion))
+            completed.append(pod)
             continue
-        creation, deletion = known.get(pod.name) or rng.choice(pool)
-        result.append((creation or 0.0, deletion or 0.0))
-    return result
+        source = known.get(pod.name) or rng.choice(pool)
+        completed.append(
+            replace(
+                pod,
+                creation=source.creation,
+                deletion=source.deletion,
+                qos=source.qos if borrow_qos else pod.qos,
+                gpu_spec=source.gpu_spec if borrow_spec else pod.gpu_spec,
+            )
+        )
+    return completed
 
 
 def _gpu_milli(pod: OpenBPod) -> int:
@@ -223,14 +243,14 @@ def load_openb(model: TraceModel, base: Path) -> Workload:
     if model.nodes is not None:
         groups = tuple(read_nodes(base / model.nodes, model.nodes_per_tier1, model.tier1_per_tier2))
     pods_path = base / model.pods
-    pods = read_pods(pods_path)
-    times = _borrow_times(pods, model, pods_path, base)
+    pods: list[OpenBPod] = _complete(read_pods(pods_path), model, pods_path, base)
     checkpoint = Checkpointing(
         model.checkpoint_interval, model.checkpoint_cost, model.checkpoint_on_sigterm
     )
     scale = model.time_scale
     submissions: list[Submission] = []
-    for pod, (creation, deletion) in zip(pods, times, strict=True):
+    for pod in pods:
+        creation, deletion = pod.creation or 0.0, pod.deletion or 0.0
         gpu = _gpu_milli(pod)
         if gpu == 0 and model.cpu_only == "skip":
             continue
