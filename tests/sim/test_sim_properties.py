@@ -263,6 +263,7 @@ def event_log_problems(
                         f" by non-critical {preemptor}"
                     )
         last_evicted[name] = t
+    problems += throttle_problems(result, data, specs, priority)
     for record in result["jobs"]:
         want = round(lost.get(record["name"], 0.0), 6)
         if abs(record["lost_gpu_seconds"] - want) > 1e-3:
@@ -271,6 +272,59 @@ def event_log_problems(
             duration = specs[record["name"]]["duration"]
             if record["end"] - record["start"] < duration - 1e-6:
                 problems.append(f"{record['name']}: finished faster than its duration")
+    return problems
+
+
+def throttle_problems(
+    result: dict[str, Any],
+    data: dict[str, Any],
+    specs: dict[str, dict[str, Any]],
+    priority: dict[str, int],
+) -> list[str]:
+    """DESIGN §4.4: while a queue waits for its large job, its new submissions below 800 are
+    held; waiting ends when the large job starts or after the timeout; held jobs are then
+    released in submission order."""
+    problems: list[str] = []
+    timeout = data.get("policy", {}).get("throttle_timeout", 300)
+    events = result["events"]
+    waiting: dict[str, tuple[float, str]] = {}  # queue -> (since, large job)
+    large_started: dict[str, float] = {}  # queue -> when its awaited large job started
+    for i, event in enumerate(events):
+        t, kind, name = event["t"], event["kind"], event["job"]
+        if kind == "throttle_on":
+            waiting[event["queue"]] = (t, event["large_job"])
+        elif kind == "throttle_off":
+            since, _ = waiting.pop(event["queue"], (None, None))
+            started = large_started.pop(event["queue"], None)
+            if since is None:
+                problems.append(f"t={t}: throttle_off for {event['queue']} without an on")
+            elif t > since + timeout + 1e-9 or (started is not None and t > started):
+                problems.append(f"t={t}: waiting mode of {event['queue']} ended late")
+            released = [
+                e["job"]
+                for e in events[i + 1 :]
+                if e["t"] == t
+                and e["kind"] == "release"
+                and e.get("reason") == "throttle"
+                and specs[e["job"]]["queue"] == event["queue"]
+            ]
+            submits = [specs[j]["submit"] for j in released]
+            if submits != sorted(submits):
+                problems.append(f"t={t}: held jobs of {event['queue']} released out of order")
+        elif kind == "start" and not event.get("grow"):
+            for queue, (_, large) in waiting.items():
+                if large == name:
+                    large_started.setdefault(queue, t)
+        elif (
+            kind == "submit"
+            and specs[name]["queue"] in waiting
+            and priority[specs[name]["type"]] < 800
+        ):
+            follow = [e for e in events[i + 1 :] if e["t"] == t and e["job"] == name]
+            if not follow or follow[0]["kind"] not in ("hold", "reject"):
+                problems.append(f"t={t}: {name} submitted to a waiting queue, not held")
+    for queue in large_started:
+        problems.append(f"{queue}: still waiting after its large job started")
     return problems
 
 
@@ -418,3 +472,7 @@ def test_the_event_log_checks_can_fail() -> None:
     assert event_log_problems(clean, data, 600, 120)  # a critical victim
     data["jobs"][0]["type"] = "normal"
     assert corrupted(lambda d: first(d, "start", "g").update(gpus=16))  # over capacity
+    # waiting mode that never ends although its large job started
+    assert corrupted(
+        lambda d: d.update(events=[e for e in d["events"] if e["kind"] != "throttle_off"])
+    )
