@@ -202,8 +202,13 @@ REJECTS = "rejects.yaml"
 
 @pytest.mark.parametrize(
     ("job_name", "reason_fragment"),
-    [("to-closed", "archive"), ("to-nowhere", "nope"), ("too-few", "min_available")],
-    ids=["closed queue", "unknown queue", "invalid request"],
+    [
+        ("to-closed", "archive"),
+        ("to-nowhere", "nope"),
+        ("too-few", "min_available"),
+        ("shared-gang", "tasks: 1"),
+    ],
+    ids=["closed queue", "unknown queue", "invalid gang size", "shared GPU in a gang"],
 )
 def test_refused_submissions_get_a_reject_event(job_name: str, reason_fragment: str) -> None:
     (reject,) = events(REJECTS, "reject", job_name)
@@ -261,3 +266,14 @@ def test_the_cli_prints_the_same_document(name: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == result(name)
+
+
+def test_a_json_scenario_runs_like_its_yaml(tmp_path: Path) -> None:
+    """DESIGN §6: a scenario is one YAML or JSON file."""
+    import yaml
+
+    path = tmp_path / "rejects.json"
+    path.write_text(json.dumps(yaml.safe_load((HERE / REJECTS).read_text())), encoding="utf-8")
+    document = simulate(load_scenario(path))
+    assert document["jobs"] == result(REJECTS)["jobs"]
+    assert document["events"] == result(REJECTS)["events"]
