@@ -2,8 +2,8 @@
 
 Random snapshots are built to be valid (running jobs fit their nodes and their queues'
 capabilities, through an independent first-fit placer), then one cycle must:
-- decide only what §3 allows (see `checks.violations`): no node over capacity, no gang below
-  `min_available`, no queue over capability, hard topology and NVLink islands honoured, no
+- decide only what §3 allows (`invariant_checks.violations`): no node over capacity, no gang
+  below `min_available`, no queue over capability, hard topology and NVLink islands honoured, no
   protected / critical / conformance victim, no debug preemptor, no equal-priority
   preemption, cooldown, reclaim floors, the eviction budget;
 - be deterministic: the same snapshot, or an equal one built afresh, gives equal decisions;
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from checks import violations
 from hypothesis import example, given
 from hypothesis import strategies as st
+from invariant_checks import violations
 
 from caldera.core import JobView, PolicyConfig, Snapshot, TaskPlacement, run
 from caldera.model import (

@@ -2,7 +2,8 @@
 
 Random scenarios (as decoded YAML, through the real loader) run in a `CheckedSimulator` that
 verifies, at every cycle and after every event:
-- each cycle's decisions obey the §3/§4 rules (`checks.violations` on the cycle's snapshot);
+- each cycle's decisions obey the §3/§4 rules (`invariant_checks.violations` on its
+  snapshot);
 - the world after applying them: the free-room index equals a rebuild from the jobs (so no
   node is over capacity and no GPU is lost or given twice), no running gang below
   `min_available`, no queue over its capability, hard topology and NVLink islands honoured;
@@ -29,7 +30,7 @@ from caldera.model import JobState, Resources, TopologyMode
 from caldera.sim import Simulator, parse_scenario
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
-from checks import island_ok, one_domain, violations
+from invariant_checks import island_ok, one_domain, violations
 
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "shared" / "schemas"
 CRITICAL = 1000
