@@ -43,5 +43,6 @@ def cycle_command(
         f"{result['running']} running: p50 {result['p50_ms']:.1f} ms, "
         f"p95 {result['p95_ms']:.1f} ms "
         f"over {result['cycles']} cycles ({result['starts_per_cycle']} starts, "
-        f"{result['evictions_per_cycle']} evictions per cycle)"
+        f"{result['evictions_per_cycle']} evictions per cycle); building the snapshot's "
+        f"indexes from scratch: {result['snapshot_build_ms']:.1f} ms"
     )
