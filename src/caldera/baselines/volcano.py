@@ -51,6 +51,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from caldera.baselines.common import (
     FutureRoom,
@@ -104,10 +105,19 @@ class _Session:
     evictions: StagedEvictions
     gone: set[str]
     queues: dict[str, QueueShare]
-    on_node: dict[int, list[Pod]]
     counted: dict[str, int] = field(default_factory=dict)  # job -> tasks placed/pipelined
     victim_nodes: dict[tuple[str, str, int], dict[int, int]] = field(default_factory=dict)
     starving: list[JobView] = field(default_factory=list)
+
+    @cached_property
+    def on_node(self) -> dict[int, list[Pod]]:
+        """Running tasks by node (built when preempt or reclaim first needs it)."""
+        found: dict[int, list[Pod]] = {}
+        for job in self.cycle.snapshot.by_state[JobState.RUNNING]:
+            if job.id not in self.gone:
+                for index, task in enumerate(job.placement):
+                    found.setdefault(task.node, []).append((job, index))
+        return found
 
     def running(self, job: JobView) -> int:
         """Ready tasks of a running job once this cycle's (staged) evictions apply."""
@@ -136,14 +146,11 @@ def _open(cycle: CycleContext) -> _Session:
     # idle room and pipelines onto future room within the same pass.
     future = FutureRoom.separate(snapshot, cycle.room, gone)
     queues: dict[str, QueueShare] = {}
-    on_node: dict[int, list[Pod]] = {}
 
     held: dict[str, list[int]] = {}  # queue -> [allocated gpu, cpu, memory, requested …]
     for job in snapshot.by_state[JobState.RUNNING]:
         if job.id in gone:
             continue
-        for index, task in enumerate(job.placement):
-            on_node.setdefault(task.node, []).append((job, index))
         spec = job.spec
         sums = held.setdefault(spec.queue, [0, 0, 0, 0, 0, 0])
         running = len(job.placement)
@@ -173,7 +180,7 @@ def _open(cycle: CycleContext) -> _Session:
     )
     water_fill(total, queues.values())
     staged = Staged(cycle.room, future)
-    return _Session(cycle, future, staged, StagedEvictions(staged), gone, queues, on_node)
+    return _Session(cycle, future, staged, StagedEvictions(staged), gone, queues)
 
 
 def _session(cycle: CycleContext) -> _Session:
@@ -404,14 +411,23 @@ def _plain(session: _Session, job: JobView, scope: Scope) -> list[int]:
 def volcano_preempt(cycle: CycleContext) -> None:
     """V5, V6: starving jobs, queue by queue (share order), preempt inside their queue."""
     session = _session(cycle)
-    starving = [job for job in session.starving if job.spec.may_preempt]
-    order = sorted({job.spec.queue for job in starving}, key=lambda q: (session.queues[q].share, q))
+    per_queue: dict[str, list[JobView]] = {}
+    has_victims: dict[tuple[str, int], bool] = {}  # (queue, priority): any victim at all?
+    for job in session.starving:
+        spec = job.spec
+        if not spec.may_preempt:
+            continue
+        group = (spec.queue, spec.priority)
+        found = has_victims.get(group)
+        if found is None:
+            found = has_victims[group] = bool(_victim_nodes(session, job, EvictReason.PREEMPT))
+        if found:
+            per_queue.setdefault(spec.queue, []).append(job)
     hopeless: set[tuple[int, str, int]] = set()
-    for queue in order:
-        jobs = [job for job in starving if job.spec.queue == queue]
-        for job in sorted(jobs, key=lambda j: volcano_job_order(session, j)):
+    for queue in sorted(per_queue, key=lambda q: (session.queues[q].share, q)):
+        for job in sorted(per_queue[queue], key=lambda j: volcano_job_order(session, j)):
             key = (job.spec.shape, queue, job.spec.priority)
-            if key in hopeless or not _victim_nodes(session, job, EvictReason.PREEMPT):
+            if key in hopeless:
                 continue
             if _take_room(session, job, EvictReason.PREEMPT, _same_queue_lower, _by_score):
                 hopeless.clear()  # evictions may leave spare room others can use
@@ -427,6 +443,9 @@ def volcano_reclaim(cycle: CycleContext) -> None:
     for job in session.starving:
         if job.spec.may_preempt and job.id not in session.counted:
             per_queue.setdefault(job.spec.queue, []).append(job)
+    for name in list(per_queue):  # a queue with nothing to take from is skipped whole
+        if not _victim_nodes(session, per_queue[name][0], EvictReason.RECLAIM):
+            del per_queue[name]
     for jobs in per_queue.values():
         jobs.sort(key=lambda j: volcano_job_order(session, j), reverse=True)
     heap = [(session.queues[name].share, name) for name in per_queue]
@@ -440,7 +459,7 @@ def volcano_reclaim(cycle: CycleContext) -> None:
         jobs = per_queue[name]
         job = jobs.pop()
         key = (job.spec.shape, name, job.spec.priority)
-        if key not in hopeless and _victim_nodes(session, job, EvictReason.RECLAIM):
+        if key not in hopeless:
             if _take_room(session, job, EvictReason.RECLAIM, _reclaimable_above_min, _plain):
                 hopeless.clear()
             else:
