@@ -86,4 +86,4 @@ def sim_command(
             f"{row['run_s']:.2f} s",
             f"{row['run_cpu_s']:.2f} s",
         )
-    Console().print(table)
+    (Console() if sys.stdout.isatty() else Console(width=120)).print(table)
