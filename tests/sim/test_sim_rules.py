@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 from caldera.sim import Simulator, parse_scenario, simulate
 
 
@@ -320,3 +322,69 @@ def test_metrics_on_a_hand_computed_run() -> None:
     assert metrics["sla_attainment"]["normal"] == 1.0
     assert metrics["preemptions"]["total"] == 0 and metrics["wasted_gpu_hours"] == 0
     assert metrics["large_job_max_wait"] is None  # no large jobs
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG B12: an elastic job regrows while its evicted task is still releasing and"
+    " holds more than `tasks` tasks — see NOTES-bugs.md",
+)
+def test_an_elastic_job_never_holds_more_than_its_tasks() -> None:
+    """Nodes a-0, a-1 (model A) and b-0 (model B), one GPU each. X holds a-0 until 100; E (2
+    tasks, min 1) gets a-1 and b-0. P (large, model B) at 200 takes E's extra task on b-0,
+    which has no emergency checkpoint: it releases at 200 + 120 = 320. Until then E must not
+    start another task (on the now free a-0): its 2 replicas would be 3."""
+    result = simulate(
+        parse_scenario(
+            {
+                "cluster": {
+                    "nodes": [
+                        {"prefix": "a", "count": 2, "gpus": 1, "gpu_model": "A"},
+                        {"prefix": "b", "count": 1, "gpus": 1, "gpu_model": "B"},
+                    ]
+                },
+                "queues": [{"name": "q"}],
+                "jobs": [
+                    {
+                        "name": "X",
+                        "queue": "q",
+                        "type": "normal",
+                        "submit": 0,
+                        "duration": 100,
+                        "gpu_model": "A",
+                    },
+                    {
+                        "name": "E",
+                        "queue": "q",
+                        "type": "normal",
+                        "submit": 1,
+                        "duration": 10_000,
+                        "tasks": 2,
+                        "min_available": 1,
+                        "checkpoint_on_sigterm": False,
+                    },
+                    {
+                        "name": "P",
+                        "queue": "q",
+                        "type": "large-job",
+                        "submit": 200,
+                        "duration": 1000,
+                        "gpu_model": "B",
+                    },
+                    # any event inside the grace period runs a cycle
+                    {
+                        "name": "Y",
+                        "queue": "q",
+                        "type": "critical",
+                        "submit": 250,
+                        "duration": 10,
+                        "gpus_per_task": 0,
+                    },
+                ],
+            }
+        )
+    )
+    (evict,) = events(result, "evict", "E")
+    assert (evict["t"], evict["released_at"], evict["tasks"]) == (200.0, 320.0, 1)
+    grows = [e["t"] for e in events(result, "start", "E") if e.get("grow")]
+    assert all(t >= evict["released_at"] for t in grows), grows
