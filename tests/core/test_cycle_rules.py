@@ -40,28 +40,31 @@ NOW = 10 * HOUR
 # -- effective weight (§4.2) ----------------------------------------------------------------
 
 
+WEIGHT_CASES = [
+    ("fresh normal job: its base priority", job("j").running(since=NOW), NOW, 100.0),
+    # 100 + 100·ln(1 + 1)
+    ("one hour run", job("j").running(since=NOW - HOUR), NOW, 100 + 100 * math.log(2)),
+    # 100 + 100·ln(1 + 2) + 600·0.5²
+    (
+        "two hours, half done",
+        job("j").expected(4 * HOUR).running(since=NOW - 2 * HOUR),
+        NOW,
+        100 + 100 * math.log(3) + 150,
+    ),
+    # 100 + 100·ln(11) + 600·0.81 ≈ 825.8 → the ceiling
+    ("10 h, 90 % done: capped at 800", job("j").progress(0.9).running(since=0), NOW, 800.0),
+    # 800 + anything → still 800: the ceiling is the large band itself
+    ("a large job never rises above 800", job("j").large().running(since=0), NOW, 800.0),
+    ("critical is 1000 regardless", job("j").critical().running(since=0), NOW, 1000.0),
+    # 50 + 100·ln(11): debug defends itself against normal jobs after ~39 min
+    ("debug after 10 h", job("j").debug().running(since=0), NOW, 50 + 100 * math.log(11)),
+]
+
+
 @pytest.mark.parametrize(
     ("name", "builder", "now", "want"),
-    [
-        ("fresh normal job: its base priority", job("j").running(since=NOW), NOW, 100.0),
-        # 100 + 100·ln(1 + 1)
-        ("one hour run", job("j").running(since=NOW - HOUR), NOW, 100 + 100 * math.log(2)),
-        # 100 + 100·ln(1 + 2) + 600·0.5²
-        (
-            "two hours, half done",
-            job("j").expected(4 * HOUR).running(since=NOW - 2 * HOUR),
-            NOW,
-            100 + 100 * math.log(3) + 150,
-        ),
-        # 100 + 100·ln(11) + 600·0.81 ≈ 825.8 → the ceiling
-        ("10 h, 90 % done: capped at 800", job("j").progress(0.9).running(since=0), NOW, 800.0),
-        # 800 + anything → still 800: the ceiling is the large band itself
-        ("a large job never rises above 800", job("j").large().running(since=0), NOW, 800.0),
-        ("critical is 1000 regardless", job("j").critical().running(since=0), NOW, 1000.0),
-        # 50 + 100·ln(11): debug defends itself against normal jobs after ~39 min
-        ("debug after 10 h", job("j").debug().running(since=0), NOW, 50 + 100 * math.log(11)),
-    ],
-    ids=lambda v: v if isinstance(v, str) else "",
+    WEIGHT_CASES,
+    ids=[case[0] for case in WEIGHT_CASES],
 )
 def test_effective_weight(name: str, builder, now: float, want: float) -> None:  # type: ignore[no-untyped-def]
     view = builder.on("n-0").view(cluster().group("n").build())
@@ -132,104 +135,107 @@ def test_a_victim_gang_larger_than_the_budget_goes_alone() -> None:
 # -- admission (the platform layer) -----------------------------------------------------------
 
 
+ADMISSION_CASES = [
+    ("open queue: pending", job("j"), [queue("q")], False, 0, JobState.PENDING, ""),
+    (
+        "unknown queue",
+        job("j").queue("nope"),
+        [queue("q")],
+        False,
+        0,
+        JobState.REJECTED,
+        "unknown queue 'nope'",
+    ),
+    ("closed queue", job("j"), [queue("q").closed()], False, 0, JobState.REJECTED, "Closed"),
+    (
+        "closing queue takes no new work",
+        job("j"),
+        [queue("q").closing()],
+        False,
+        0,
+        JobState.REJECTED,
+        "Closing",
+    ),
+    (
+        "over capability",
+        job("j").gang(3, gpus=8),
+        [queue("q").capability(gpu=16)],
+        False,
+        0,
+        JobState.REJECTED,
+        "capability",
+    ),
+    (
+        "no node could ever host it",
+        job("j").gang(3, gpus=8),
+        [queue("q")],
+        False,
+        0,
+        JobState.REJECTED,
+        "no node",
+    ),
+    (
+        "throttled queue holds a normal job",
+        job("j"),
+        [queue("q")],
+        True,
+        0,
+        JobState.HELD,
+        "throttle",
+    ),
+    (
+        "throttled queue still admits a large job",
+        job("j").large(),
+        [queue("q")],
+        True,
+        0,
+        JobState.PENDING,
+        "",
+    ),
+    (
+        "throttled queue still admits a critical job",
+        job("j").critical(),
+        [queue("q")],
+        True,
+        0,
+        JobState.PENDING,
+        "",
+    ),
+    # t = 0 is Monday 00:00; window Mon-Fri 9-18
+    (
+        "outside the window: held",
+        job("j"),
+        [queue("q").window(range(1, 6), 9, 18)],
+        False,
+        0,
+        JobState.HELD,
+        "window",
+    ),
+    (
+        "inside the window: pending",
+        job("j"),
+        [queue("q").window(range(1, 6), 9, 18)],
+        False,
+        10 * HOUR,
+        JobState.PENDING,
+        "",
+    ),
+    (
+        "saturday: held",
+        job("j"),
+        [queue("q").window(range(1, 6), 9, 18)],
+        False,
+        5 * 24 * HOUR + 10 * HOUR,
+        JobState.HELD,
+        "window",
+    ),
+]
+
+
 @pytest.mark.parametrize(
     ("name", "builder", "queues", "throttled", "now", "want_state", "want_reason"),
-    [
-        ("open queue: pending", job("j"), [queue("q")], False, 0, JobState.PENDING, ""),
-        (
-            "unknown queue",
-            job("j").queue("nope"),
-            [queue("q")],
-            False,
-            0,
-            JobState.REJECTED,
-            "unknown queue 'nope'",
-        ),
-        ("closed queue", job("j"), [queue("q").closed()], False, 0, JobState.REJECTED, "Closed"),
-        (
-            "closing queue takes no new work",
-            job("j"),
-            [queue("q").closing()],
-            False,
-            0,
-            JobState.REJECTED,
-            "Closing",
-        ),
-        (
-            "over capability",
-            job("j").gang(3, gpus=8),
-            [queue("q").capability(gpu=16)],
-            False,
-            0,
-            JobState.REJECTED,
-            "capability",
-        ),
-        (
-            "no node could ever host it",
-            job("j").gang(3, gpus=8),
-            [queue("q")],
-            False,
-            0,
-            JobState.REJECTED,
-            "no node",
-        ),
-        (
-            "throttled queue holds a normal job",
-            job("j"),
-            [queue("q")],
-            True,
-            0,
-            JobState.HELD,
-            "throttle",
-        ),
-        (
-            "throttled queue still admits a large job",
-            job("j").large(),
-            [queue("q")],
-            True,
-            0,
-            JobState.PENDING,
-            "",
-        ),
-        (
-            "throttled queue still admits a critical job",
-            job("j").critical(),
-            [queue("q")],
-            True,
-            0,
-            JobState.PENDING,
-            "",
-        ),
-        # t = 0 is Monday 00:00; window Mon-Fri 9-18
-        (
-            "outside the window: held",
-            job("j"),
-            [queue("q").window(range(1, 6), 9, 18)],
-            False,
-            0,
-            JobState.HELD,
-            "window",
-        ),
-        (
-            "inside the window: pending",
-            job("j"),
-            [queue("q").window(range(1, 6), 9, 18)],
-            False,
-            10 * HOUR,
-            JobState.PENDING,
-            "",
-        ),
-        (
-            "saturday: held",
-            job("j"),
-            [queue("q").window(range(1, 6), 9, 18)],
-            False,
-            5 * 24 * HOUR + 10 * HOUR,
-            JobState.HELD,
-            "window",
-        ),
-    ],
-    ids=lambda v: v if isinstance(v, str) else "",
+    ADMISSION_CASES,
+    ids=[case[0] for case in ADMISSION_CASES],
 )
 def test_admission(  # type: ignore[no-untyped-def]
     name, builder, queues, throttled, now, want_state, want_reason
@@ -406,14 +412,17 @@ def test_throttle_turns_on_only_once_per_large_job() -> None:
     assert run(snap).throttles == ()
 
 
+THROTTLE_END_CASES = [
+    ("timeout", NOW + 300, "pending", "timeout"),
+    ("the large job runs", NOW + 10, "running", "started"),
+    ("still waiting", NOW + 10, "pending", None),
+]
+
+
 @pytest.mark.parametrize(
     ("name", "now", "big_state", "want_off"),
-    [
-        ("timeout", NOW + 300, "pending", "timeout"),
-        ("the large job runs", NOW + 10, "running", "started"),
-        ("still waiting", NOW + 10, "pending", None),
-    ],
-    ids=lambda v: v if isinstance(v, str) else "",
+    THROTTLE_END_CASES,
+    ids=[case[0] for case in THROTTLE_END_CASES],
 )
 def test_throttle_ends_and_releases_held_jobs_in_submission_order(
     name: str, now: float, big_state: str, want_off: str | None
