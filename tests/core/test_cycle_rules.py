@@ -41,23 +41,28 @@ NOW = 10 * HOUR
 
 
 WEIGHT_CASES = [
-    ("fresh normal job: its base priority", job("j").running(since=NOW), NOW, 100.0),
+    ("fresh normal job: its base priority", job("j").running(since=NOW).on("n-0"), NOW, 100.0),
     # 100 + 100·ln(1 + 1)
-    ("one hour run", job("j").running(since=NOW - HOUR), NOW, 100 + 100 * math.log(2)),
+    ("one hour run", job("j").running(since=NOW - HOUR).on("n-0"), NOW, 100 + 100 * math.log(2)),
     # 100 + 100·ln(1 + 2) + 600·0.5²
     (
         "two hours, half done",
-        job("j").expected(4 * HOUR).running(since=NOW - 2 * HOUR),
+        job("j").expected(4 * HOUR).running(since=NOW - 2 * HOUR).on("n-0"),
         NOW,
         100 + 100 * math.log(3) + 150,
     ),
     # 100 + 100·ln(11) + 600·0.81 ≈ 825.8 → the ceiling
-    ("10 h, 90 % done: capped at 800", job("j").progress(0.9).running(since=0), NOW, 800.0),
+    (
+        "10 h, 90 % done: capped at 800",
+        job("j").progress(0.9).running(since=0).on("n-0"),
+        NOW,
+        800.0,
+    ),
     # 800 + anything → still 800: the ceiling is the large band itself
-    ("a large job never rises above 800", job("j").large().running(since=0), NOW, 800.0),
-    ("critical is 1000 regardless", job("j").critical().running(since=0), NOW, 1000.0),
+    ("a large job never rises above 800", job("j").large().running(since=0).on("n-0"), NOW, 800.0),
+    ("critical is 1000 regardless", job("j").critical().running(since=0).on("n-0"), NOW, 1000.0),
     # 50 + 100·ln(11): debug defends itself against normal jobs after ~39 min
-    ("debug after 10 h", job("j").debug().running(since=0), NOW, 50 + 100 * math.log(11)),
+    ("debug after 10 h", job("j").debug().running(since=0).on("n-0"), NOW, 50 + 100 * math.log(11)),
 ]
 
 
@@ -67,7 +72,7 @@ WEIGHT_CASES = [
     ids=[case[0] for case in WEIGHT_CASES],
 )
 def test_effective_weight(name: str, builder, now: float, want: float) -> None:  # type: ignore[no-untyped-def]
-    view = builder.on("n-0").view(cluster().group("n").build())
+    view = builder.view(cluster().group("n").build())
     assert effective_weight(view, PolicyConfig(), now) == pytest.approx(want)
 
 
