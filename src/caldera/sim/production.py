@@ -9,11 +9,12 @@ per node, tier-1 leaf switches of 8 nodes, 4 leaves per spine) shared by four ki
 
 - `production`: fine-tuning gangs of 32–256 GPUs (whole 8-GPU nodes), type `large-job`,
   hourly checkpoints and an emergency checkpoint on SIGTERM (the seed's signal interceptor),
-  topology kept inside one leaf (≤ 64 GPUs) or one spine (larger gangs);
+  preferring (`topology: soft`) one leaf for ≤ 64 GPUs, one spine for larger gangs;
 - `research`: 1–8 GPU jobs, type `normal`, run times drawn from the Microsoft Philly trace
   (`philly_runtime.csv`), clipped to [`min_seconds`, `max_hours`] (a pool's run-time limit; a
-  53-day Philly job cannot fit a 14-day window). A share `checkpoint_share` of them checkpoint
-  periodically and on SIGTERM (they use the platform's training image); the rest never do;
+  53-day Philly job cannot fit a 14-day window). A share `checkpoint_share` of them, and every
+  job of at least `checkpoint_after_hours`, checkpoint periodically and on SIGTERM (they use
+  the platform's training image); the rest never do;
 - `debug`: interactive sessions on a share of one GPU or one GPU, type `debug`, nothing to
   checkpoint: an eviction loses the session;
 - `inference`: online-inference deployments of 1–8 GPUs, type `critical`, stateless.
@@ -26,14 +27,17 @@ drawn from `gpus` with `weights`; durations are log-normal (`median_hours`, `sig
 
 Every parameter can be set in the scenario file, per kind (`research: {per_day: 300}`) or for
 the pool (`nodes`, `gpus_per_node`, …). `scale` multiplies every arrival rate. The default
-rates offer about 95 % of the pool's GPU time (`offered_load()` says how much exactly), which is
-how a contended production pool runs, with no kind tuned for or against any policy.
+rates offer about 99 % of the pool's GPU-hours (`offered_load()` says how much exactly): a
+pool where GPUs are always scarce (seed 001), with no kind tuned for or against any policy.
+Randomness comes from one stream per kind and day, so more `days` keep the first days' jobs.
 
-When the scenario has no `cluster`, the generator supplies the pool; when it declares no
-queues of these names, it supplies them too, split by share of the pool's GPUs: `prod`
-(production; deserved 75 %, guarantee 50 %, not reclaimable), `serving` (inference; deserved and
-guarantee 12.5 %, not reclaimable) and `research` (research and debug; deserved 12.5 %,
-reclaimable, may borrow the whole pool).
+When the scenario has no `cluster`, the generator supplies the pool; for each queue name its
+kinds use that the scenario does not declare, it supplies the queue, sized as a share of the
+pool's GPUs (seeds 001 and 004): `prod` (production; deserved 68.75 %, guarantee 50 %, not
+reclaimable), `serving` (inference; deserved 18.75 %, guarantee 12.5 %, capability 25 %, not
+reclaimable), `research` (deserved 7.8 %, may borrow the whole pool, reclaimable) and `dev`
+(debug; deserved and capability 4.7 %, the seeds' small dev-test queue). Other queue names get
+a plain queue.
 """
 
 from __future__ import annotations
