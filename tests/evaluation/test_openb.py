@@ -200,3 +200,20 @@ def test_excerpt_replays_and_matches_the_output_schema(small: Path, shared: Path
     jsonschema.validate(result, schema)
     assert result["metrics"]["critical_preempted"] == 0
     assert len(result["jobs"]) == len(scenario.submissions)
+
+
+def test_pods_on_a_declared_cluster(small: Path) -> None:
+    """Without `nodes`, the scenario's own cluster hosts the trace's pods."""
+    path = write_scenario(
+        small,
+        {"pods": "pods.csv", "limit": 40},
+        cluster={"nodes": [{"prefix": "a", "count": 4, "gpus": 8, "cpu": 128}]},
+    )
+    scenario = load_scenario(path)
+    assert [n.name for n in scenario.nodes] == ["a-0", "a-1", "a-2", "a-3"]
+    result = simulate(scenario)
+    assert len(result["jobs"]) == 40
+    assert all(
+        j["state"] in ("Succeeded", "Running", "Pending", "Rejected") for j in result["jobs"]
+    )
+    assert any(j["state"] == "Succeeded" for j in result["jobs"])
