@@ -2,8 +2,9 @@
 
 May: evict jobs of other queues that are reclaimable and hold more than they deserve, under
 the same victim rules as preempt, and only while the preemptor's queue stays within its
-deserved share. May not: take from a queue marked `reclaimable: false`, push any queue below
-its deserved share or its guarantee, or take more than the preemptor needs.
+deserved share (a critical preemptor: within its queue's capability). May not: take from a
+queue marked `reclaimable: false`, push any queue below its deserved share or its guarantee,
+or take more than the preemptor needs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from caldera.core.decisions import EvictReason
 from caldera.core.eviction import VictimsByQueue, give_way, lower_priority
 from caldera.core.snapshot import JobView
 from caldera.core.victims import Unit
+from caldera.model import CRITICAL_PRIORITY
 
 __all__ = ["reclaim"]
 
@@ -35,12 +37,16 @@ def reclaim(cycle: CycleContext) -> None:
 
     def lender(preemptor: JobView) -> bool:
         """Does the preemptor's queue, with everything it starts this cycle, stay within what
-        it deserves once the preemptor runs?"""
+        it deserves once the preemptor runs? A critical job only needs to stay within its
+        queue's capability: critical work may preempt everything below it (DESIGN §2), and
+        must not wait because its team is at its share while others borrow."""
         queue = preemptor.spec.queue
         entry = usage.get(queue)
         if entry is None:
             return False
         holds = entry.allocated.gpu - entry.releasing
+        if preemptor.spec.priority >= CRITICAL_PRIORITY:
+            return entry.within_capability(preemptor.spec.gang_request)
         return holds + preemptor.spec.gang_request.gpu <= floor(queue)
 
     def borrowers(preemptor: JobView, by_queue: VictimsByQueue) -> list[Collection[JobView]]:
