@@ -9,8 +9,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import pytest
-
 from caldera.sim import Simulator, parse_scenario, simulate
 
 
@@ -324,11 +322,6 @@ def test_metrics_on_a_hand_computed_run() -> None:
     assert metrics["large_job_max_wait"] is None  # no large jobs
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B12: an elastic job regrows while its evicted task is still releasing and"
-    " holds more than `tasks` tasks — see NOTES-bugs.md",
-)
 def test_an_elastic_job_never_holds_more_than_its_tasks() -> None:
     """Nodes a-0, a-1 (model A) and b-0 (model B), one GPU each. X holds a-0 until 100; E (2
     tasks, min 1) gets a-1 and b-0. P (large, model B) at 200 takes E's extra task on b-0,

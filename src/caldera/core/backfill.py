@@ -32,7 +32,8 @@ def _grow_elastic(cycle: CycleContext) -> None:
         usage = cycle.usage.get(job.spec.queue)
         if usage is None:
             continue
-        want = job.spec.tasks - len(job.placement)
+        # A task still releasing is still a replica: never more than `tasks` alive at once.
+        want = job.spec.tasks - len(job.placement) - len(job.releasing)
         while want and not usage.within_capability(job.spec.task_request.scaled(want)):
             want -= 1
         if not want:

@@ -76,7 +76,7 @@ class JobIndex:
         elif job.placement or job.releasing:
             self._count(job, 1)
         if job.state is JobState.RUNNING and len(job.placement) >= spec.min_available:
-            if spec.tasks > len(job.placement):
+            if spec.tasks > len(job.placement) + len(job.releasing):
                 self.growable[job.id] = job
             if not _never_a_victim(job):
                 by_priority = self.victims.setdefault(spec.queue, {})
