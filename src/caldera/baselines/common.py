@@ -49,6 +49,7 @@ __all__ = [
     "pending_work",
     "place_one",
     "rerun_after_change",
+    "running_with_missing",
 ]
 
 FOLLOW_UP = 1.0
@@ -75,15 +76,23 @@ def missing_tasks(job: JobView) -> int:
 
 
 def pending_work(cycle: CycleContext) -> list[JobView]:
-    """Jobs with pending pods: eligible pending jobs (enqueue's list) and running jobs with
-    missing pods, gang-hung or elastic. Jobs evicted earlier in this cycle are left out."""
+    """Jobs with pending pods, in no particular order (each policy orders them its own way):
+    the pending jobs enqueue admitted and running jobs with missing pods, gang-hung or
+    elastic. Jobs evicted earlier in this cycle are left out."""
+    jobs = [job for _, group in cycle.eligible_groups for job in group]
+    jobs.extend(running_with_missing(cycle))
+    return jobs
+
+
+def running_with_missing(cycle: CycleContext) -> list[JobView]:
+    """Running jobs with pods neither running nor terminating (gang-hung or elastic), except
+    those evicted earlier in this cycle."""
     evicted = cycle.evicted
-    running = [
+    return [
         job
         for job in cycle.snapshot.by_state[JobState.RUNNING]
         if len(job.placement) + len(job.releasing) < job.spec.tasks and job.id not in evicted
     ]
-    return [*cycle.eligible, *running]
 
 
 def can_host(room: Room, index: int, spec: JobSpec) -> bool:

@@ -63,10 +63,10 @@ from caldera.baselines.common import (
     domain_of,
     is_protected,
     missing_tasks,
-    pending_work,
     rerun_after_change,
+    running_with_missing,
 )
-from caldera.baselines.proportion import QueueShare, water_fill
+from caldera.baselines.proportion import QueueShare, Vector, water_fill
 from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
 from caldera.core.enqueue import enqueue
@@ -74,7 +74,7 @@ from caldera.core.placement import fit_on_node
 from caldera.core.policy import Policy, register_policy
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView
-from caldera.model import GPU_MILLI, JobState
+from caldera.model import GPU_MILLI, JobState, Node
 
 __all__ = [
     "VOLCANO",
@@ -107,7 +107,8 @@ class _Session:
     queues: dict[str, QueueShare]
     counted: dict[str, int] = field(default_factory=dict)  # job -> tasks placed/pipelined
     victim_nodes: dict[tuple[str, str, int], dict[int, int]] = field(default_factory=dict)
-    starving: list[JobView] = field(default_factory=list)
+    # Starving jobs by (queue, priority): whole groups are skipped when they cannot preempt.
+    starving: dict[tuple[str, int], list[JobView]] = field(default_factory=dict)
 
     @cached_property
     def on_node(self) -> dict[int, list[Pod]]:
@@ -122,6 +123,9 @@ class _Session:
     def running(self, job: JobView) -> int:
         """Ready tasks of a running job once this cycle's (staged) evictions apply."""
         return self.evictions.running(job)
+
+    def starve(self, job: JobView) -> None:
+        self.starving.setdefault((job.spec.queue, job.spec.priority), []).append(job)
 
     def queue_add(self, job: JobView, sign: int) -> None:
         """One task of `job` placed (+1) or evicted (-1): the queue's allocated follows."""
@@ -161,26 +165,39 @@ def _open(cycle: CycleContext) -> _Session:
         sums[3] += spec.gpu * wanted
         sums[4] += spec.cpu * wanted
         sums[5] += spec.memory * wanted
-    for job in cycle.eligible:
-        spec = job.spec
-        sums = held.setdefault(spec.queue, [0, 0, 0, 0, 0, 0])
-        sums[3] += spec.gpu * spec.tasks
-        sums[4] += spec.cpu * spec.tasks
-        sums[5] += spec.memory * spec.tasks
+    for (queue, _, _), group in cycle.eligible_groups:
+        spec = group[0].spec  # one shape per group: same request per task
+        tasks = sum(job.spec.tasks for job in group)
+        sums = held.setdefault(queue, [0, 0, 0, 0, 0, 0])
+        sums[3] += spec.gpu * tasks
+        sums[4] += spec.cpu * tasks
+        sums[5] += spec.memory * tasks
     for name, sums in held.items():
         if name in snapshot.queues:
             share = QueueShare(snapshot.queues[name])
             share.allocated = [float(v) for v in sums[:3]]
             share.request = [float(v) for v in sums[3:]]
             queues[name] = share
-    total = (
-        float(sum(n.gpus for n in snapshot.nodes) * GPU_MILLI),
-        float(sum(n.cpu for n in snapshot.nodes)),
-        float(sum(n.memory for n in snapshot.nodes)),
-    )
-    water_fill(total, queues.values())
+    water_fill(_capacity(snapshot.nodes), queues.values())
     staged = Staged(cycle.room, future)
     return _Session(cycle, future, staged, StagedEvictions(staged), gone, queues)
+
+
+_CAPACITY: dict[int, tuple[tuple[Node, ...], Vector]] = {}
+
+
+def _capacity(nodes: tuple[Node, ...]) -> Vector:
+    """The cluster's capacity as a vector, summed once per node tuple (runtimes keep theirs)."""
+    known = _CAPACITY.get(id(nodes))
+    if known is None or known[0] is not nodes:
+        total = (
+            float(sum(n.gpus for n in nodes) * GPU_MILLI),
+            float(sum(n.cpu for n in nodes)),
+            float(sum(n.memory for n in nodes)),
+        )
+        _CAPACITY.clear()  # one cluster at a time is the common case; never grows
+        _CAPACITY[id(nodes)] = known = (nodes, total)
+    return known[1]
 
 
 def _session(cycle: CycleContext) -> _Session:
@@ -210,24 +227,44 @@ def volcano_allocate(cycle: CycleContext) -> None:
     """V3, V4, V5: queues by share, skipping overused ones; one job per turn; each job placed
     task by task, bound when ready, kept pipelined, or rolled back and marked starving."""
     session = _session(cycle)
-    per_queue: dict[str, list[JobView]] = {}
-    for job in pending_work(cycle):
+    groups: dict[str, list[list[JobView]]] = {}  # pending jobs by queue, in enqueue's groups
+    for (queue, _, _), group in cycle.eligible_groups:
+        if queue in session.queues:
+            groups.setdefault(queue, []).append(group)
+    running: dict[str, list[JobView]] = {}
+    for job in running_with_missing(cycle):
         if job.spec.queue in session.queues:
-            per_queue.setdefault(job.spec.queue, []).append(job)
-    for jobs in per_queue.values():
-        jobs.sort(key=lambda j: volcano_job_order(session, j), reverse=True)  # pop() = next
-    heap = [(session.queues[name].share, name) for name in per_queue]
+            running.setdefault(job.spec.queue, []).append(job)
+    heap = [(session.queues[name].share, name) for name in groups.keys() | running.keys()]
     heapq.heapify(heap)
     failed: set[int] = set()
+    in_order: dict[str, list[JobView]] = {}  # queues that got a turn: jobs sorted, pop() = next
     while heap:
         _, name = heapq.heappop(heap)
         share = session.queues[name]
-        jobs = per_queue[name]
         if share.overused:
             # Not allocated this cycle: those not ready are starving (V5).
-            session.starving.extend(j for j in reversed(jobs) if _starving_as_is(session, j))
+            if name in in_order:
+                for job in in_order[name]:
+                    if _starving_as_is(session, job):
+                        session.starve(job)
+                continue
+            for group in groups.get(name, ()):  # pending jobs: all starving, a group at once
+                session.starving.setdefault((name, group[0].spec.priority), []).extend(group)
+            for job in running.get(name, ()):
+                if _starving_as_is(session, job):
+                    session.starve(job)
             continue
-        _allocate_job(session, jobs.pop(), failed)
+        jobs = in_order.get(name)
+        if jobs is None:
+            jobs = [job for group in groups.get(name, ()) for job in group]
+            jobs.extend(running.get(name, ()))
+            jobs.sort(key=lambda j: volcano_job_order(session, j), reverse=True)
+            in_order[name] = jobs
+        # A job that places nothing leaves every share as it was, so this queue would be
+        # next again: keep its turn until a job changes its allocation.
+        while jobs and not _allocate_job(session, jobs.pop(), failed):
+            pass
         if jobs:
             heapq.heappush(heap, (share.share, name))
 
@@ -258,7 +295,8 @@ def _scopes(session: _Session, job: JobView, room: Room) -> list[Scope]:
     return [*usable]
 
 
-def _allocate_job(session: _Session, job: JobView, failed: set[int]) -> None:
+def _allocate_job(session: _Session, job: JobView, failed: set[int]) -> bool:
+    """V4 for one job. True when its queue's allocation changed (tasks kept)."""
     cycle = session.cycle
     spec = job.spec
     usage = cycle.usage[spec.queue]
@@ -268,8 +306,8 @@ def _allocate_job(session: _Session, job: JobView, failed: set[int]) -> None:
     want = missing_tasks(job) if running else spec.tasks
     if (not running and spec.shape in failed) or not share.allows(spec.task_request):
         if ready_now < spec.min_available:
-            session.starving.append(job)
-        return
+            session.starve(job)
+        return False
     no_room = False
     for scope in _scopes(session, job, cycle.room):
         mark = session.staged.mark()
@@ -296,14 +334,15 @@ def _allocate_job(session: _Session, job: JobView, failed: set[int]) -> None:
             if placed:
                 cycle.start(job, tuple(placed), grow=running)
             session.counted[job.id] = pipelined
-            return
+            return bool(placed) or pipelined > 0
         if ready + pipelined >= spec.min_available:
             session.counted[job.id] = len(placed) + pipelined  # held until the cycle ends
-            return
+            return True
         session.staged.rollback(mark)
     if no_room and not running:
         failed.add(spec.shape)
-    session.starving.append(job)
+    session.starve(job)
+    return False
 
 
 # -- V6, V7: preempt and reclaim -------------------------------------------------------------
@@ -412,17 +451,9 @@ def volcano_preempt(cycle: CycleContext) -> None:
     """V5, V6: starving jobs, queue by queue (share order), preempt inside their queue."""
     session = _session(cycle)
     per_queue: dict[str, list[JobView]] = {}
-    has_victims: dict[tuple[str, int], bool] = {}  # (queue, priority): any victim at all?
-    for job in session.starving:
-        spec = job.spec
-        if not spec.may_preempt:
-            continue
-        group = (spec.queue, spec.priority)
-        found = has_victims.get(group)
-        if found is None:
-            found = has_victims[group] = bool(_victim_nodes(session, job, EvictReason.PREEMPT))
-        if found:
-            per_queue.setdefault(spec.queue, []).append(job)
+    for (queue, _), jobs in session.starving.items():
+        if jobs[0].spec.may_preempt and _victim_nodes(session, jobs[0], EvictReason.PREEMPT):
+            per_queue.setdefault(queue, []).extend(jobs)
     hopeless: set[tuple[int, str, int]] = set()
     for queue in sorted(per_queue, key=lambda q: (session.queues[q].share, q)):
         for job in sorted(per_queue[queue], key=lambda j: volcano_job_order(session, j)):
@@ -440,23 +471,31 @@ def volcano_reclaim(cycle: CycleContext) -> None:
     room back from other queues."""
     session = _session(cycle)
     per_queue: dict[str, list[JobView]] = {}
-    for job in session.starving:
-        if job.spec.may_preempt and job.id not in session.counted:
-            per_queue.setdefault(job.spec.queue, []).append(job)
-    for name in list(per_queue):  # a queue with nothing to take from is skipped whole
-        if not _victim_nodes(session, per_queue[name][0], EvictReason.RECLAIM):
-            del per_queue[name]
-    for jobs in per_queue.values():
-        jobs.sort(key=lambda j: volcano_job_order(session, j), reverse=True)
+    takes_from: dict[str, bool] = {}  # queue: is there anything it could reclaim at all?
+    for (queue, _), jobs in session.starving.items():
+        if not jobs[0].spec.may_preempt:
+            continue
+        found = takes_from.get(queue)
+        if found is None:
+            found = takes_from[queue] = bool(_victim_nodes(session, jobs[0], EvictReason.RECLAIM))
+        if found:
+            per_queue.setdefault(queue, []).extend(
+                job for job in jobs if job.id not in session.counted
+            )
+    per_queue = {name: jobs for name, jobs in per_queue.items() if jobs}
     heap = [(session.queues[name].share, name) for name in per_queue]
     heapq.heapify(heap)
     hopeless: set[tuple[int, str, int]] = set()
+    in_order: set[str] = set()
     while heap:
         _, name = heapq.heappop(heap)
         share = session.queues[name]
         if share.overused:
             continue
         jobs = per_queue[name]
+        if name not in in_order:
+            jobs.sort(key=lambda j: volcano_job_order(session, j), reverse=True)
+            in_order.add(name)
         job = jobs.pop()
         key = (job.spec.shape, name, job.spec.priority)
         if key not in hopeless:
@@ -473,7 +512,10 @@ def volcano_close(cycle: CycleContext) -> None:
     a job that a job still starving could take next time (same queue and lower priority for
     preempt; another reclaimable queue for reclaim)."""
     session = _session(cycle)
-    starving = [job for job in session.starving if job.id not in session.counted]
+    counted = session.counted
+    starving = [  # one job stands for its (queue, priority) group: that is all could_take reads
+        jobs[0] for jobs in session.starving.values() if any(job.id not in counted for job in jobs)
+    ]
     queues = cycle.snapshot.queues
 
     def could_take(started: JobView, preemptor: JobView) -> bool:
