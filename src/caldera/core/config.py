@@ -32,6 +32,12 @@ class PolicyConfig:
     # A preemptor whose victim search failed does not search again before this many seconds
     # (critical jobs always search): the search is the cycle's most expensive step.
     preempt_backoff: float = 30.0
+    # Victim order compares effective weights in bands of this many points; inside a band
+    # the work an eviction would lose decides. 0: exactly, as DESIGN §4.1 orders them.
+    weight_band: float = 0.0
+    # A non-critical preemptor whose every plan would lose work waits up to this long after
+    # its submission for one that loses nothing. 0: never waits.
+    lossy_patience: float = 0.0
     # Seconds to add to `now` to get seconds since a Monday 00:00 UTC, for time windows.
     # The simulator's t = 0 is a Monday; a runtime on Unix time uses UNIX_WEEK_OFFSET.
     week_offset: float = 0.0

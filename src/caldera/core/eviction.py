@@ -35,6 +35,18 @@ def lower_priority(
     return [jobs.values() for value, jobs in by_priority.items() if value < priority]
 
 
+def _wait_for_a_cheaper_plan(cycle: CycleContext, job: JobView, plan: Plan) -> bool:
+    """Every plan right now destroys work: a non-critical preemptor that has waited less
+    than `lossy_patience` since it was submitted waits (backs off) for victims that can
+    checkpoint or finish, rather than throw GPU-hours away (DESIGN goal 3)."""
+    patience = cycle.config.lossy_patience
+    if patience <= 0 or job.spec.priority >= CRITICAL_PRIORITY:
+        return False
+    if not any(unit.lost > 0 for unit in plan.units):
+        return False
+    return cycle.now - job.spec.submit < patience
+
+
 def _patience(cycle: CycleContext, job: JobView) -> float | None:
     """How long a critical preemptor can wait for its victims and still start within its
     SLO ("critical work starts fast"); None for other jobs or once the SLO is missed."""
@@ -138,6 +150,8 @@ def give_way(
             plan = find_plan(
                 cycle.room, job.spec, index, cycle.evicted, veto, _patience(cycle, job)
             )
+        if plan is not None and _wait_for_a_cheaper_plan(cycle, job, plan):
+            plan = None
         if plan is None:
             cycle.missed.add(job.id)
             if priority >= CRITICAL_PRIORITY:  # look again soon, even if nothing happens

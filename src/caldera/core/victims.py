@@ -100,16 +100,29 @@ def victim_units(
     extra = running - job.spec.min_available
     if extra > 0:
         tasks = tuple(range(job.spec.min_available, running))
-        key = (weight, 0.0, 0, -since, job.id)
+        key = (_banded(weight, config), 0.0, 0, -since, job.id)
         units.append(Unit(job, tasks, False, weight, 0.0, key, release_delay(job, config)))
     lost = expected_loss(job, config, now)
     delay = release_delay(job, config)
     units.append(
         Unit(
-            job, tuple(range(running)), True, weight, lost, (weight, lost, 1, -since, job.id), delay
+            job,
+            tuple(range(running)),
+            True,
+            weight,
+            lost,
+            (_banded(weight, config), lost, 1, -since, job.id),
+            delay,
         )
     )
     return units
+
+
+def _banded(weight: float, config: PolicyConfig) -> float:
+    """The effective weight as victim order compares it: in bands of `weight_band` points
+    (0: exactly), so that inside a band the work an eviction would lose decides."""
+    band = config.weight_band
+    return weight if band <= 0 else (weight // band) * band
 
 
 def release_delay(job: JobView, config: PolicyConfig) -> float:
@@ -327,7 +340,7 @@ def find_plan(
             continue
         # No plan here can take fewer victims than the counting bound, so none can have a
         # lower highest weight than that prefix's last victim: a lower bound on its cost.
-        options.append((local[max(shortest, 1) - 1].weight, order, nodes, local))
+        options.append((local[max(shortest, 1) - 1].key[0], order, nodes, local))
     options.sort(key=lambda option: (option[0], option[1]))
     best: Plan | None = None
     # Bounded domains first; the cluster-wide search (None) only if none of them works.
@@ -436,7 +449,7 @@ def _plan_in_domain(
         late = patience is not None and max(c.delay for c in chosen) > patience
         cost = (
             int(late),
-            max(c.weight for c in chosen),
+            max(c.key[0] for c in chosen),
             len({c.job.id for c in chosen}),
             sum(c.lost for c in chosen),
             sum(c.gpu for c in chosen),

@@ -117,6 +117,10 @@ class PolicyModel(_Strict):
     emergency_checkpoint: bool | None = None
     throttle: bool | None = None
     nomination_timeout: Number | None = None
+    preempt_backoff: Number | None = None
+    weight_band: Number | None = None
+    lossy_patience: Number | None = None
+    ceiling: Annotated[int, Field(ge=0)] | None = None
     slo: dict[str, Number | None] | None = None
 
 
