@@ -228,11 +228,10 @@ def event_log_problems(
                 problems.append(f"t={t}: {name} placement does not add up to gpus")
             held[name] = held.get(name, 0.0) + event["gpus"]
             most = spec.get("tasks", 1) * spec.get("gpus_per_task", 1)
-            # Running GPUs only: with releasing ones too this fails on open bug B12 (an
-            # elastic job regrows while its evicted task is still in its grace period).
-            running = held[name] - sum(g for _, j, g in leaving if j == name)
-            if running > most + 1e-9:
-                problems.append(f"t={t}: {name} runs {running} GPUs, asked for {most}")
+            # running and releasing together: a replacement never starts while the replica
+            # it replaces is still in its grace period (B12)
+            if held[name] > most + 1e-9:
+                problems.append(f"t={t}: {name} holds {held[name]} GPUs, asked for {most}")
             if sum(held.values()) > capacity + 1e-9:
                 problems.append(f"t={t}: {sum(held.values())} GPUs held of {capacity}")
         elif kind == "finish":
