@@ -107,11 +107,13 @@ JOB_TYPES = ["critical", "large-job", "large-job", "normal", "normal", "normal",
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> dict[str, Any]:
+def scenarios(draw: st.DrawFn, max_nodes: int = 4, max_jobs: int = 18) -> dict[str, Any]:
+    """`max_nodes` per group (up to two groups) and `max_jobs` size the scenario; the
+    defaults keep the 60 CI examples at a few seconds. Larger ones (8, 40) found B13."""
     groups = []
     total = 0
     for i in range(draw(st.integers(1, 2))):
-        count = draw(st.integers(1, 4))
+        count = draw(st.integers(1, max_nodes))
         gpus = draw(st.sampled_from([4, 8]))
         total += count * gpus
         groups.append(
@@ -143,7 +145,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         queues.append(queue)
     names = [q["name"] for q in queues]
     jobs = []
-    for i in range(draw(st.integers(1, 18))):
+    for i in range(draw(st.integers(1, max_jobs))):
         tasks = draw(st.integers(1, 4))
         gpus = draw(st.sampled_from([0.5, 1, 2, 4, 8] if tasks == 1 else [1, 2, 4, 8]))
         job: dict[str, Any] = {
