@@ -9,7 +9,7 @@ nominate the room for the preemptor. Debug jobs (policy Never) never get here.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping
 
 from caldera.core.allocate import job_order
 from caldera.core.context import CycleContext
@@ -84,7 +84,7 @@ def give_way(
     cycle: CycleContext,
     reason: EvictReason,
     pool: VictimPool,
-    allow: Callable[[JobView, Unit, Sequence[Unit]], bool] | None = None,
+    allow: Callable[[JobView, Unit, Mapping[str, int]], bool] | None = None,
     may_try: Callable[[JobView], bool] | None = None,
 ) -> None:
     """Work through the waiting groups in rank order; a group whose head finds no plan is
@@ -144,7 +144,7 @@ def give_way(
                             )
                         units.extend(units_of[victim.id])
             index = indexes[group] = VictimIndex(units)
-        veto = None if allow is None else (lambda unit, chosen, p=job: allow(p, unit, chosen))
+        veto = None if allow is None else (lambda unit, taken, p=job: allow(p, unit, taken))
         plan = None
         if index.units:
             plan = find_plan(

@@ -9,7 +9,7 @@ or take more than the preemptor needs.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping
 
 from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
@@ -61,9 +61,8 @@ def reclaim(cycle: CycleContext) -> None:
             for group in lower_priority(by_priority, preemptor.spec.priority)
         ]
 
-    def stays_above_floor(preemptor: JobView, unit: Unit, chosen: Sequence[Unit]) -> bool:
+    def stays_above_floor(preemptor: JobView, unit: Unit, taken: Mapping[str, int]) -> bool:
         queue = unit.job.spec.queue
-        taken = sum(c.gpu for c in chosen if c.job.spec.queue == queue) + unit.gpu
-        return kept(queue) - taken >= floor(queue)
+        return kept(queue) - taken.get(queue, 0) - unit.gpu >= floor(queue)
 
     give_way(cycle, EvictReason.RECLAIM, borrowers, stays_above_floor, lender)

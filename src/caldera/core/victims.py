@@ -23,7 +23,7 @@ If no domain yields a set, nothing is evicted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from caldera.core.config import PolicyConfig
@@ -47,6 +47,9 @@ __all__ = [
 ]
 
 VictimKey = tuple[float, float, int, float, str]
+
+Veto = Callable[["Unit", Mapping[str, int]], bool]
+"""(unit, milli-GPUs already chosen per queue) -> may this unit join the plan?"""
 
 
 def is_protected(job: JobView) -> bool:
@@ -317,15 +320,16 @@ def find_plan(
     spec: JobSpec,
     index: VictimIndex,
     gone: set[str] | None = None,
-    allow: Callable[[Unit, Sequence[Unit]], bool] | None = None,
+    allow: Veto | None = None,
     patience: float | None = None,
 ) -> Plan | None:
     """The cheapest feasible victim set over all candidate domains, or None.
 
     `index` holds the eligible victims; `gone` names jobs already evicted this cycle;
-    `allow(unit, chosen)` may veto a unit given what is already chosen (reclaim keeps queues
-    at their deserved share with it). `patience`: seconds the preemptor can still wait for
-    room and start within its SLO — plans whose victims all release in time come first.
+    `allow(unit, taken)` may veto a unit given the milli-GPUs already chosen per queue
+    (reclaim keeps queues at their deserved share with it). `patience`: seconds the preemptor
+    can still wait for room and start within its SLO — plans whose victims all release in
+    time come first.
     Domains are tried cheapest-victim first and the search stops once no untried domain could
     beat the best plan.
     """
@@ -408,7 +412,7 @@ def _plan_in_domain(
     spec: JobSpec,
     nodes: Sequence[int] | None,
     ordered: Sequence[Unit],
-    allow: Callable[[Unit, Sequence[Unit]], bool] | None,
+    allow: Veto | None,
     order: int,
     patience: float | None,
 ) -> Plan | None:
@@ -417,12 +421,15 @@ def _plan_in_domain(
         # The cheapest prefix of the ordered candidates that lets the preemptor fit.
         chosen: list[Unit] = []
         whole_jobs: set[str] = set()
+        taken: dict[str, int] = {}
         for unit in ordered:
             if unit.job.id in whole_jobs:
                 continue
-            if allow is not None and not allow(unit, chosen):
+            queue = unit.job.spec.queue
+            if allow is not None and not allow(unit, taken):
                 continue
             chosen.append(unit)
+            taken[queue] = taken.get(queue, 0) + unit.gpu
             if unit.whole:
                 whole_jobs.add(unit.job.id)
         at_least = _counted_prefix(room, spec, nodes, chosen)
