@@ -39,7 +39,7 @@ Phases: the platform's `enqueue`, `pk_allocate`, `pk_preempt`, `pk_close`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from caldera.baselines.common import (
@@ -236,6 +236,10 @@ def pk_preempt(cycle: CycleContext) -> None:
             session.unserved.append(job)
             continue
         group = 1 if running else spec.min_available  # PK3a: pods that must all get room
+        if not running and not _could_seat(claims, job, group):
+            session.unserved.append(job)
+            hopeless.add(key)
+            continue
         mark = claims.staged.mark()
         first = claims.evictions.mark()
         claimed = _claim(claims, job, pods if running else group)
@@ -248,6 +252,24 @@ def pk_preempt(cycle: CycleContext) -> None:
             session.unserved.append(job)
             if not running:
                 hopeless.add(key)
+
+
+def _could_seat(claims: _Claims, job: JobView, pods: int) -> bool:
+    """A counting bound: could `pods` pods of `job` fit if every lower-priority pod that may
+    be a victim left (inside one domain for a hard topology)? If not, the per-pod search
+    cannot succeed and is skipped."""
+    spec = job.spec
+    room = claims.future.room
+    freeable = claims.could_free(spec.priority)
+    per_pod = max(spec.gpu, 1)
+
+    def seats(nodes: Iterable[int]) -> int:
+        return sum((room.free_milli(n) + freeable.get(n, 0)) // per_pod for n in nodes)
+
+    domains = domain_nodes(room, spec)
+    if domains is None:
+        return seats(range(len(room.nodes))) >= pods
+    return any(seats(domain) >= pods for domain in domains)
 
 
 def _claim(claims: _Claims, job: JobView, pods: int) -> int:
