@@ -1,6 +1,8 @@
 """Properties of the baselines over random small scenarios (hypothesis).
 
-For every baseline, whatever the workload: the simulation completes (a node over capacity
+For every baseline, whatever the workload — queues with quotas and a time window, gangs
+with topology, GPU shares and model constraints, cancellations, protected and kube-system
+jobs: the simulation completes (a node over capacity
 would raise in the simulator's room index), the event log keeps the hard rules
 (`log_violations`: queue capability, no victim at priority >= 1000 / protected /
 kube-system, no debug preemptor, fifo never evicts), and the same scenario gives the same
@@ -44,6 +46,10 @@ def job_entry(draw: st.DrawFn, index: int) -> dict[str, Any]:
         job["min_available"] = draw(st.integers(1, tasks))
         if draw(st.booleans()):
             job["topology"] = {"mode": draw(st.sampled_from(["hard", "soft"])), "highest_tier": 1}
+    if draw(st.integers(0, 5)) == 0:
+        job["cancel_at"] = job["submit"] + draw(st.integers(0, 3 * 3600))
+    if draw(st.integers(0, 4)) == 0:
+        job["gpu_model"] = draw(st.sampled_from(["H100", "A100"]))
     extra = draw(st.sampled_from(["", "", "", "protected", "kube-system"]))
     if extra == "protected":
         job["labels"] = {"protected": "true"}
@@ -70,18 +76,24 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         }
         for name in ("a", "b", "c")
     ]
+    if draw(st.booleans()):  # queue c runs only from 02:00 to 06:00
+        queues[2]["time_windows"] = [{"hours": [2, 6]}]
+    groups: list[dict[str, Any]] = [
+        {
+            "prefix": "n",
+            "count": count,
+            "gpus": 8,
+            "gpu_model": "H100",
+            "nvlink_island": draw(st.sampled_from([4, 8])),
+            "nodes_per_tier1": 2,
+        }
+    ]
+    if draw(st.booleans()):
+        groups.append(
+            {"prefix": "a", "count": draw(st.integers(1, 2)), "gpus": 4, "gpu_model": "A100"}
+        )
     return {
-        "cluster": {
-            "nodes": [
-                {
-                    "prefix": "n",
-                    "count": count,
-                    "gpus": 8,
-                    "nvlink_island": draw(st.sampled_from([4, 8])),
-                    "nodes_per_tier1": 2,
-                }
-            ]
-        },
+        "cluster": {"nodes": groups},
         "queues": queues,
         "jobs": jobs,
         "until": 12 * 3600,
