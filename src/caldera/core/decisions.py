@@ -44,8 +44,10 @@ class Start:
 class Evict:
     """Signal a running job (or some of its tasks) to give way.
 
-    `tasks` are indexes into the job's running placement; empty means every task, and the
-    job is requeued once its room is released.
+    `tasks` are indexes into the job's running placement as it stands when this eviction is
+    applied — after any earlier eviction of the same job in the same decisions (caldera emits
+    at most one per job per cycle). Empty means every task: the job is requeued once its room
+    is released.
     """
 
     job: str

@@ -31,7 +31,7 @@ from caldera.core import (
     get_policy,
     run,
 )
-from caldera.model import GPU_MILLI, JobSpec, JobState, check_transition
+from caldera.model import GPU_MILLI, IllegalTransition, JobSpec, JobState, check_transition
 from caldera.sim.recorder import Recorder
 from caldera.sim.scenario import Scenario, Submission
 
@@ -305,6 +305,8 @@ class Simulator:
             self.recorder.event("hold", spec.id, reason=admission.reason)
 
     def _start(self, job: SimJob, placement: tuple[TaskPlacement, ...], grow: bool) -> None:
+        if job.state not in (JobState.PENDING, JobState.RUNNING):
+            raise IllegalTransition(f"start of {job.spec.id} while {job.state.value}")
         now = self.now
         for task in placement:
             self.room.take(task)
@@ -388,7 +390,7 @@ class Simulator:
             job.evict_reason = evict.reason
             self._set_state(job, JobState.RELEASING)
         job.touch()
-        self.recorder.evict(job, evict, leaving, now + delay, lost)
+        self.recorder.evict(job, evict, leaving, now + delay, lost, cut=stops and bool(staying))
 
     def _release_batch(self, job: SimJob, batch_id: int) -> None:
         batch = job.batches.pop(batch_id)

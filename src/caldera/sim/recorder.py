@@ -134,13 +134,16 @@ class Recorder:
         leaving: list[TaskPlacement],
         released_at: float,
         lost: float,
+        cut: bool = False,
     ) -> None:
+        """`cut`: this eviction took a progressing gang below `min_available` (it now hangs);
+        cutting an already hanging gang further is not a new gang-hang event."""
         gpu = sum(t.gpu for t in leaving)
         self.releasing += gpu
         measured = self.sim.now >= self.measure_from
         if job.running_since is not None:  # only extra tasks left; the gang goes on
             self.useful -= gpu
-        elif job.placement and measured:  # the gang was cut below min_available and hangs
+        elif cut and measured:
             self.gang_hang_events += 1
         victim_type = job.spec.type.value
         preemptor = self.sim.jobs.get(evict.preemptor) if evict.preemptor else None
