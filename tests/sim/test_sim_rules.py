@@ -10,8 +10,6 @@ import itertools
 import threading
 from typing import Any
 
-import pytest
-
 from caldera.sim import Simulator, parse_scenario, simulate
 
 
@@ -386,11 +384,6 @@ def test_an_elastic_job_never_holds_more_than_its_tasks() -> None:
     assert all(t >= evict["released_at"] for t in grows), grows
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B13: a victim still pending in one preemptor's plan is taken by another in"
-    " the meantime, then evicted again within the cooldown — see NOTES-bugs.md",
-)
 def test_a_pending_victim_is_not_taken_by_two_preemptors() -> None:
     """2 nodes × 8 → budget max(4.8, 8) = 8 GPUs a cycle. P0 (protected, 4) and E (debug,
     2 × 4, min 1) share the room with V1 (debug, 4, newest: the cheapest). L (large, 3 × 4)
@@ -468,11 +461,6 @@ def most_held(result: dict[str, Any], queue: str) -> float:
     return most
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B14: a nominated preemptor starts without a capability check; room its"
-    " nomination needs is not counted against the queue meanwhile — see NOTES-bugs.md",
-)
 def test_a_nominated_preemptor_never_takes_its_queue_over_capability() -> None:
     """Queue q, capability 15 GPUs. a-0 (model A) holds V (debug, 4, no emergency checkpoint).
     P (critical, 8 × model A) at 100: q holds 4, 4 + 8 = 12 ≤ 15 — V is evicted, releasing at

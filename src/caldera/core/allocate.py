@@ -58,6 +58,7 @@ def place_nominated(cycle: CycleContext, job: JobView) -> bool:
     if placement_is_free(cycle.room, nomination.placement):
         for task in nomination.placement:
             cycle.room.take(task)
+        cycle.promise(job, -1)
         cycle.start(job, nomination.placement)
         cycle.nominations.append(Nominate(job.id, None))
         return True
@@ -66,11 +67,13 @@ def place_nominated(cycle: CycleContext, job: JobView) -> bool:
         (v := cycle.jobs.get(victim)) is not None and v.releasing for victim in nomination.victims
     )
     if stale and not victims_pending:
+        cycle.promise(job, -1)
         cycle.nominations.append(Nominate(job.id, None))
         cycle.notes.append(f"{job.id}: nomination expired, re-planning")
         return False
     elsewhere = place_job(cycle.room, job.spec)
     if elsewhere is not None:
+        cycle.promise(job, -1)
         cycle.start(job, elsewhere)
         cycle.nominations.append(Nominate(job.id, None))
         return True

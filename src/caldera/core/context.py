@@ -55,6 +55,7 @@ class QueueUsage:
     allocated: Resources = field(default_factory=Resources)
     releasing: int = 0  # milli-GPUs of `allocated` already signalled to leave
     held_at_start: int = 0  # milli-GPUs held when the cycle began (not counting its starts)
+    promised: Resources = field(default_factory=Resources)  # room nominated to preemptors
 
     @property
     def share(self) -> float:
@@ -71,9 +72,11 @@ class QueueUsage:
         return share
 
     def within_capability(self, extra: Resources) -> bool:
+        """Would `extra` keep the queue within its cap, counting room promised to its
+        nominated preemptors (they will start on it)?"""
         if self.queue.capability is None:
             return True
-        return (self.allocated + extra).fits_in(self.queue.capability)
+        return (self.allocated + self.promised + extra).fits_in(self.queue.capability)
 
 
 def _default_deserved(snapshot: Snapshot) -> dict[str, Resources]:
@@ -110,6 +113,7 @@ class CycleContext:
     blocked: dict[str, list[TaskPlacement]] = field(default_factory=dict)
     evicted_gpu: int = 0
     missed: set[str] = field(default_factory=set)  # searched for victims, found none
+    claimed: set[str] = field(default_factory=set)  # victims a live plan has yet to signal
     # Which pending groups the current pass of allocate/preempt/reclaim serves (None: all).
     pass_filter: Callable[[GroupKey], bool] | None = None
     waiting_seen: dict[str, int] = field(default_factory=dict)  # per phase: entries done
@@ -128,6 +132,10 @@ class CycleContext:
             self.usage[name] = QueueUsage(
                 queue, deserved[name], Resources(gpu, cpu, memory), leaving, gpu
             )
+        for job in snapshot.job_index.nominated.values():
+            self.promise(job, 1)
+            assert job.nomination is not None
+            self.claimed.update(victim.job for victim in job.nomination.pending)
 
     def memo(self, name: str, build: Callable[[], T]) -> T:
         """A value computed once per cycle and shared between phases."""
@@ -166,6 +174,13 @@ class CycleContext:
         room = self.room
         limit = max(self.config.eviction_budget * room.capacity_gpus, room.max_gpus)
         return int(limit * GPU_MILLI) - self.evicted_gpu
+
+    def promise(self, job: JobView, sign: int) -> None:
+        """Count (+1) or stop counting (-1) a nominated preemptor's gang in its queue."""
+        usage = self.usage.get(job.spec.queue)
+        if usage is not None:
+            gang = job.spec.gang_request
+            usage.promised = usage.promised + gang if sign > 0 else usage.promised - gang
 
     def start(self, job: JobView, placement: tuple[TaskPlacement, ...], grow: bool = False) -> None:
         """Record a start; the room is already taken by the caller."""

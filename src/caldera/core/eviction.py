@@ -61,8 +61,8 @@ def _patience(cycle: CycleContext, job: JobView) -> float | None:
 
 def _eligible(cycle: CycleContext, preemptor: JobView, victim: JobView) -> bool:
     """The preemptor-dependent rules (DESIGN §4.1 step 1, §4.5)."""
-    if victim.id in cycle.evicted:
-        return False
+    if victim.id in cycle.evicted or victim.id in cycle.claimed:
+        return False  # signalled this cycle, or promised to another preemptor's plan
     priority = preemptor.spec.priority
     if victim.spec.priority >= priority:  # equal priorities never preempt each other
         return False
@@ -173,9 +173,25 @@ def _execute(cycle: CycleContext, job: JobView, plan: Plan, reason: EvictReason)
     victims = tuple(dict.fromkeys(unit.job.id for unit in plan.units))
     nomination = Nomination(plan.placement, victims, tuple(pending), cycle.now, reason.value)
     cycle.nominations.append(Nominate(job.id, nomination))
+    cycle.claimed.update(victim.job for victim in pending)
+    cycle.promise(job, 1)
     cycle.block(job.id, plan.placement)
     if pending:
         cycle.wakeups.append(cycle.now + 1)
+
+
+def _no_longer_a_victim(cycle: CycleContext, holder: JobView, pending: PendingVictim) -> bool:
+    victim = cycle.jobs.get(pending.job)
+    if victim is None or victim.state is not JobState.RUNNING:
+        return False
+    if is_protected(victim) or victim.id in cycle.evicted:
+        return True
+    last = victim.last_evicted_at
+    return (
+        last is not None
+        and cycle.now - last < cycle.config.cooldown
+        and holder.spec.priority < CRITICAL_PRIORITY
+    )
 
 
 def continue_nominations(cycle: CycleContext) -> None:
@@ -192,12 +208,17 @@ def continue_nominations(cycle: CycleContext) -> None:
             continue  # the nomination was dropped this cycle
         still: list[PendingVictim] = []
         reason = EvictReason(nomination.reason)
+        if any(_no_longer_a_victim(cycle, job, pending) for pending in nomination.pending):
+            # The plan no longer holds (a victim gained protection or was evicted since):
+            # give the promise up and plan afresh in a later cycle.
+            cycle.promise(job, -1)
+            cycle.nominations.append(Nominate(job.id, None))
+            cycle.notes.append(f"{job.id}: a pending victim changed, re-planning")
+            continue
         for pending in nomination.pending:
             victim = cycle.jobs.get(pending.job)
-            if victim is None or victim.state is not JobState.RUNNING or is_protected(victim):
-                continue
-            if victim.id in cycle.evicted:
-                continue
+            if victim is None or victim.state is not JobState.RUNNING:
+                continue  # gone by itself: its room is free already
             if pending.tasks:
                 wanted = set(pending.tasks)
                 tasks = tuple(i for i, t in enumerate(victim.placement) if t in wanted)
