@@ -151,10 +151,6 @@ def test_bad_file_gives_one_line_and_exit_2(bad: Bad, outcomes: dict[str, Outcom
     _assert_one_line_error(outcomes[bad.name], bad)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B5: a bad queue quota does not name the field — see NOTES-bugs.md",
-)
 def test_bad_file_names_the_field_of_a_queue_quota(outcomes: dict[str, Outcome]) -> None:
     _assert_one_line_error(outcomes[B5.name], B5)
 

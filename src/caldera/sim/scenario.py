@@ -86,6 +86,20 @@ class QuotaModel(_Strict):
     cpu: Quantity | None = None
     memory: Quantity | None = None
 
+    @field_validator("cpu")
+    @classmethod
+    def _cpu_quantity(cls, value: Quantity | None) -> Quantity | None:
+        if value is not None:
+            parse_cpu(value)  # raises a ValueError naming the quantity; pydantic adds where
+        return value
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_quantity(cls, value: Quantity | None) -> Quantity | None:
+        if value is not None:
+            parse_memory_mib(value)
+        return value
+
 
 class TimeWindowModel(_Strict):
     days: list[Annotated[int, Field(ge=1, le=7)]] = Field(default=[1, 2, 3, 4, 5, 6, 7])
@@ -104,6 +118,7 @@ class QueueModel(_Strict):
     reclaimable: bool = True
     state: Literal["Open", "Closing", "Closed"] = "Open"
     time_windows: list[TimeWindowModel] = Field(default_factory=list)
+    critical_allowed: bool = True  # may jobs of type critical be submitted here?
 
 
 class PolicyModel(_Strict):
@@ -294,6 +309,7 @@ def build_queue(model: QueueModel) -> Queue:
         capability=quota(model.capability),
         reclaimable=model.reclaimable,
         state=QueueState(model.state),
+        critical_allowed=model.critical_allowed,
         time_windows=tuple(
             TimeWindow(frozenset(w.days), w.hours[0], w.hours[1]) for w in model.time_windows
         ),
@@ -395,7 +411,7 @@ def _location(loc: tuple[Any, ...]) -> str:
 def _one_line(error: ValidationError) -> str:
     first = error.errors()[0]
     where = _location(tuple(first["loc"]))
-    message = first["msg"]
+    message = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         message = "unknown key"
     if first["type"] == "enum":
