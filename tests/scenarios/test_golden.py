@@ -207,8 +207,15 @@ REJECTS = "rejects.yaml"
         ("to-nowhere", "nope"),
         ("too-few", "min_available"),
         ("shared-gang", "tasks: 1"),
+        ("urgent", "critical"),
     ],
-    ids=["closed queue", "unknown queue", "invalid gang size", "shared GPU in a gang"],
+    ids=[
+        "closed queue",
+        "unknown queue",
+        "invalid gang size",
+        "shared GPU in a gang",
+        "critical where the queue does not allow it",
+    ],
 )
 def test_refused_submissions_get_a_reject_event(job_name: str, reason_fragment: str) -> None:
     (reject,) = events(REJECTS, "reject", job_name)
