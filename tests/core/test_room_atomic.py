@@ -28,3 +28,14 @@ def test_refused_take_changes_nothing(task: TaskPlacement) -> None:
     with pytest.raises(CapacityError):
         room.take(task)
     assert room.fingerprint() == before
+
+
+def test_take_all_takes_every_task_or_none() -> None:
+    room = _room()
+    room.take(TaskPlacement(0, (3,), 1000, 0, 0))
+    before = room.fingerprint()
+    gang = (TaskPlacement(0, (0,), 1000, 0, 0), TaskPlacement(0, (3,), 1000, 0, 0))
+    assert not room.take_all(gang)  # device 3 is taken: nothing of the gang stays
+    assert room.fingerprint() == before
+    assert room.take_all(gang[:1])
+    assert room.free[0][0] == 0 and not room.can_take(gang[0])

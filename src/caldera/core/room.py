@@ -13,7 +13,7 @@ snapshot as it found it (Volcano's Statement, Kueue's undo function).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -89,6 +89,29 @@ class Room:
     def give(self, task: TaskPlacement) -> None:
         """Return the task's room."""
         self._change(task, 1)
+
+    def can_take(self, task: TaskPlacement) -> bool:
+        """Would `take(task)` succeed?"""
+        free = self.free[task.node]
+        return (
+            len(set(task.devices)) == len(task.devices)
+            and all(0 <= d < len(free) and free[d] >= task.milli for d in task.devices)
+            and self.cpu[task.node] >= task.cpu
+            and self.memory[task.node] >= task.memory
+        )
+
+    def take_all(self, tasks: Iterable[TaskPlacement]) -> bool:
+        """Take every task, or — if one does not fit — none of them. Runtimes apply a start
+        with this: whatever a decision says, no GPU is ever given twice."""
+        taken: list[TaskPlacement] = []
+        for task in tasks:
+            if not self.can_take(task):
+                for given in reversed(taken):
+                    self.give(given)
+                return False
+            self.take(task)
+            taken.append(task)
+        return True
 
     def _change(self, task: TaskPlacement, sign: int) -> None:
         """Apply a take (-1) or give (+1). Checked in full before anything changes, so a

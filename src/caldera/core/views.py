@@ -96,10 +96,7 @@ class JobView:
     def saved_at(self, now: float) -> float:
         """Work a restart would resume from: the later of the last recorded checkpoint and the
         last periodic one (every `checkpoint.interval` seconds of useful work)."""
-        interval = self.spec.checkpoint.interval
-        work = self.work_done(now)
-        periodic = (work // interval) * interval if interval and interval > 0 else 0.0
-        return min(max(self.saved_work, periodic), work)
+        return self.spec.checkpoint.resume_point(self.work_done(now), self.saved_work)
 
     def progress(self, now: float) -> float:
         """Fraction done in [0, 1]: reported by the job, else work over expected duration."""

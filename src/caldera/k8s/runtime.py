@@ -117,22 +117,6 @@ def workload_of(request: JobRequest) -> Workload:
     )
 
 
-def _fits(room: Room, task: TaskPlacement) -> bool:
-    """Would `room.take(task)` succeed? Checked first: a failed take is not rolled back."""
-    free = room.free[task.node]
-    return (
-        all(d < len(free) and free[d] >= task.milli for d in task.devices)
-        and room.cpu[task.node] >= task.cpu
-        and room.memory[task.node] >= task.memory
-    )
-
-
-def _periodic(work: float, interval: float | None) -> float:
-    if not interval or interval <= 0:
-        return 0.0
-    return (work // interval) * interval
-
-
 def _exit_code(pod: Mapping[str, Any]) -> int | None:
     status = pod.get("status") or {}
     for container in status.get("containerStatuses") or []:
@@ -315,7 +299,7 @@ class KubeRuntime:
                 if not task.done:
                     self._take(job, task)
         for key, placement in list(self._orphans.items()):
-            if _fits(self.room, placement):
+            if self.room.can_take(placement):
                 self.room.take(placement)
             else:
                 del self._orphans[key]
@@ -346,7 +330,7 @@ class KubeRuntime:
         )
 
     def _take(self, job: KubeJob, task: KubeTask) -> None:
-        if _fits(self.room, task.placement):
+        if self.room.can_take(task.placement):
             self.room.take(task.placement)
             task.counted = True
             return
@@ -605,7 +589,7 @@ class KubeRuntime:
             )
         except (ValueError, KeyError, TypeError):
             placement = None
-        if placement is not None and _fits(self.room, placement):
+        if placement is not None and self.room.can_take(placement):
             self.room.take(placement)
             self._orphans[key] = placement
         job = (pod["metadata"].get("labels") or {}).get(names.JOB, "")
@@ -790,21 +774,10 @@ class KubeRuntime:
         except RenderError as error:
             self._fail_unstartable(job, str(error), now)
             return
-        taken: list[TaskPlacement] = []
-        for task in placement:
-            if not _fits(self.room, task):
-                # The core never asks for this; if it ever does, nobody gets a GPU twice.
-                for given in taken:
-                    self.room.give(given)
-                log.error(
-                    "refused start of %s: node %d devices %s are taken",
-                    job.id,
-                    task.node,
-                    task.devices,
-                )
-                return
-            self.room.take(task)
-            taken.append(task)
+        if not self.room.take_all(placement):
+            # The core never asks for this; if it ever does, nobody gets a GPU twice.
+            log.error("refused start of %s: room on its nodes is taken", job.id)
+            return
         if not grow:
             job.attempts = attempt
             job.exit_code = None
@@ -1005,7 +978,7 @@ class KubeRuntime:
         if work is None:
             work = job.work_done(now)
             job.signal_gpu = job.signal_gpu or job.spec.gpu * job.spec.tasks
-        saved = min(max(job.saved_work, _periodic(work, job.spec.checkpoint.interval)), work)
+        saved = job.spec.checkpoint.resume_point(work, job.saved_work)
         lost_seconds = job.signal_gpu / GPU_MILLI * max(work - saved, 0.0)
         job.lost_gpu_seconds += lost_seconds
         job.work_base = saved

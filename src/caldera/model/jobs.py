@@ -39,6 +39,14 @@ class Checkpointing:
     cost: float = 0.0
     on_sigterm: bool = True
 
+    def resume_point(self, work: float, saved: float) -> float:
+        """Where a job that has done `work` seconds resumes after a hard stop: the later of
+        the last recorded checkpoint (`saved`) and the last periodic one (every `interval`
+        seconds of useful work), never beyond `work`."""
+        interval = self.interval
+        periodic = (work // interval) * interval if interval and interval > 0 else 0.0
+        return min(max(saved, periodic), work)
+
 
 _SHAPES: dict[tuple[object, ...], int] = {}
 

@@ -109,22 +109,6 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _fits(room: Room, task: TaskPlacement) -> bool:
-    """Would `room.take(task)` succeed? Checked first: a failed take is not rolled back."""
-    free = room.free[task.node]
-    return (
-        all(free[d] >= task.milli for d in task.devices)
-        and room.cpu[task.node] >= task.cpu
-        and room.memory[task.node] >= task.memory
-    )
-
-
-def _periodic(work: float, interval: float | None) -> float:
-    if not interval or interval <= 0:
-        return 0.0
-    return (work // interval) * interval
-
-
 class Runtime:
     """Owns the live jobs; every public method is safe to call from API threads."""
 
@@ -391,21 +375,10 @@ class Runtime:
     def _start(
         self, job: LiveJob, placement: tuple[TaskPlacement, ...], grow: bool, now: float
     ) -> None:
-        taken: list[TaskPlacement] = []
-        for task in placement:
-            if not _fits(self.room, task):
-                # The core never asks for this; if it ever does, nobody gets a GPU twice.
-                for given in taken:
-                    self.room.give(given)
-                log.error(
-                    "refused start of %s: node %d devices %s are taken",
-                    job.id,
-                    task.node,
-                    task.devices,
-                )
-                return
-            self.room.take(task)
-            taken.append(task)
+        if not self.room.take_all(placement):
+            # The core never asks for this; if it ever does, nobody gets a GPU twice.
+            log.error("refused start of %s: room on its nodes is taken", job.id)
+            return
         if not grow:
             job.attempts += 1
             job.tasks = [t for t in job.tasks if t.leaving]
@@ -715,7 +688,7 @@ class Runtime:
         if work is None:
             work = job.work_done(now)
             job.signal_gpu = job.signal_gpu or job.spec.gpu * job.spec.tasks
-        saved = min(max(job.saved_work, _periodic(work, job.spec.checkpoint.interval)), work)
+        saved = job.spec.checkpoint.resume_point(work, job.saved_work)
         lost_seconds = job.signal_gpu / GPU_MILLI * max(work - saved, 0.0)
         job.lost_gpu_seconds += lost_seconds
         job.work_base = saved
@@ -853,7 +826,7 @@ class Runtime:
                         task.pid, task.start_ticks = recorded
                     adopted += 1
                 for task in list(job.tasks):
-                    if _fits(self.room, task.placement):
+                    if self.room.can_take(task.placement):
                         self.room.take(task.placement)
                         continue
                     # Two records claim one device: stop this one rather than let a GPU be
