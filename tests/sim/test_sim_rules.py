@@ -10,6 +10,8 @@ import itertools
 import threading
 from typing import Any
 
+import pytest
+
 from caldera.sim import Simulator, parse_scenario, simulate
 
 
@@ -511,3 +513,60 @@ def test_a_nominated_preemptor_never_takes_its_queue_over_capability() -> None:
         )
     )
     assert most_held(result, "q") <= 15
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG B15: capability is checked when a critical job fails to allocate, not when its"
+    " victims are chosen; another job takes the headroom in between — see NOTES-bugs.md",
+)
+def test_capability_holds_when_two_critical_jobs_arrive_together() -> None:
+    """Queue q, capability 7. a-0 (model A, 4 GPUs) holds V (debug, 2, no emergency
+    checkpoint). P1 (critical, 4 × A) and P2 (critical, 4 × B) arrive at 100. P1 fits the cap
+    (2 + 4 = 6) but not the room; P2 fits both (2 + 4 = 6) and starts on b-0; P1 then evicts V
+    and would start at 220 beside P2: 4 + 4 = 8 > 7. Whichever goes first, q stays ≤ 7."""
+    result = simulate(
+        parse_scenario(
+            {
+                "cluster": {
+                    "nodes": [
+                        {"prefix": "a", "count": 1, "gpus": 4, "gpu_model": "A"},
+                        {"prefix": "b", "count": 1, "gpus": 4, "gpu_model": "B"},
+                    ]
+                },
+                "queues": [{"name": "q", "capability": {"gpu": 7}}],
+                "jobs": [
+                    {
+                        "name": "V",
+                        "queue": "q",
+                        "type": "debug",
+                        "submit": 0,
+                        "duration": 99_999,
+                        "gpus_per_task": 2,
+                        "gpu_model": "A",
+                        "checkpoint_on_sigterm": False,
+                    },
+                    {
+                        "name": "P1",
+                        "queue": "q",
+                        "type": "critical",
+                        "submit": 100,
+                        "duration": 1000,
+                        "gpus_per_task": 4,
+                        "gpu_model": "A",
+                    },
+                    {
+                        "name": "P2",
+                        "queue": "q",
+                        "type": "critical",
+                        "submit": 100,
+                        "duration": 1000,
+                        "gpus_per_task": 4,
+                        "gpu_model": "B",
+                    },
+                ],
+                "until": 3000,
+            }
+        )
+    )
+    assert most_held(result, "q") <= 7
