@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caldera.core import Decisions, Room, Snapshot
@@ -107,9 +107,12 @@ JOB_TYPES = ["critical", "large-job", "large-job", "normal", "normal", "normal",
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, max_nodes: int = 4, max_jobs: int = 18) -> dict[str, Any]:
+def scenarios(
+    draw: st.DrawFn, max_nodes: int = 4, max_jobs: int = 18, capability: bool = True
+) -> dict[str, Any]:
     """`max_nodes` per group (up to two groups) and `max_jobs` size the scenario; the
-    defaults keep the 60 CI examples at a few seconds. Larger ones (8, 40) found B13."""
+    defaults keep the 60 CI examples at a few seconds. Larger ones (8, 40) found B13-B15.
+    `capability`: whether queues may get one."""
     groups = []
     total = 0
     for i in range(draw(st.integers(1, 2))):
@@ -138,7 +141,7 @@ def scenarios(draw: st.DrawFn, max_nodes: int = 4, max_jobs: int = 18) -> dict[s
         }
         if draw(st.booleans()):
             queue["guarantee"] = {"gpu": draw(st.integers(0, deserved))}
-        if draw(st.booleans()):
+        if capability and draw(st.booleans()):
             queue["capability"] = {"gpu": draw(st.integers(deserved, total))}
         if draw(st.integers(0, 9)) == 0:
             queue["time_windows"] = [{"days": [1, 2, 3, 4, 5], "hours": [1, 2.5]}]
@@ -335,6 +338,19 @@ def throttle_problems(
 
 @given(data=scenarios())
 def test_every_invariant_holds_at_every_event(data: dict[str, Any]) -> None:
+    check_whole_run(data)
+
+
+@settings(max_examples=settings.default.max_examples // 2)  # half the profile's: slower
+@given(data=scenarios(max_nodes=8, max_jobs=40, capability=False))
+def test_every_invariant_holds_in_crowded_clusters(data: dict[str, Any]) -> None:
+    """Bigger clusters and more jobs, the same checks. Queue capabilities are left out while
+    B15 is open (two jobs of one capped queue racing for its headroom): drop
+    `capability=False` once it is fixed."""
+    check_whole_run(data)
+
+
+def check_whole_run(data: dict[str, Any]) -> None:
     scenario = parse_scenario(data)
     sim = CheckedSimulator(scenario)
     result = sim.run().result()
