@@ -19,6 +19,7 @@ import copy
 import itertools
 import json
 import threading
+import traceback
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -58,6 +59,7 @@ class StubAPIServer:
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
+    handler_errors: list[str] = field(default_factory=list)
     _thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -79,7 +81,13 @@ class StubAPIServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # Keep it off stderr (the CLI tests read stderr): a client that hangs up
+                # early is the client's business; anything else stays inspectable.
+                stub.handler_errors.append(traceback.format_exc())
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from caldera.core import JobView, Nomination, PendingVictim, TaskPlacement
+from caldera.core import Nomination, PendingVictim, TaskPlacement
 from caldera.k8s import names
 from caldera.model import (
     GPU_MILLI,
@@ -49,6 +49,7 @@ from caldera.model import (
     parse_gpu_milli,
     parse_memory_mib,
 )
+from caldera.tracking import TrackedJob
 
 __all__ = [
     "JobRequest",
@@ -317,88 +318,16 @@ _PLAIN = (
 )
 
 
-@dataclass
-class KubeJob:
-    spec: JobSpec
+@dataclass(kw_only=True)
+class KubeJob(TrackedJob[KubeTask]):
+    """A job of the controller: the common facts and the record (ConfigMap) it lives in."""
+
     request: JobRequest
     namespace: str
     name: str
     uid: str  # the record's uid: owner of everything created for the job
-    state: JobState
-    tasks: list[KubeTask] = field(default_factory=list)
-    nomination: Nomination | None = None
     started_under: dict[str, Any] | None = None  # the nomination it started with (audit)
-    first_start: float | None = None
-    start_time: float | None = None
-    end_time: float | None = None
-    running_since: float | None = None
-    work_base: float = 0.0
-    saved_work: float = 0.0
-    checkpoint_seen: float | None = None
-    reported_progress: float | None = None
-    evictions: int = 0
-    last_evicted_at: float | None = None
-    evicted_for: str | None = None
-    evict_reason: str | None = None
-    signalled_at: float | None = None
-    work_at_signal: float | None = None
-    signal_gpu: int = 0
-    hold_reason: str | None = None
-    hold_since: float | None = None
-    throttled_once: bool = False
-    preempt_failed_at: float | None = None
-    attempts: int = 0
-    retries: int = 0
-    exit_code: int | None = None
-    reason: str | None = None
-    lost_gpu_seconds: float = 0.0
     lost_tasks: int = 0  # tasks on nodes that are gone (not persisted: found on loading)
-    _view: JobView | None = field(default=None, repr=False)
-
-    @property
-    def id(self) -> str:
-        return self.spec.id
-
-    def touch(self) -> None:
-        self._view = None
-
-    @property
-    def running(self) -> list[KubeTask]:
-        """Tasks of the running placement (not deleted for an eviction), in rank order."""
-        return [t for t in self.tasks if not t.leaving]
-
-    @property
-    def releasing(self) -> list[KubeTask]:
-        return [t for t in self.tasks if t.leaving]
-
-    def work_done(self, now: float) -> float:
-        if self.running_since is None:
-            return self.work_base
-        return self.work_base + max(now - self.running_since, 0.0)
-
-    def view(self) -> JobView:
-        if self._view is None:
-            releasing = self.releasing
-            self._view = JobView(
-                spec=self.spec,
-                state=self.state,
-                placement=tuple(t.placement for t in self.running),
-                releasing=tuple(t.placement for t in releasing),
-                release_at=max((t.kill_at or 0.0 for t in releasing), default=None),
-                evicted_for=self.evicted_for,
-                first_start=self.first_start,
-                running_since=self.running_since,
-                work_base=self.work_base,
-                saved_work=self.saved_work,
-                reported_progress=self.reported_progress,
-                evictions=self.evictions,
-                last_evicted_at=self.last_evicted_at,
-                hold_reason=self.hold_reason,
-                nomination=self.nomination,
-                throttled_once=self.throttled_once,
-                preempt_failed_at=self.preempt_failed_at,
-            )
-        return self._view
 
     # -- the record's annotations ------------------------------------------------------------
 
@@ -435,7 +364,14 @@ class KubeJob:
         """Rebuild a job from its record. Tasks on nodes caldera no longer schedules on are
         counted in `lost_tasks`: the runtime stops the rest of the gang and requeues it."""
         spec = spec_from_request(request, namespace, name, float(status["submit"]))
-        job = cls(spec, request, namespace, name, uid, JobState(status["state"]))
+        job = cls(
+            spec=spec,
+            request=request,
+            namespace=namespace,
+            name=name,
+            uid=uid,
+            state=JobState(status["state"]),
+        )
         for data in status.get("tasks") or []:
             task = KubeTask.from_json(data, index)
             if task is None:

@@ -89,6 +89,7 @@ from caldera.model import (
     check_transition,
 )
 from caldera.model.lifecycle import TERMINAL
+from caldera.tracking import refresh_index
 
 __all__ = ["KubeRuntime", "KubeStats", "workload_of"]
 
@@ -238,13 +239,7 @@ class KubeRuntime:
         return decisions
 
     def snapshot(self, now: float) -> Snapshot:
-        for job_id in self._stale:
-            job = self.jobs.get(job_id)
-            if job is None:
-                self.index.drop(job_id)
-            else:
-                self.index.put(job.view())
-        self._stale.clear()
+        refresh_index(self.index, self._stale, self.jobs)
         return Snapshot(
             now=now,
             nodes=self.nodes,
@@ -469,7 +464,14 @@ class KubeRuntime:
         if admission.state is JobState.REJECTED:
             self._reject(namespace, name, admission.reason, now)
             return
-        job = KubeJob(spec, request, namespace, name, metadata["uid"], admission.state)
+        job = KubeJob(
+            spec=spec,
+            request=request,
+            namespace=namespace,
+            name=name,
+            uid=metadata["uid"],
+            state=admission.state,
+        )
         if admission.state is JobState.HELD:
             job.hold_reason = admission.reason
             job.hold_since = now

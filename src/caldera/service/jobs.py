@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from caldera.core import JobView, Nomination, PendingVictim, TaskPlacement
+from caldera.core import Nomination, PendingVictim, TaskPlacement
 from caldera.model import (
     Checkpointing,
     JobSpec,
@@ -21,6 +21,7 @@ from caldera.model import (
     TopologyMode,
     TopologySpec,
 )
+from caldera.tracking import TrackedJob
 
 __all__ = [
     "LiveJob",
@@ -195,86 +196,15 @@ _PLAIN = (
 )
 
 
-@dataclass
-class LiveJob:
-    spec: JobSpec
+@dataclass(kw_only=True)
+class LiveJob(TrackedJob[TaskRun]):
+    """A job of the service: the common facts, the submitted request and the status files
+    read from its tasks."""
+
     request: dict[str, Any]
-    state: JobState
-    tasks: list[TaskRun] = field(default_factory=list)
-    nomination: Nomination | None = None
-    first_start: float | None = None
-    start_time: float | None = None
-    end_time: float | None = None
-    running_since: float | None = None
-    work_base: float = 0.0
-    saved_work: float = 0.0
-    checkpoint_seen: float | None = None
     checkpoint_step: int | None = None
-    reported_progress: float | None = None
-    evictions: int = 0
-    last_evicted_at: float | None = None
-    evicted_for: str | None = None
-    evict_reason: str | None = None
-    signalled_at: float | None = None
-    work_at_signal: float | None = None
-    signal_gpu: int = 0
-    hold_reason: str | None = None
-    hold_since: float | None = None
-    throttled_once: bool = False
-    preempt_failed_at: float | None = None  # the core's back-off after a failed victim search
     cancel_requested: bool = False
-    attempts: int = 0
-    retries: int = 0
-    exit_code: int | None = None
-    reason: str | None = None
-    lost_gpu_seconds: float = 0.0
-    control_seen: dict[str, float] = field(default_factory=dict)  # status file → mtime read
-    _view: JobView | None = field(default=None, repr=False)
-
-    @property
-    def id(self) -> str:
-        return self.spec.id
-
-    def touch(self) -> None:
-        self._view = None
-
-    @property
-    def running(self) -> list[TaskRun]:
-        """The tasks of the running placement (not signalled to leave), in rank order."""
-        return [t for t in self.tasks if not t.leaving]
-
-    @property
-    def releasing(self) -> list[TaskRun]:
-        return [t for t in self.tasks if t.leaving]
-
-    def work_done(self, now: float) -> float:
-        if self.running_since is None:
-            return self.work_base
-        return self.work_base + max(now - self.running_since, 0.0)
-
-    def view(self) -> JobView:
-        if self._view is None:
-            releasing = self.releasing
-            self._view = JobView(
-                spec=self.spec,
-                state=self.state,
-                placement=tuple(t.placement for t in self.running),
-                releasing=tuple(t.placement for t in releasing),
-                release_at=max((t.kill_at or 0.0 for t in releasing), default=None),
-                evicted_for=self.evicted_for,
-                first_start=self.first_start,
-                running_since=self.running_since,
-                work_base=self.work_base,
-                saved_work=self.saved_work,
-                reported_progress=self.reported_progress,
-                evictions=self.evictions,
-                last_evicted_at=self.last_evicted_at,
-                hold_reason=self.hold_reason,
-                nomination=self.nomination,
-                throttled_once=self.throttled_once,
-                preempt_failed_at=self.preempt_failed_at,
-            )
-        return self._view
+    control_seen: dict[str, float] = field(default_factory=dict)  # status file -> mtime read
 
     def row(self) -> dict[str, Any]:
         spec = self.spec

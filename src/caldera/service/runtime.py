@@ -64,6 +64,7 @@ from caldera.service.config import ServiceConfig
 from caldera.service.jobs import LiveJob, TaskRun, spec_from_request
 from caldera.service.launcher import JobFiles, Launch, Launcher, ProcessLauncher, environment
 from caldera.service.store import Batch, Store
+from caldera.tracking import refresh_index
 
 __all__ = ["Conflict", "NotFound", "Rejected", "Runtime", "RuntimeStats"]
 
@@ -211,13 +212,7 @@ class Runtime:
         job index and the room are shared, kept up to date as jobs change)."""
         # Renew only the views of jobs that changed since the last cycle: with thousands of
         # pending jobs a cycle then costs what changed, not what exists.
-        for job_id in self._stale:
-            job = self.jobs.get(job_id)
-            if job is None:
-                self.index.drop(job_id)
-            else:
-                self.index.put(job.view())
-        self._stale.clear()
+        refresh_index(self.index, self._stale, self.jobs)
         return Snapshot(
             now=now,
             nodes=self.nodes,
