@@ -10,8 +10,6 @@ import itertools
 import threading
 from typing import Any
 
-import pytest
-
 from caldera.sim import Simulator, parse_scenario, simulate
 
 
@@ -515,11 +513,6 @@ def test_a_nominated_preemptor_never_takes_its_queue_over_capability() -> None:
     assert most_held(result, "q") <= 15
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B15: capability is checked when a critical job fails to allocate, not when its"
-    " victims are chosen; another job takes the headroom in between — see NOTES-bugs.md",
-)
 def test_capability_holds_when_two_critical_jobs_arrive_together() -> None:
     """Queue q, capability 7. a-0 (model A, 4 GPUs) holds V (debug, 2, no emergency
     checkpoint). P1 (critical, 4 × A) and P2 (critical, 4 × B) arrive at 100. P1 fits the cap

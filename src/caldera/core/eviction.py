@@ -119,6 +119,9 @@ def give_way(
             continue
         if may_try is not None and not may_try(job):
             continue  # the whole group asks the same of the same queue
+        usage = cycle.usage.get(queue)
+        if usage is None or not usage.within_capability(job.spec.gang_request):
+            continue  # jobs of its queue started (or were promised room) since allocate
         failed_at = job.preempt_failed_at
         if (
             failed_at is not None
