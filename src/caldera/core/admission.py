@@ -24,9 +24,10 @@ from caldera.model import (
     Node,
     Queue,
     QueueState,
+    TopologyMode,
 )
 
-__all__ = ["Admission", "admit", "could_ever_fit"]
+__all__ = ["Admission", "admit", "could_ever_fit", "fits_one_domain"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,16 @@ def _node_kinds(nodes: tuple[Node, ...]) -> dict[_NodeKind, int]:
     return kinds
 
 
+def _tasks_on(node: Node, spec: JobSpec) -> int:
+    """How many of the job's tasks an empty node could hold."""
+    models = spec.gpu_models
+    if models is not None and node.gpu_model not in models:
+        return 0
+    if node.gpus * GPU_MILLI < spec.gpu or node.cpu < spec.cpu or node.memory < spec.memory:
+        return 0
+    return node.gpus // spec.whole_gpus if spec.whole_gpus else spec.min_available
+
+
 def could_ever_fit(spec: JobSpec, nodes: tuple[Node, ...]) -> bool:
     """Is there any node that could host one task, and enough such GPUs for the gang?"""
     models = spec.gpu_models
@@ -67,6 +78,18 @@ def could_ever_fit(spec: JobSpec, nodes: tuple[Node, ...]) -> bool:
             return True
         capacity += count * (gpus // spec.whole_gpus if spec.whole_gpus else spec.min_available)
     return capacity >= spec.min_available
+
+
+def fits_one_domain(spec: JobSpec, nodes: tuple[Node, ...]) -> bool:
+    """With a hard topology constraint: is one domain of that tier big enough for the gang?"""
+    topology = spec.topology
+    if topology is None or topology.mode is not TopologyMode.HARD or spec.min_available == 1:
+        return True
+    per_domain: dict[int, int] = {}
+    for node in nodes:
+        domain = node.tier1 if topology.highest_tier <= 1 else node.tier2
+        per_domain[domain] = per_domain.get(domain, 0) + _tasks_on(node, spec)
+    return max(per_domain.values(), default=0) >= spec.min_available
 
 
 def admit(
@@ -91,6 +114,11 @@ def admit(
         )
     if nodes and not could_ever_fit(spec, nodes):
         return Admission(JobState.REJECTED, "no node in the cluster can host this request")
+    if nodes and not fits_one_domain(spec, nodes):
+        tier = spec.topology.highest_tier if spec.topology else 1
+        return Admission(
+            JobState.REJECTED, f"no tier-{tier} domain can host this gang (hard topology)"
+        )
     if spec.queue in throttles and spec.priority < ESCALATION_CEILING:
         return Admission(JobState.HELD, "throttle")
     if not queue.in_window(now + week_offset):

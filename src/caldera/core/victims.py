@@ -382,21 +382,35 @@ def _shortest_prefix(
     at_least: int,
 ) -> tuple[int, tuple[TaskPlacement, ...]] | None:
     """The length of the shortest prefix of `units` whose eviction lets the gang fit, and the
-    placement it gets; binary search, since a longer prefix frees a superset of the room.
-    Trying all of them first settles an infeasible domain with one placement attempt."""
+    placement it gets. A longer prefix frees a superset of the room, so: gallop up from the
+    counting bound (doubling, giving back only the new victims), then binary-search down.
+    Most plans need a few victims out of hundreds of candidates; few are ever given back."""
     need = spec.gpu * spec.min_available
 
-    def attempt(length: int) -> tuple[TaskPlacement, ...] | None:
-        room.rollback(mark)
-        _give_units(room, units[:length])
+    def fits_now() -> tuple[TaskPlacement, ...] | None:
         if _free_on(room, spec, nodes) < need:
             return None
         return _fits(room, spec, nodes)
 
-    best = attempt(len(units))
-    if best is None:
-        return None
-    low, high = max(at_least, 1), len(units)
+    def attempt(length: int) -> tuple[TaskPlacement, ...] | None:
+        room.rollback(mark)
+        _give_units(room, units[:length])
+        return fits_now()
+
+    room.rollback(mark)
+    given: set[tuple[str, int]] = set()
+    done = 0
+    length = min(max(at_least, 1), len(units))
+    while True:
+        _give_units(room, units[done:length], given)
+        done = length
+        best = fits_now()
+        if best is not None:
+            break
+        if length == len(units):
+            return None
+        length = min(len(units), length * 2)
+    low, high = max(at_least, 1, length // 2 + 1), length
     while low < high:
         middle = (low + high) // 2
         placement = attempt(middle)
