@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from caldera.core import JobIndex, JobView, Nomination, TaskPlacement
-from caldera.model import JobSpec, JobState
+from caldera.model import GPU_MILLI, JobSpec, JobState
 
 __all__ = ["TrackedJob", "TrackedTask", "refresh_index"]
 
@@ -88,6 +88,26 @@ class TrackedJob(Generic[TaskT]):
         if self.running_since is None:
             return self.work_base
         return self.work_base + max(now - self.running_since, 0.0)
+
+    def rewind_to_checkpoint(self, now: float) -> float:
+        """The gang stopped (evicted, lost, retried): from now on it resumes from the last
+        checkpoint it reached. Returns the GPU-seconds of work that are lost."""
+        work = self.work_at_signal
+        if work is None:
+            work = self.work_done(now)
+            self.signal_gpu = self.signal_gpu or self.spec.gpu * self.spec.tasks
+        saved = self.spec.checkpoint.resume_point(work, self.saved_work)
+        lost = self.signal_gpu / GPU_MILLI * max(work - saved, 0.0)
+        self.lost_gpu_seconds += lost
+        self.work_base = saved
+        self.saved_work = saved
+        self.running_since = None
+        self.work_at_signal = None
+        self.signal_gpu = 0
+        self.evicted_for = None
+        self.signalled_at = None
+        self.touch()
+        return lost
 
     def view(self) -> JobView:
         if self._view is None:

@@ -679,20 +679,7 @@ class Runtime:
         for task in job.running:
             self.room.give(task.placement)
             job.tasks.remove(task)
-        work = job.work_at_signal
-        if work is None:
-            work = job.work_done(now)
-            job.signal_gpu = job.signal_gpu or job.spec.gpu * job.spec.tasks
-        saved = job.spec.checkpoint.resume_point(work, job.saved_work)
-        lost_seconds = job.signal_gpu / GPU_MILLI * max(work - saved, 0.0)
-        job.lost_gpu_seconds += lost_seconds
-        job.work_base = saved
-        job.saved_work = saved
-        job.running_since = None
-        job.work_at_signal = None
-        job.signal_gpu = 0
-        job.evicted_for = None
-        job.signalled_at = None
+        lost_seconds = job.rewind_to_checkpoint(now)
         cancelled = job.cancel_requested or job.evict_reason == EvictReason.CANCEL.value
         job.evict_reason = None
         if cancelled:
