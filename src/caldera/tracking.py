@@ -22,14 +22,9 @@ __all__ = ["TrackedJob", "TrackedTask", "refresh_index"]
 class TrackedTask(Protocol):
     """One task of one attempt, as a runtime tracks it."""
 
-    @property
-    def placement(self) -> TaskPlacement: ...
-
-    @property
-    def leaving(self) -> bool: ...  # signalled by an eviction; holds its room until it is gone
-
-    @property
-    def kill_at(self) -> float | None: ...  # end of its grace period
+    placement: TaskPlacement
+    leaving: bool  # signalled by an eviction; holds its room until it is gone
+    kill_at: float | None  # end of its grace period
 
 
 TaskT = TypeVar("TaskT", bound=TrackedTask)
@@ -88,6 +83,26 @@ class TrackedJob(Generic[TaskT]):
         if self.running_since is None:
             return self.work_base
         return self.work_base + max(now - self.running_since, 0.0)
+
+    def begin_leaving(self, tasks: tuple[int, ...], now: float, grace: float) -> list[TaskT]:
+        """Mark the tasks an eviction names (indexes into the running tasks; none: all) as
+        leaving, holding their room until `now + grace`. A gang that drops below its
+        `min_available` stops making progress: its work is frozen as of the signal. Returns
+        the leaving tasks."""
+        running = self.running
+        chosen = set(tasks) if tasks else set(range(len(running)))
+        leaving = [t for i, t in enumerate(running) if i in chosen]
+        staying = len(running) - len(leaving)
+        if leaving and self.running_since is not None and staying < self.spec.min_available:
+            self.work_at_signal = self.work_done(now)
+            self.signal_gpu = sum(t.placement.gpu for t in running)
+            self.work_base = self.work_at_signal
+            self.running_since = None
+        for task in leaving:
+            task.leaving = True
+            task.kill_at = now + grace
+        self.touch()
+        return leaving
 
     def rewind_to_checkpoint(self, now: float) -> float:
         """The gang stopped (evicted, lost, retried): from now on it resumes from the last

@@ -478,26 +478,15 @@ class Runtime:
             self.stats.refused_evictions += 1
             log.error("refused to evict protected job %s (%s)", job.id, evict.reason)
             return
-        running = job.running
-        chosen = set(evict.tasks) if evict.tasks else set(range(len(running)))
-        leaving = [t for i, t in enumerate(running) if i in chosen]
-        staying = [t for i, t in enumerate(running) if i not in chosen]
+        leaving = job.begin_leaving(evict.tasks, now, self.policy_config.grace_period)
         if not leaving:
             return
-        if job.running_since is not None and len(staying) < spec.min_available:
-            job.work_at_signal = job.work_done(now)
-            job.signal_gpu = sum(t.placement.gpu for t in running)
-            job.work_base = job.work_at_signal
-            job.running_since = None
-        grace = self.policy_config.grace_period
         for task in leaving:
-            task.leaving = True
-            task.kill_at = now + grace
             self._actions.append(partial(self._signal, task, signal.SIGTERM))
         if not is_cancel:
             job.evictions += 1
             job.last_evicted_at = now
-        if not staying:
+        if not job.running:  # the whole gang leaves
             job.evicted_for = evict.preemptor
             job.evict_reason = evict.reason.value
             job.signalled_at = now
@@ -514,7 +503,7 @@ class Runtime:
             preemptor_type=preemptor.spec.type.value if preemptor else None,
             tasks=[t.rank for t in leaving],
             gpus=sum(t.placement.gpu for t in leaving) / GPU_MILLI,
-            released_at=now + grace,
+            released_at=now + self.policy_config.grace_period,
         )
 
     # -- processes -------------------------------------------------------------------------
