@@ -118,7 +118,7 @@ def test_debug_policy_never_is_what_stops_it(
 
 def test_a_victim_gang_larger_than_the_budget_goes_alone() -> None:
     """32 GPUs → budget 9.6. The 2×8 gang (16) cannot be split, so it goes as the cycle's only
-    unit (see NOTES-bugs.md Q1); the budget is then spent and P2 waits for the next cycle."""
+    unit (see docs/bugs.md, Q1); the budget is then spent and P2 waits for the next cycle."""
     nodes = cluster().group("n", count=4).build()
     snap = snapshot(
         nodes,
