@@ -5,12 +5,13 @@ Phases read the snapshot and write only here. A `CycleContext` never outlives `c
 Pending jobs travel through the phases as groups of one queue, priority and shape (see
 `JobIndex`): enqueue keeps the groups that may be scheduled, allocate records the groups it
 could not place (`waiting`, each from the first job that did not fit), preempt and reclaim
-work through those. `eligible` and `unplaced` flatten them for policies that go job by job.
+work through those. `eligible` flattens them for policies that go job by job; such policies
+keep their own list of jobs they could not place in `unplaced`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
@@ -153,12 +154,6 @@ class CycleContext:
 
     def in_pass(self, key: GroupKey) -> bool:
         return self.pass_filter is None or self.pass_filter(key)
-
-    def waiting_jobs(self) -> Iterator[JobView]:
-        """Jobs allocate could not place: the waiting groups' jobs, then `unplaced`."""
-        for (_, jobs), first in self.waiting:
-            yield from jobs[first:]
-        yield from self.unplaced
 
     @property
     def now(self) -> float:
