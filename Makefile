@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit install clean bench
+.PHONY: demo test lint typecheck unit install clean bench system-deps
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+system-deps:
+	./scripts/system-deps.sh
+
+unit: $(STAMP) system-deps
 	$(BIN)/pytest
 
 test: lint typecheck unit
