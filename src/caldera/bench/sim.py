@@ -7,7 +7,10 @@ Two workloads, each timed from a loaded scenario to the finished §6 result docu
   pool's size — gangs of 32–256 GPUs with topology, Philly run times, GPU shares, critical
   inference, preemption and reclaim — the first `jobs` submissions, run to completion. The
   public PAI simulator reports 51–110 s for 20,000 jobs on 6,500 GPUs with a simpler model;
-- `openb`: the OpenB default trace (8,152 pods on 1,213 nodes) replayed as-is.
+- `openb`: the OpenB default trace (8,152 pods on 1,213 nodes) replayed as-is;
+- `burst`: a backlog — `jobs` submissions arriving 1,000 a minute on `nodes` × 8 GPUs in four
+  team queues (the `burst` generator, caldera.sim.burst, whose docstring names every
+  parameter), so thousands of jobs wait at once and most preemption searches cannot succeed.
 
 Timing excludes loading (reported apart) and includes building the result document. Both
 wall-clock and CPU time of this process are reported: on a shared machine the wall clock
@@ -28,6 +31,7 @@ from caldera.sim.production import find_shared_file
 __all__ = [
     "SimBenchResult",
     "bench_scenario",
+    "burst_scenario",
     "openb_scenario",
     "synthetic_scenario",
 ]
@@ -56,6 +60,16 @@ def synthetic_scenario(jobs: int = 20_000, nodes: int = 813, seed: int = 7) -> S
     if len(scenario.submissions) < jobs:
         raise ValueError(f"the generator drew only {len(scenario.submissions)} jobs")
     return replace(scenario, submissions=scenario.submissions[:jobs])
+
+
+def burst_scenario(jobs: int = 20_000, nodes: int = 813, seed: int = 7) -> Scenario:
+    """`jobs` submissions of the `burst` generator on `nodes` × 8 GPUs."""
+    name = f"burst-{jobs}-jobs-{nodes * 8}-gpus"
+    document = {
+        "name": name,
+        "workload": {"generators": [{"kind": "burst", "seed": seed, "jobs": jobs, "nodes": nodes}]},
+    }
+    return parse_scenario(document, Path.cwd(), name)
 
 
 def openb_scenario(

@@ -14,22 +14,24 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from caldera.bench.sim import bench_scenario, openb_scenario, synthetic_scenario
+from caldera.bench.sim import bench_scenario, burst_scenario, openb_scenario, synthetic_scenario
 from caldera.cli.bench import bench_app
 from caldera.cli.errors import EXIT_BAD_INPUT, fail
 from caldera.core import policy_names
 
 __all__ = ["sim_command"]
 
+_WORKLOADS = ("synthetic", "openb", "burst")
+
 
 @bench_app.command("sim")
 def sim_command(
     workload: Annotated[
-        str, typer.Option(help="synthetic, openb or all.", show_default=True)
+        str, typer.Option(help="synthetic, openb, burst or all.", show_default=True)
     ] = "all",
-    jobs: Annotated[int, typer.Option(help="Synthetic jobs.")] = 20_000,
-    nodes: Annotated[int, typer.Option(help="Synthetic pool: nodes of 8 GPUs.")] = 813,
-    seed: Annotated[int, typer.Option(help="Synthetic workload seed.")] = 7,
+    jobs: Annotated[int, typer.Option(help="Synthetic or burst jobs.")] = 20_000,
+    nodes: Annotated[int, typer.Option(help="Synthetic or burst pool: nodes of 8 GPUs.")] = 813,
+    seed: Annotated[int, typer.Option(help="Synthetic or burst workload seed.")] = 7,
     pods: Annotated[
         str, typer.Option(help="OpenB pod list (file name in the traces folder).")
     ] = "openb_pod_list_default.csv",
@@ -39,19 +41,21 @@ def sim_command(
     policy: Annotated[str, typer.Option(help="Policy to simulate under.")] = "caldera",
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
 ) -> None:
-    """Time whole simulations: 20,000 jobs on 6,504 GPUs, and the OpenB default trace."""
-    if workload not in ("all", "synthetic", "openb"):
-        fail(f"unknown workload {workload!r} (synthetic, openb or all)", EXIT_BAD_INPUT)
+    """Time whole simulations: 20,000 jobs on 6,504 GPUs, a backlog burst, the OpenB trace."""
+    if workload not in ("all", *_WORKLOADS):
+        fail(f"unknown workload {workload!r} (synthetic, openb, burst or all)", EXIT_BAD_INPUT)
     if policy not in policy_names():
         fail(f"unknown policy {policy!r} (known: {', '.join(policy_names())})", EXIT_BAD_INPUT)
     if jobs < 1 or nodes < 1:
         fail("jobs and nodes must be positive", EXIT_BAD_INPUT)
-    chosen = ["synthetic", "openb"] if workload == "all" else [workload]
+    chosen = list(_WORKLOADS) if workload == "all" else [workload]
     results = []
     for name in chosen:
         try:
             if name == "synthetic":
                 result = bench_scenario(name, lambda: synthetic_scenario(jobs, nodes, seed), policy)
+            elif name == "burst":
+                result = bench_scenario(name, lambda: burst_scenario(jobs, nodes, seed), policy)
             else:
                 result = bench_scenario(name, lambda: openb_scenario(pods, folder=traces), policy)
         except ValueError as error:

@@ -36,5 +36,6 @@ def generate(params: dict[str, Any], base: Path) -> Workload:
 
 
 def _load_builtins() -> None:
-    with contextlib.suppress(ImportError):  # the production generator is optional
+    with contextlib.suppress(ImportError):  # the numpy-based generators are optional
+        import caldera.sim.burst
         import caldera.sim.production  # noqa: F401
