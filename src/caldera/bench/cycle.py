@@ -14,12 +14,12 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
 from caldera.core import JobView, PolicyConfig, Room, Snapshot, run
-from caldera.core.placement import place_job
+from caldera.core.placement import fit_on_node, place_job
 from caldera.metrics_util import percentile
 from caldera.model import (
     Checkpointing,
@@ -34,7 +34,7 @@ from caldera.model import (
     expand_node_groups,
 )
 
-__all__ = ["CycleBenchResult", "bench_cycle", "build_snapshot"]
+__all__ = ["CASES", "CycleBenchResult", "bench_cycle", "build_saturated_snapshot", "build_snapshot"]
 
 _QUEUES = ("research", "prod", "vision", "speech")
 # (weight, type, tasks, gpus per task in milli, topology tier or 0)
@@ -147,6 +147,118 @@ def build_snapshot(
     )
 
 
+def build_saturated_snapshot(
+    nodes: int, gpus_per_node: int, pending: int, running: int = 0, seed: int = 1
+) -> Snapshot:
+    """A full cluster of equal-priority work and a backlog whose every search must fail.
+
+    Every GPU runs a `normal` job (1 to `gpus_per_node` GPUs) of one of four team queues, each
+    queue holding exactly its deserved share (nothing to reclaim); one GPU of every tier-1
+    domain runs a `critical` inference job (never a victim). The backlog: `normal` jobs
+    (equal priority: nothing to preempt) and `large-job` gangs of one whole tier-1 domain
+    with `hard` topology — they have candidates (normal jobs of their own queue), but no
+    domain can ever be emptied, so the victim search runs and fails. `running` is ignored:
+    the cluster is always full.
+    """
+    rng = random.Random(seed)
+    per_tier1 = 8
+    cluster = expand_node_groups(
+        [
+            NodeGroup(
+                prefix="node",
+                count=nodes,
+                gpus=gpus_per_node,
+                gpu_model="H100",
+                nodes_per_tier1=per_tier1,
+                tier1_per_tier2=8,
+            )
+        ]
+    )
+    now = 100_000.0
+    room = Room(cluster)
+    jobs: list[JobView] = []
+    used = dict.fromkeys(_QUEUES, 0)
+    i = 0
+
+    def running_job(spec: JobSpec, node: int) -> None:
+        nonlocal i
+        task = fit_on_node(room, node, spec.gpu, 0, 0)
+        assert task is not None, "the saturated cluster is filled node by node"
+        room.take(task)
+        placement = (task,)
+        started = now - rng.uniform(600, 90_000)
+        jobs.append(
+            JobView(
+                spec=spec,
+                state=JobState.RUNNING,
+                placement=placement,
+                first_start=started,
+                running_since=started,
+            )
+        )
+        used[spec.queue] += spec.gpu * spec.tasks
+        i += 1
+
+    for index, node in enumerate(cluster):  # node by node, so every leaf gets its critical job
+        free = node.gpus
+        if index % per_tier1 == 0:
+            running_job(_saturated_spec(i, "prod", JobType.CRITICAL, 1000, now - 90_000), index)
+            free -= 1
+        while free:
+            gpus = min(free, rng.choice((1, 1, 1, 2, 4, 8)))
+            queue = _QUEUES[i % len(_QUEUES)]
+            running_job(_saturated_spec(i, queue, JobType.NORMAL, gpus * 1000, now - 90_000), index)
+            free -= gpus
+    queues = {
+        name: Queue(name=name, weight=1, deserved=Resources(gpu=used[name])) for name in _QUEUES
+    }
+    gang = per_tier1 * gpus_per_node
+    for _ in range(pending):
+        queue = rng.choice(_QUEUES)
+        submit = now - rng.uniform(0, 3600)
+        if rng.random() < 0.2:
+            spec = _saturated_spec(i, queue, JobType.LARGE, gpus_per_node * 1000, submit)
+            spec = replace(
+                spec,
+                tasks=gang // gpus_per_node,
+                min_available=gang // gpus_per_node,
+                topology=TopologySpec(TopologyMode.HARD, 1),
+            )
+        else:
+            spec = _saturated_spec(
+                i, queue, JobType.NORMAL, rng.choice((1, 2, 4, 8)) * 1000, submit
+            )
+        jobs.append(JobView(spec=spec, state=JobState.PENDING))
+        i += 1
+    return Snapshot(
+        now=now,
+        nodes=cluster,
+        queues=MappingProxyType(queues),
+        jobs=tuple(jobs),
+        config=PolicyConfig(),
+        room=room,
+    )
+
+
+def _saturated_spec(i: int, queue: str, job_type: JobType, gpu: int, submit: float) -> JobSpec:
+    return JobSpec(
+        id=f"job-{i:06d}",
+        name=f"job-{i:06d}",
+        queue=queue,
+        type=job_type,
+        submit=submit,
+        gpu=gpu,
+        checkpoint=Checkpointing(3600.0, 60.0, True),
+    )
+
+
+CASES: dict[str, Callable[[int, int, int, int, int], Snapshot]] = {
+    "busy": build_snapshot,
+    "saturated": build_saturated_snapshot,
+}
+"""`busy`: fragmented free room and a mixed backlog; `saturated`: every search must fail."""
+
+
 @dataclass(frozen=True)
 class CycleBenchResult:
     nodes: int
@@ -158,10 +270,12 @@ class CycleBenchResult:
     starts: int
     evictions: int
     snapshot_build_ms: float = 0.0
+    case: str = "busy"
 
     def as_dict(self) -> dict[str, Any]:
         ordered = sorted(self.samples_ms)
         return {
+            "case": self.case,
             "nodes": self.nodes,
             "gpus": self.gpus,
             "pending": self.pending,
@@ -169,6 +283,7 @@ class CycleBenchResult:
             "cycles": self.cycles,
             "p50_ms": round(percentile(ordered, 0.50), 3),
             "p95_ms": round(percentile(ordered, 0.95), 3),
+            "p99_ms": round(percentile(ordered, 0.99), 3),
             "min_ms": round(ordered[0], 3),
             "max_ms": round(ordered[-1], 3),
             "starts_per_cycle": self.starts,
@@ -185,8 +300,9 @@ def bench_cycle(
     cycles: int = 20,
     seed: int = 1,
     tick: Callable[[], None] | None = None,
+    case: str = "busy",
 ) -> CycleBenchResult:
-    snapshot = build_snapshot(nodes, gpus_per_node, pending, running, seed)
+    snapshot = CASES[case](nodes, gpus_per_node, pending, running, seed)
     run(snapshot)  # warm-up: imports, caches
     samples: list[float] = []
     decisions = None
@@ -214,4 +330,5 @@ def bench_cycle(
         starts=len(decisions.starts),
         evictions=len(decisions.evictions),
         snapshot_build_ms=min(rebuild),
+        case=case,
     )
