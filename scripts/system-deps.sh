@@ -25,3 +25,12 @@ echo "system-deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq >/dev/null
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Packages installed for their tools must not leave a daemon behind: `prometheus` ships a
+# service its postinst starts unless policy-rc.d forbids it (as it does in this image).
+if printf '%s\n' "${missing[@]}" | grep -qx prometheus; then
+  if [ -d /run/systemd/system ]; then
+    $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+  elif [ -x /etc/init.d/prometheus ]; then
+    $sudo /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+  fi
+fi

@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from caldera.metrics_util import percentile
 from caldera.model import GPU_MILLI, JobState, JobType
+from caldera.service.operator_metrics import OperatorCollector
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -40,14 +41,21 @@ class ServiceMetrics:
             buckets=_CYCLE_BUCKETS,
             registry=self.registry,
         )
+        self.last_cycle = Gauge(
+            "caldera_last_cycle_timestamp_seconds",
+            "Unix time (wall clock) at which the last scheduling cycle ended.",
+            registry=self.registry,
+        )
         self._runtime: Runtime | None = None
 
     def attach(self, runtime: Runtime) -> None:
         self._runtime = runtime
         self.registry.register(_StateCollector(runtime))
+        self.registry.register(OperatorCollector(runtime))
 
     def observe_cycle(self, seconds: float) -> None:
         self.cycle_seconds.observe(seconds)
+        self.last_cycle.set_to_current_time()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
