@@ -13,11 +13,14 @@ from caldera.core.decisions import (
     Start,
     ThrottleOff,
     ThrottleOn,
+    Waiting,
+    WaitReason,
 )
 from caldera.core.jobindex import JobIndex
 from caldera.core.policy import Policy, get_policy, policy_names, register_policy
 from caldera.core.room import CapacityError, Room, TaskPlacement
 from caldera.core.snapshot import JobView, Nomination, PendingVictim, Snapshot, Throttle
+from caldera.core.waiting import WaitingReasons
 from caldera.core.weight import effective_weight
 
 __all__ = [
@@ -45,6 +48,9 @@ __all__ = [
     "Throttle",
     "ThrottleOff",
     "ThrottleOn",
+    "WaitReason",
+    "Waiting",
+    "WaitingReasons",
     "admit",
     "could_ever_fit",
     "effective_weight",

@@ -13,6 +13,8 @@ held by its victims — is settled before any lower-priority job may take it in 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from caldera.core.allocate import allocate
 from caldera.core.backfill import backfill
 from caldera.core.context import CycleContext
@@ -24,6 +26,7 @@ from caldera.core.preempt import preempt
 from caldera.core.reclaim import reclaim
 from caldera.core.snapshot import Snapshot
 from caldera.core.throttle import throttle
+from caldera.core.waiting import waiting_reasons
 from caldera.model import CRITICAL_PRIORITY
 
 __all__ = ["CALDERA", "critical_first", "run"]
@@ -36,7 +39,7 @@ def run(snapshot: Snapshot, policy: Policy | None = None) -> Decisions:
         cycle = CycleContext(snapshot, room)
         for phase in chosen.phases:
             phase(cycle)
-        return cycle.decisions()
+        return replace(cycle.decisions(), waiting=waiting_reasons(cycle))
 
 
 def _critical(key: GroupKey) -> bool:

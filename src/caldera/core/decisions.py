@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from caldera.core.jobindex import GroupKey
 from caldera.core.room import TaskPlacement
 from caldera.core.snapshot import Nomination
 
@@ -21,6 +22,8 @@ __all__ = [
     "Start",
     "ThrottleOff",
     "ThrottleOn",
+    "WaitReason",
+    "Waiting",
 ]
 
 
@@ -89,6 +92,29 @@ class ThrottleOff:
     reason: str  # "started" | "timeout" | "gone"
 
 
+class WaitReason(StrEnum):
+    """Why a pending job did not start this cycle (see `caldera.core.waiting`)."""
+
+    CLOSED = "closed"  # its queue is Closed
+    CAPABILITY = "capability"  # its gang exceeds its queue's cap, or the queue is at its cap
+    VICTIMS = "victims"  # room is reserved for it; its victims have yet to release it
+    NO_VICTIMS = "no-victims"  # no room, and no running job may give way to it
+    TOPOLOGY = "topology"  # enough GPUs free, but not inside one domain its hard topology allows
+    FRAGMENTED = "fragmented"  # enough GPUs free, but no node or NVLink island fits its tasks
+    NO_ROOM = "no-room"  # not enough free GPUs
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Why the jobs of a pending group that are still pending after this cycle did not start,
+    or — with `job` — why that one job (a preemptor holding reserved room) did not."""
+
+    group: GroupKey
+    reason: WaitReason
+    detail: str  # one line for people: the numbers behind the reason
+    job: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Decisions:
     starts: tuple[Start, ...] = ()
@@ -100,6 +126,8 @@ class Decisions:
     preempt_misses: tuple[str, ...] = ()  # searched for victims, found none: back off
     wakeup: float | None = None  # the next time the cycle must run even if nothing happens
     notes: tuple[str, ...] = field(default=(), compare=False)
+    # Explains, changes nothing: left out of equality so decisions compare on what they do.
+    waiting: tuple[Waiting, ...] = field(default=(), compare=False)
 
     @property
     def empty(self) -> bool:
