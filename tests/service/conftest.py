@@ -1,42 +1,60 @@
-"""Fixtures for the end-to-end tests: a database per test (SQLite, or a fresh PostgreSQL
-schema, skipped with the reason when PostgreSQL is unreachable) and a server factory."""
+"""Fixtures for the end-to-end tests: a database per test (SQLite, or a fresh schema on the
+session's private PostgreSQL server) and a server factory."""
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from service_support import BASE_CONFIG, PG_ADMIN, Server
+from postgres import PostgresServer, find_binaries, start_postgres
+from service_support import BASE_CONFIG, Server
 
 
-def _postgres_schema() -> Iterator[str]:
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A private PostgreSQL server for the session (Debian's binaries, a temp dir, a free
+    port on 127.0.0.1). Without the binaries the tests skip, except under CI=true."""
+    bin_dir = find_binaries()
+    if bin_dir is None:
+        reason = "PostgreSQL binaries not found in /usr/lib/postgresql/*/bin (make system-deps)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
     try:
-        import psycopg
-
-        admin = psycopg.connect(PG_ADMIN, autocommit=True)
-    except Exception as error:
-        pytest.skip(f"PostgreSQL at 127.0.0.1:5432 (database test) is unreachable: {error}")
-    schema = "caldera_" + secrets.token_hex(4)
-    admin.execute(f"CREATE SCHEMA {schema}")
+        server = start_postgres(bin_dir)
+    except RuntimeError as error:
+        pytest.fail(str(error))
     try:
-        yield (
-            f"postgresql+psycopg://postgres@127.0.0.1:5432/test?options=-csearch_path%3D{schema}"
-        )
+        yield server
     finally:
-        admin.execute(f"DROP SCHEMA {schema} CASCADE")
-        admin.close()
+        server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres: PostgresServer) -> Iterator[str]:
+    """A SQLAlchemy URL to a fresh schema of the private server, dropped afterwards."""
+    import psycopg
+
+    schema = "caldera_" + secrets.token_hex(4)
+    with psycopg.connect(postgres.dsn(), autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield postgres.url(options=f"-csearch_path%3D{schema}")
+    finally:
+        with psycopg.connect(postgres.dsn(), autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
+def database_url(request: pytest.FixtureRequest) -> str | None:
     if request.param == "sqlite":
-        yield None
-    else:
-        yield from _postgres_schema()
+        return None
+    return str(request.getfixturevalue("postgres_url"))
 
 
 @pytest.fixture

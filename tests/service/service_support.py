@@ -1,6 +1,6 @@
 """Helpers for the end-to-end tests. Real servers: `caldera serve --gpus 8` as a subprocess
-on a free 127.0.0.1 port, against SQLite (a fresh data dir) or PostgreSQL (a fresh schema in
-the `test` database on 127.0.0.1:5432), driven through the `caldera` CLI like a new user
+on a free 127.0.0.1 port, against SQLite (a fresh data dir) or PostgreSQL (a fresh schema on
+the session's private server, see `postgres.py`), driven through the `caldera` CLI like a new user
 would.
 
 Tasks outlive their server by design, so teardown kills every task process group the data
@@ -30,7 +30,6 @@ from caldera.service.procs import signal_group
 
 CALDERA = str(Path(sys.executable).parent / "caldera")
 TRAINER = str(Path(__file__).with_name("trainer.py"))
-PG_ADMIN = "host=127.0.0.1 port=5432 dbname=test user=postgres connect_timeout=3"
 
 ALICE = "alice-token-0001"
 BOB = "bob-token-00002"
