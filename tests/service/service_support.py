@@ -81,6 +81,7 @@ class Server:
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     clients: dict[str, Client] = field(default_factory=dict)
+    gpu_args: tuple[str, ...] = ("--gpus", "8")  # or ("--fake-gpus", SHAPE) (test_gpus)
 
     @property
     def url(self) -> str:
@@ -100,8 +101,7 @@ class Server:
             str(config_file),
             "--data-dir",
             str(self.data_dir),
-            "--gpus",
-            "8",
+            *self.gpu_args,
             "--port",
             str(self.port),
         ]

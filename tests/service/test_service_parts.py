@@ -3,7 +3,6 @@ schema, and `caldera serve` failing with one line."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -12,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from caldera.service.config import ConfigError, load_config, parse_config
-from caldera.service.gpus import detect_gpus, local_node
 from caldera.service.procs import process_alive, process_start_ticks, signal_group
 from caldera.service.server import build_service
 
@@ -70,33 +68,6 @@ def test_serve_with_a_bad_config_exits_with_one_line(tmp_path: Path) -> None:
     assert len(done.stderr.strip().splitlines()) == 1
     with pytest.raises(ConfigError, match="No such file"):
         load_config(tmp_path / "missing.yaml")
-
-
-def test_gpus_come_from_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    tool = tmp_path / "nvidia-smi"
-    tool.write_text(
-        "#!/bin/sh\n"
-        "echo '0, NVIDIA H100 80GB HBM3, 81559'\n"
-        "echo '1, NVIDIA H100 80GB HBM3, 81559'\n"
-    )
-    tool.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    found = detect_gpus()
-    assert (found.count, found.model, found.memory_mib, found.source) == (
-        2,
-        "H100",
-        81559,
-        "nvidia-smi",
-    )
-    node, _ = local_node(None)
-    assert (node.gpus, node.gpu_model) == (2, "H100")
-    virtual, detected = local_node(8)
-    assert (virtual.gpus, detected.source) == (8, "virtual")
-
-
-def test_no_driver_means_no_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))
-    assert detect_gpus().count == 0
 
 
 def test_a_recycled_pid_is_never_signalled() -> None:

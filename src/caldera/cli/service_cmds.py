@@ -74,6 +74,13 @@ def register(app: typer.Typer) -> None:
         gpus: Annotated[
             int | None, typer.Option(help="Declare N virtual GPUs instead of detecting them.")
         ] = None,
+        fake_gpus: Annotated[
+            str | None,
+            typer.Option(
+                help="Pretend this host has GPUs of a shape (h100-sxm, pcie-4+4, a100-mig, "
+                "h100-lost) or a JSON file naming one: a fake NVML, for demos and tests."
+            ),
+        ] = None,
         host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
         port: Annotated[int, typer.Option(help="Port to listen on.")] = 8265,
         database_url: Annotated[
@@ -87,7 +94,7 @@ def register(app: typer.Typer) -> None:
         from caldera.service.server import serve as run_server
 
         try:
-            run_server(config, data_dir, gpus, host, port, database_url)
+            run_server(config, data_dir, gpus, host, port, database_url, fake_gpus)
         except (ConfigError, ServiceError) as error:
             fail(str(error), EXIT_BAD_INPUT)
 
@@ -146,10 +153,15 @@ def register(app: typer.Typer) -> None:
         """Show one job."""
         with _client() as client:
             found = client.get(job)
-        if json_output:
-            _print_json(found)
-            return
-        console = Console(highlight=False)
+            if json_output:
+                _print_json(found)
+                return
+            moved = [  # evicted because its GPU was sick (docs/gpus.md)
+                e
+                for e in client.events(job)
+                if e["kind"] == "evict" and (e["data"] or {}).get("reason") == "health"
+            ]
+        console = Console(highlight=False, soft_wrap=True)
         rows = [
             ("job", f"{found['id']} ({found['name']})"),
             ("user / queue", f"{found['user']} / {found['queue']}"),
@@ -169,6 +181,11 @@ def register(app: typer.Typer) -> None:
             rows.append(("checkpoint", f"step {found['checkpoint_step']}"))
         if found["reason"]:
             rows.append(("reason", found["reason"]))
+        for event in moved:
+            data = event["data"] or {}
+            rows.append(
+                ("moved off GPU", f"{_short(event['time'])} {data['gpu']}: {data['gpu_reason']}")
+            )
         for task in found["placement"]:
             rows.append(
                 (
@@ -273,9 +290,10 @@ def register(app: typer.Typer) -> None:
         """Show the queues: state, quotas, what they hold and wait for."""
         with _client() as client:
             found = client.queues()
-        if json_output:
-            _print_json(found)
-            return
+            if json_output:
+                _print_json(found)
+                return
+            cluster = client.cluster()
         table = Table(box=None, highlight=False)
         for column in (
             "QUEUE",
@@ -301,4 +319,17 @@ def register(app: typer.Typer) -> None:
                 str(q["held"]),
                 q["throttled_for"] or "-",
             )
-        Console().print(table)
+        console = Console(highlight=False, soft_wrap=True)
+        console.print(table)
+        drained = [
+            (node["name"], gpu)
+            for node in cluster["nodes"]
+            for gpu in node["gpus"]
+            if gpu["drained"]
+        ]
+        healthy = cluster["gpus"] - len(drained)
+        console.print(f"GPUs: {healthy} of {cluster['gpus']} healthy")
+        for name, gpu in drained:
+            console.print(
+                f"  drained: {name} GPU {gpu['index']} {gpu['uuid'] or ''} — {gpu['drained']}"
+            )

@@ -32,6 +32,7 @@ class EvictReason(StrEnum):
     RECLAIM = "reclaim"  # another queue takes back what it deserves
     CANCEL = "cancel"
     WINDOW = "window"  # the queue's time window closed
+    HEALTH = "health"  # its GPU is sick (runtimes only: the core never decides this)
 
 
 @dataclass(frozen=True, slots=True)

@@ -195,6 +195,8 @@ class GPUOut(BaseModel):
     index: int
     free: float
     jobs: list[str]
+    uuid: str | None = None  # what CUDA_VISIBLE_DEVICES names (None: a virtual GPU)
+    drained: str | None = None  # why the GPU takes no new work (docs/gpus.md), None: healthy
 
 
 class NodeOut(BaseModel):
@@ -488,6 +490,10 @@ def create_app(runtime: Runtime, render_metrics: Any, lifespan: Any = None) -> F
                 for task in job.tasks:
                     for device in task.placement.devices:
                         holders.setdefault((task.placement.node, device), []).append(job.id)
+            watch = runtime.gpu_watch
+            sick = watch.reasons() if watch is not None else {}
+            held = watch.held_milli if watch is not None else 0
+        host = runtime.host
         nodes = [
             NodeOut(
                 name=node.name,
@@ -497,6 +503,8 @@ def create_app(runtime: Runtime, render_metrics: Any, lifespan: Any = None) -> F
                         index=d,
                         free=free[node.index][d] / GPU_MILLI,
                         jobs=holders.get((node.index, d), []),
+                        uuid=host.uuid(d) if host is not None else None,
+                        drained=sick.get(d),
                     )
                     for d in range(node.gpus)
                 ],
@@ -504,7 +512,7 @@ def create_app(runtime: Runtime, render_metrics: Any, lifespan: Any = None) -> F
             for node in runtime.nodes
         ]
         total = sum(node.gpus for node in runtime.nodes)
-        used = total - sum(sum(f) for f in free) / GPU_MILLI
+        used = total - (sum(sum(f) for f in free) + held) / GPU_MILLI
         return ClusterOut(
             gpus=total, gpus_allocated=used, nodes=nodes, throttles=throttles, jobs=counts
         )

@@ -8,7 +8,7 @@ Any problem is a `ConfigError` whose message is one line naming the field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from caldera.core import UNIX_WEEK_OFFSET, PolicyConfig
 from caldera.model import Queue
+from caldera.service.gpus.health import HealthSettings
+from caldera.service.gpus.watch import GpuHealthModel, health_settings
 from caldera.sim.scenario import PolicyModel, QueueModel, build_queue, policy_config
 
 __all__ = [
@@ -52,6 +54,8 @@ class ConfigModel(BaseModel):
     poll_interval: float = Field(default=0.1, gt=0, le=10)
     # Least seconds between two cycles triggered by submissions (bursts share one cycle).
     cycle_gap: float = Field(default=0.05, ge=0, le=10)
+    # Polling this host's GPUs for XID/ECC errors, heat and lost devices (docs/gpus.md).
+    gpu_health: GpuHealthModel = Field(default_factory=GpuHealthModel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +78,7 @@ class ServiceConfig:
     policy: PolicyConfig
     poll_interval: float = 0.1
     cycle_gap: float = 0.05
+    gpu_health: HealthSettings | None = field(default_factory=HealthSettings)  # None: off
 
 
 def default_config(token: str, user: str = "admin") -> dict[str, Any]:
@@ -125,7 +130,14 @@ def parse_config(data: Any) -> ServiceConfig:
     tokens = {
         t.token: Principal(t.user, frozenset(t.queues), t.critical, t.admin) for t in model.tokens
     }
-    return ServiceConfig(queues, tokens, policy, model.poll_interval, model.cycle_gap)
+    return ServiceConfig(
+        queues,
+        tokens,
+        policy,
+        model.poll_interval,
+        model.cycle_gap,
+        health_settings(model.gpu_health),
+    )
 
 
 def _duplicate(names: list[str]) -> str:

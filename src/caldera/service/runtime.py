@@ -61,6 +61,8 @@ from caldera.model import (
     check_transition,
 )
 from caldera.service.config import ServiceConfig
+from caldera.service.gpus import HostGPUs
+from caldera.service.gpus.watch import Drain, GpuWatch
 from caldera.service.jobs import LiveJob, TaskRun, spec_from_request
 from caldera.service.launcher import JobFiles, Launch, Launcher, ProcessLauncher, environment
 from caldera.service.store import Batch, Store
@@ -122,6 +124,8 @@ class Runtime:
         launcher: Launcher | None = None,
         clock: Callable[[], float] = time.time,
         observe_cycle: Callable[[float], None] | None = None,
+        host: HostGPUs | None = None,
+        gpu_watch: GpuWatch | None = None,
     ) -> None:
         self.config = config
         self.policy_config = config.policy
@@ -138,6 +142,8 @@ class Runtime:
         self.jobs: dict[str, LiveJob] = {}
         self.throttles: dict[str, Throttle] = {}
         self.room = Room(nodes)
+        self.host = host  # the UUID behind each device; None: devices are plain indexes
+        self.gpu_watch = gpu_watch  # GPU health; None: no health polling (virtual GPUs)
         self.stats = RuntimeStats()
         self._dirty: dict[str, LiveJob] = {}
         self.index = JobIndex()
@@ -192,6 +198,7 @@ class Runtime:
         now = self.clock()
         with self.lock:
             self._poll(now)
+            self._check_gpus(now)
             self._flush()
             wakeup = self._next_wakeup
             since = now - self._last_cycle
@@ -213,6 +220,8 @@ class Runtime:
         # Renew only the views of jobs that changed since the last cycle: with thousands of
         # pending jobs a cycle then costs what changed, not what exists.
         refresh_index(self.index, self._stale, self.jobs)
+        if self.gpu_watch is not None:
+            self.gpu_watch.hold(self.room)  # sick GPUs take no new work
         return Snapshot(
             now=now,
             nodes=self.nodes,
@@ -411,7 +420,7 @@ class Runtime:
         files = JobFiles(self.data_dir, job.id)
         request = job.request
         caldera_env = {
-            "CUDA_VISIBLE_DEVICES": ",".join(str(d) for d in task.placement.devices),
+            "CUDA_VISIBLE_DEVICES": self._visible(task.placement.devices),
             "RANK": str(task.rank),
             "LOCAL_RANK": str(task.rank),
             "WORLD_SIZE": str(job.spec.tasks),
@@ -456,6 +465,12 @@ class Runtime:
                 self._signal(task, signal.SIGTERM)
             self._flush()
 
+    def _visible(self, devices: tuple[int, ...]) -> str:
+        """CUDA_VISIBLE_DEVICES: the devices' UUIDs (GPU-… or MIG-…), indexes if virtual."""
+        if self.host is None:
+            return ",".join(str(d) for d in devices)
+        return self.host.visible(devices)
+
     def launch_pending(self) -> None:
         """Spawn the tasks the last decisions started (loop thread, without the lock: a
         submission never waits for a fork). Their rows are committed already."""
@@ -467,23 +482,29 @@ class Runtime:
     def _signal(self, task: TaskRun, signum: signal.Signals) -> None:
         self.launcher.signal(task.pid, task.start_ticks, signum)
 
-    def evict(self, job: LiveJob, evict: Evict, now: float) -> None:
-        """Signal a running job (or some of its tasks) to give way (caller holds the lock)."""
+    def evict(
+        self, job: LiveJob, evict: Evict, now: float, grace: float | None = None, **detail: Any
+    ) -> None:
+        """Signal a running job (or some of its tasks) to give way (caller holds the lock).
+        `grace`: seconds before SIGKILL (default: the policy's grace period)."""
         spec = job.spec
         is_cancel = evict.reason is EvictReason.CANCEL
-        if not is_cancel and (
+        # A sick GPU moves every job, critical or protected too: none can run on it.
+        by_user_or_hardware = is_cancel or evict.reason is EvictReason.HEALTH
+        if not by_user_or_hardware and (
             spec.priority >= CRITICAL_PRIORITY or spec.protected or spec.conformance_protected
         ):
             # DESIGN §3: never, in any runtime. The core never asks; refuse if it ever does.
             self.stats.refused_evictions += 1
             log.error("refused to evict protected job %s (%s)", job.id, evict.reason)
             return
-        leaving = job.begin_leaving(evict.tasks, now, self.policy_config.grace_period)
+        grace = self.policy_config.grace_period if grace is None else grace
+        leaving = job.begin_leaving(evict.tasks, now, grace)
         if not leaving:
             return
         for task in leaving:
             self._actions.append(partial(self._signal, task, signal.SIGTERM))
-        if not is_cancel:
+        if not by_user_or_hardware:  # preemptions count (SLA, cooldown); a sick GPU does not
             job.evictions += 1
             job.last_evicted_at = now
         if not job.running:  # the whole gang leaves
@@ -503,8 +524,53 @@ class Runtime:
             preemptor_type=preemptor.spec.type.value if preemptor else None,
             tasks=[t.rank for t in leaving],
             gpus=sum(t.placement.gpu for t in leaving) / GPU_MILLI,
-            released_at=now + self.policy_config.grace_period,
+            released_at=now + grace,
+            **detail,
         )
+
+    def _check_gpus(self, now: float) -> None:
+        """Poll GPU health when due: drain sick devices, move their tasks off, give back the
+        ones that recovered (caller holds the lock)."""
+        watch = self.gpu_watch
+        if watch is None or not watch.due(now):
+            return
+        drains, restored = watch.poll(now)
+        for devices in restored:
+            watch.release(self.room, devices)
+            self._event(now, "gpu_restore", None, devices=list(devices))
+            self._cycle_needed = True
+        for drain in drains:
+            self._drain(drain, now)
+
+    def _drain(self, drain: Drain, now: float) -> None:
+        finding = drain.finding
+        self._event(
+            now,
+            "gpu_drain",
+            None,
+            gpu=finding.gpu,
+            uuid=finding.uuid,
+            reason=finding.reason,
+            severity=finding.severity.value,
+            devices=list(drain.devices),
+        )
+        self._cycle_needed = True
+        why = {"gpu": finding.uuid, "gpu_reason": finding.reason}
+        for job in self._busy():
+            if job.state is JobState.RELEASING and drain.fatal:
+                for task in job.tasks:  # already leaving: a dead GPU does not wait for it
+                    if set(task.placement.devices) & set(drain.devices) and not task.done:
+                        task.kill_at = min(task.kill_at or now, now)
+                continue
+            if job.state is not JobState.RUNNING:
+                continue
+            hit = GpuWatch.tasks_on([t.placement for t in job.running], drain.devices)
+            if not hit:
+                continue
+            # Only the tasks on the sick GPU leave, if the gang can do without them.
+            tasks = tuple(hit) if len(job.running) - len(hit) >= job.spec.min_available else ()
+            grace = 0.0 if drain.fatal else None
+            self.evict(job, Evict(job.id, EvictReason.HEALTH, None, tasks), now, grace, **why)
 
     # -- processes -------------------------------------------------------------------------
 
@@ -515,6 +581,8 @@ class Runtime:
             allocated = self.room.capacity_gpus * GPU_MILLI - sum(
                 sum(free) for free in self.room.free
             )
+            if self.gpu_watch is not None:
+                allocated -= self.gpu_watch.held_milli  # drained, not allocated
             self.stats.allocated_area += allocated * (now - last)
             self.stats.observed += now - last
         self.stats.last_poll = now

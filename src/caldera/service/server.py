@@ -23,7 +23,9 @@ from typing import IO, Any
 
 from caldera.service.config import ConfigError, ServiceConfig, default_config, load_config
 from caldera.service.config import parse_config as parse_config_data
-from caldera.service.gpus import DetectedGPUs, local_node
+from caldera.service.gpus import FakeNvml, HostGPUs, local_node
+from caldera.service.gpus.metrics import GpuCollector
+from caldera.service.gpus.watch import GpuWatch
 from caldera.service.metrics import ServiceMetrics
 from caldera.service.runtime import Runtime
 from caldera.service.store import Store, database_url_for
@@ -51,7 +53,7 @@ class Service:
     store: Store
     runtime: Runtime
     metrics: ServiceMetrics
-    gpus: DetectedGPUs
+    gpus: HostGPUs
     data_dir: Path
     lock: IO[str]
     app: Any
@@ -90,8 +92,10 @@ def build_service(
     data_dir: Path | None = None,
     gpus: int | None = None,
     database_url: str | None = None,
+    fake_gpus: str | None = None,
 ) -> Service:
-    """Everything but the HTTP server. Raises ConfigError or ServiceError."""
+    """Everything but the HTTP server. Raises ConfigError or ServiceError.
+    `fake_gpus`: a fake NVML shape (or JSON file) instead of this host's GPUs."""
     from caldera.service.api import create_app  # FastAPI is only needed to serve
 
     data = (data_dir or default_data_dir()).expanduser().resolve()
@@ -101,6 +105,12 @@ def build_service(
         raise ServiceError(f"cannot create data dir {data}: {error.strerror}") from None
     if gpus is not None and gpus < 0:
         raise ServiceError("--gpus must be 0 or more")
+    if gpus is not None and fake_gpus is not None:
+        raise ServiceError("--gpus and --fake-gpus cannot be used together")
+    try:
+        fake = FakeNvml.named(fake_gpus) if fake_gpus is not None else None
+    except ValueError as error:
+        raise ServiceError(str(error)) from None
     admin_token = None
     if config_path is None:
         admin_token = _default_token(data)
@@ -117,10 +127,20 @@ def build_service(
         lock.close()
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ServiceError(f"database: {first}") from None
-    node, detected = local_node(gpus)
+    node, host = local_node(gpus, fake)
+    watch = GpuWatch.for_host(host, config.gpu_health)
     metrics = ServiceMetrics()
-    runtime = Runtime(config, store, data, (node,), observe_cycle=metrics.observe_cycle)
+    runtime = Runtime(
+        config,
+        store,
+        data,
+        (node,),
+        observe_cycle=metrics.observe_cycle,
+        host=host,
+        gpu_watch=watch,
+    )
     metrics.attach(runtime)
+    metrics.registry.register(GpuCollector(host, watch, runtime.lock))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
@@ -131,7 +151,7 @@ def build_service(
             runtime.stop()
 
     app = create_app(runtime, metrics.render, lifespan)
-    return Service(config, store, runtime, metrics, detected, data, lock, app, admin_token)
+    return Service(config, store, runtime, metrics, host, data, lock, app, admin_token)
 
 
 def _check_address(host: str, port: int) -> None:
@@ -158,11 +178,12 @@ def serve(
     host: str,
     port: int,
     database_url: str | None,
+    fake_gpus: str | None = None,
 ) -> None:
     import uvicorn
 
     _check_address(host, port)
-    service = build_service(config_path, data_dir, gpus, database_url)
+    service = build_service(config_path, data_dir, gpus, database_url, fake_gpus)
     logging.basicConfig(level=logging.INFO, format="caldera: %(message)s", stream=sys.stderr)
     where = "SQLite in the data dir" if service.store.is_sqlite else "PostgreSQL"
     sys.stderr.write(
