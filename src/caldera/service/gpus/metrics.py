@@ -77,7 +77,7 @@ class GpuCollector(Collector):
         drain = GaugeMetricFamily(
             "caldera_gpu_drained",
             "1 for each drained GPU, with why.",
-            labels=[*_LABELS, "reason", "severity"],
+            labels=[*_LABELS, "reason", "verdict"],
         )
         xids = CounterMetricFamily(
             "caldera_gpu_xid_errors", "XID errors seen by NVML.", labels=[*_LABELS, "xid"]
