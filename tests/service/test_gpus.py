@@ -36,6 +36,7 @@ from caldera.service.gpus.inventory import gpu_model, mig_profile
 from caldera.service.gpus.metrics import GPU_METRICS, GpuCollector
 from caldera.service.gpus.smi import QUERY, discover_smi
 from caldera.service.gpus.watch import GpuWatch
+from caldera.service.metrics import ServiceMetrics
 from caldera.service.runtime import Runtime
 from caldera.service.store import Store, database_url_for
 
@@ -398,6 +399,11 @@ def test_a_fatal_error_stops_the_job_at_once(sick_world: Any) -> None:
     runtime.step()
     assert (1001, signal.SIGKILL) in launcher.signals
     assert runtime.stats.refused_evictions == 0
+    metrics = ServiceMetrics()
+    metrics.attach(runtime)
+    text = metrics.render().decode()
+    assert "caldera_critical_preempted 0.0" in text  # a dead GPU is no preemption
+    assert 'reason="health"' not in text
 
 
 def test_a_hot_gpu_comes_back_once_it_cooled(sick_world: Any) -> None:

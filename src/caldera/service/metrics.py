@@ -139,8 +139,8 @@ class _StateCollector(Collector):
         critical_preempted = 0
         for event in store.events_of_kind("evict"):
             data = event["data"] or {}
-            if data.get("reason") == "cancel":
-                continue
+            if data.get("reason") in ("cancel", "health"):
+                continue  # the user's own cancel, or a sick GPU (docs/gpus.md): no preemption
             key = (
                 str(data.get("victim_type")),
                 str(data.get("preemptor_type") or "none"),
