@@ -52,6 +52,7 @@ MODEL = [
     "GPU_MILLI",
     "IllegalTransition",
     "JobSpec",
+    "MAX_TIME_SHARING",
     "JobState",
     "JobType",
     "Node",
@@ -72,6 +73,8 @@ MODEL = [
     "parse_gpu_milli",
     "parse_memory_mib",
     "priority_class",
+    "shares_time",
+    "time_share",
 ]
 
 

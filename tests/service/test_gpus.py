@@ -512,3 +512,38 @@ def test_the_service_drains_a_gpu_that_reports_an_xid_error(fake_server: Any) ->
     assert f'caldera_gpu_drained{{gpu="{device}",model="H100",reason="XID 63"' in metrics
     assert "caldera_gpus_available 7.0" in metrics
     server.cli("cancel", job_id, token=OPS)
+
+
+# -- time-sharing ------------------------------------------------------------------------------
+
+
+def test_a_time_sharing_queue_puts_two_tasks_on_one_gpu_and_says_so(tmp_path: Path) -> None:
+    store = Store(database_url_for(tmp_path))
+    store.migrate()
+    launcher, clock = FakeLauncher(), Clock()
+    fake = SHAPES["h100-sxm"]()
+    fake.gpus = fake.gpus[:1]  # one GPU
+    node, host = local_node(nvml=fake)
+    config = parse_config({**CONFIG, "queues": [{"name": "dev", "time_sharing": 2}]})
+    runtime = Runtime(config, store, tmp_path, (node,), launcher, clock, host=host)
+    runtime.recover()
+    ids = [
+        runtime.submit(request(queue="dev", gpu=1000, name=f"d{i}"), "ops")["id"] for i in range(2)
+    ]
+    gang = runtime.submit(request(queue="dev", tasks=2, gpu=1000, name="gang"), "ops")["id"]
+    runtime.cycle()
+    assert [runtime.jobs[i].state for i in ids] == [JobState.RUNNING] * 2
+    assert runtime.jobs[gang].state is JobState.PENDING and runtime.jobs[gang].spec.gpu == 1000
+    for launch in launcher.launches:
+        assert launch.env["CUDA_VISIBLE_DEVICES"] == fake.gpus[0].uuid  # the same whole GPU
+        assert (launch.env["CALDERA_TIME_SHARED"], launch.env["CALDERA_GPU_FRACTION"]) == (
+            "2",
+            "0.5",
+        )
+    # The request keeps it, so a restarted server rebuilds the same job.
+    row = store.job(ids[0])
+    assert row is not None and row["request"]["time_shared"] == 2
+    again = Runtime(config, store, tmp_path, (node,), launcher, clock, host=host)
+    again.recover()
+    assert again.jobs[ids[0]].spec.time_shared == 2 and again.jobs[ids[0]].spec.gpu == 500
+    store.close()

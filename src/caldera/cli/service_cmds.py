@@ -61,6 +61,11 @@ def _short(text: str | None) -> str:
     return "-" if text is None else text.replace("T", " ").removesuffix("Z")
 
 
+def _sharing(job: dict[str, Any]) -> str:
+    ways = job.get("time_shared") or 0
+    return f" (time-shared {ways} ways, no memory isolation)" if ways else ""
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def serve(
@@ -170,7 +175,7 @@ def register(app: typer.Typer) -> None:
                 "state",
                 found["state"] + (f" ({found['hold_reason']})" if found["hold_reason"] else ""),
             ),
-            ("tasks", f"{found['tasks']} × {found['gpus_per_task']:g} GPU"),
+            ("tasks", f"{found['tasks']} × {found['gpus_per_task']:g} GPU" + _sharing(found)),
             ("submitted", _short(found["submit_time"])),
             ("started", _short(found["start_time"])),
             ("ended", _short(found["end_time"])),

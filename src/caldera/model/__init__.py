@@ -23,11 +23,13 @@ from caldera.model.jobtypes import (
 from caldera.model.lifecycle import TRANSITIONS, IllegalTransition, JobState, check_transition
 from caldera.model.queues import Queue, QueueState, TimeWindow
 from caldera.model.resources import Resources, parse_cpu, parse_gpu_milli, parse_memory_mib
+from caldera.model.sharing import MAX_TIME_SHARING, shares_time, time_share
 
 __all__ = [
     "CRITICAL_PRIORITY",
     "ESCALATION_CEILING",
     "GPU_MILLI",
+    "MAX_TIME_SHARING",
     "PRIORITY_CLASSES",
     "TRANSITIONS",
     "Checkpointing",
@@ -51,4 +53,6 @@ __all__ = [
     "parse_gpu_milli",
     "parse_memory_mib",
     "priority_class",
+    "shares_time",
+    "time_share",
 ]

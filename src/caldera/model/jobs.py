@@ -95,6 +95,7 @@ class JobSpec:
     duration: float | None = None
     max_retries: int = 0
     user: str = ""
+    time_shared: int = 0  # N: one of N tasks time-sharing one GPU (`time_share`); 0: not
     # Derived once: the cycle reads these tens of thousands of times.
     priority: int = field(init=False, repr=False, compare=False)
     task_request: Resources = field(init=False, repr=False, compare=False)
@@ -116,6 +117,8 @@ class JobSpec:
             raise ValueError("fractional GPUs are allowed only for single-task jobs")
         if self.gpu > 1000 and self.gpu % 1000:
             raise ValueError("a task takes either a fraction of one GPU or whole GPUs")
+        if self.time_shared and (self.time_shared < 2 or self.gpu != 1000 // self.time_shared):
+            raise ValueError("a time-shared task takes 1/N of one GPU, N >= 2")
         if not isinstance(self.labels, MappingProxyType):
             object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
         task = Resources(self.gpu, self.cpu, self.memory)

@@ -72,6 +72,9 @@ class Queue:
     state: QueueState = QueueState.OPEN
     time_windows: tuple[TimeWindow, ...] = ()
     critical_allowed: bool = True  # may jobs of type `critical` be submitted here at all?
+    # N >= 2: a single-task job asking for one whole GPU runs as one of N tasks sharing that
+    # GPU in time, with no memory isolation (seed 004: development queues). 0: off.
+    time_sharing: int = 0
 
     def in_window(self, t: float) -> bool:
         return not self.time_windows or any(w.contains(t) for w in self.time_windows)

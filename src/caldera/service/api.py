@@ -150,6 +150,8 @@ class JobOut(BaseModel):
     exit_code: int | None
     tasks: int
     gpus_per_task: float
+    # N: each task is one of N time-sharing a GPU, no memory isolation (docs/gpus.md); 0: not
+    time_shared: int = 0
     min_available: int
     command: list[str]
     labels: dict[str, str]
@@ -257,6 +259,7 @@ def job_out(row: dict[str, Any], node_names: list[str]) -> JobOut:
         exit_code=row["exit_code"],
         tasks=request["tasks"],
         gpus_per_task=request["gpu"] / GPU_MILLI,
+        time_shared=int(request.get("time_shared", 0)),
         min_available=request.get("min_available") or request["tasks"],
         command=list(request["command"]),
         labels=dict(request.get("labels") or {}),

@@ -115,6 +115,7 @@ def spec_from_request(job_id: str, request: dict[str, Any], submit: float, user:
         gpu_models=frozenset(models) if models else None,
         max_retries=int(request.get("max_retries", 0)),
         user=user,
+        time_shared=int(request.get("time_shared", 0)),
     )
 
 

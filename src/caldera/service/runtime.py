@@ -59,6 +59,8 @@ from caldera.model import (
     Queue,
     QueueState,
     check_transition,
+    shares_time,
+    time_share,
 )
 from caldera.service.config import ServiceConfig
 from caldera.service.gpus import HostGPUs
@@ -436,6 +438,8 @@ class Runtime:
             caldera_env["CALDERA_RESUME_STEP"] = str(job.checkpoint_step)
         if 0 < task.placement.milli < GPU_MILLI:
             caldera_env["CALDERA_GPU_FRACTION"] = f"{task.placement.milli / GPU_MILLI:g}"
+        if job.spec.time_shared:  # one of N on this GPU, no memory isolation (docs/gpus.md)
+            caldera_env["CALDERA_TIME_SHARED"] = str(job.spec.time_shared)
         workdir = Path(request.get("workdir") or files.root)
         launch = Launch(
             job=job.id,
@@ -767,6 +771,10 @@ class Runtime:
         now = self.clock()
         job_id = "j-" + secrets.token_hex(6)
         spec = spec_from_request(job_id, request, now, user)
+        queue = self.queues.get(spec.queue)
+        if shares_time(spec, queue):  # kept in the request: a restart rebuilds the same spec
+            spec = time_share(spec, queue)
+            request = {**request, "gpu": spec.gpu, "time_shared": spec.time_shared}
         with self.lock:
             admission = admit(
                 spec, self.queues, self.throttles, now, self.nodes, self.policy_config.week_offset

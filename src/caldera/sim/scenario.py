@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from caldera.core import PolicyConfig, get_policy
 from caldera.core.config import DEFAULT_SLO
 from caldera.model import (
+    MAX_TIME_SHARING,
     Checkpointing,
     JobSpec,
     JobType,
@@ -35,6 +36,7 @@ from caldera.model import (
     parse_cpu,
     parse_gpu_milli,
     parse_memory_mib,
+    time_share,
 )
 
 __all__ = [
@@ -119,6 +121,8 @@ class QueueModel(_Strict):
     state: Literal["Open", "Closing", "Closed"] = "Open"
     time_windows: list[TimeWindowModel] = Field(default_factory=list)
     critical_allowed: bool = True  # may jobs of type critical be submitted here?
+    # N >= 2: single-task 1-GPU jobs time-share a GPU N ways, no memory isolation (docs/gpus.md)
+    time_sharing: int = Field(default=0, ge=0, le=MAX_TIME_SHARING)
 
 
 class PolicyModel(_Strict):
@@ -310,6 +314,7 @@ def build_queue(model: QueueModel) -> Queue:
         reclaimable=model.reclaimable,
         state=QueueState(model.state),
         critical_allowed=model.critical_allowed,
+        time_sharing=model.time_sharing,
         time_windows=tuple(
             TimeWindow(frozenset(w.days), w.hours[0], w.hours[1]) for w in model.time_windows
         ),
@@ -499,6 +504,10 @@ def _expand(model: ScenarioModel, base: Path, name: str) -> Scenario:
     queue_names = [q.name for q in queues]
     if len(set(queue_names)) != len(queue_names):
         raise ValueError("queues: duplicate queue name")
+    by_name = {q.name: q for q in queues}
+    submissions = [  # time-sharing queues run 1-GPU single tasks as 1/N of a GPU
+        replace(s, spec=time_share(s.spec, by_name.get(s.spec.queue))) for s in submissions
+    ]
     submissions.sort(key=lambda s: (s.spec.submit, s.spec.name))
     config = policy_config(model.policy)
     return Scenario(
