@@ -3,10 +3,17 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+HTMX := src/caldera/service/ui/static/vendor/htmx.min.js
 
-.PHONY: demo test lint typecheck unit install clean bench system-deps
+.PHONY: demo test lint typecheck unit install clean bench system-deps ui-assets
 
-$(STAMP): pyproject.toml
+# The dashboard's front-end files, from the npm registry (ui/package-lock.json pins them).
+$(HTMX): ui/package.json ui/package-lock.json scripts/ui-assets.sh
+	./scripts/ui-assets.sh
+
+ui-assets: $(HTMX)
+
+$(STAMP): pyproject.toml $(HTMX)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
@@ -36,4 +43,4 @@ bench: $(STAMP)
 	$(BIN)/caldera bench cycle --nodes 1024 --gpus-per-node 8 --pending 10000 --running 4000
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache ui/node_modules src/caldera/service/ui/static/vendor

@@ -47,6 +47,7 @@ from caldera.core import (
     Throttle,
     ThrottleOff,
     ThrottleOn,
+    WaitingReasons,
     admit,
     get_policy,
     run,
@@ -147,6 +148,7 @@ class Runtime:
         self.host = host  # the UUID behind each device; None: devices are plain indexes
         self.gpu_watch = gpu_watch  # GPU health; None: no health polling (virtual GPUs)
         self.stats = RuntimeStats()
+        self.waiting = WaitingReasons()  # why pending jobs did not start, per the last cycle
         self._dirty: dict[str, LiveJob] = {}
         self.index = JobIndex()
         self._holding: dict[str, LiveJob] = {}  # jobs with tasks, kept by `_mark`
@@ -251,6 +253,7 @@ class Runtime:
                 began = time.perf_counter()
                 decisions = run(snapshot, self.policy)
                 elapsed = time.perf_counter() - began
+                self.waiting = WaitingReasons.of(decisions.waiting)
                 self.stats.cycles += 1
                 if self.observe_cycle is not None:
                     self.observe_cycle(elapsed)

@@ -29,6 +29,7 @@ from caldera.service.gpus.watch import GpuWatch
 from caldera.service.metrics import ServiceMetrics
 from caldera.service.runtime import Runtime
 from caldera.service.store import Store, database_url_for
+from caldera.service.ui import mount_ui
 
 __all__ = ["Service", "ServiceError", "build_service", "default_data_dir", "serve"]
 
@@ -151,6 +152,7 @@ def build_service(
             runtime.stop()
 
     app = create_app(runtime, metrics.render, lifespan)
+    mount_ui(app, runtime, metrics.registry)
     return Service(config, store, runtime, metrics, host, data, lock, app, admin_token)
 
 
@@ -189,6 +191,7 @@ def serve(
     sys.stderr.write(
         f"caldera: serving on http://{host}:{port} — {service.gpus.count} GPU(s) "
         f"({service.gpus.source}), state in {where}, data dir {service.data_dir}\n"
+        f"caldera: dashboard at http://{host}:{port}/ui (log in with your token)\n"
     )
     if service.admin_token is not None:
         sys.stderr.write(
