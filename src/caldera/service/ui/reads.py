@@ -200,7 +200,8 @@ def timeline(
     for event in caused:
         data = event["data"] or {}
         victim = event["job"]
-        text = f"{data.get('reason')}: took {_gpus(data.get('gpus'))} GPU from a {data.get('victim_type')} job:"
+        gpus = _gpus(data.get("gpus"))
+        text = f"{data.get('reason')}: took {gpus} GPU from a {data.get('victim_type')} job:"
         entries.append(TimelineEntry(event["t"], "preempted", text, victim))
     return sorted(entries, key=lambda e: e.t)
 
