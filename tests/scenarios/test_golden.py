@@ -284,3 +284,14 @@ def test_a_json_scenario_runs_like_its_yaml(tmp_path: Path) -> None:
     document = simulate(load_scenario(path))
     assert document["jobs"] == result(REJECTS)["jobs"]
     assert document["events"] == result(REJECTS)["events"]
+
+
+# -- issue 11: bugs found by peer test cases ------------------------------------------------
+
+ZERO = "deserved-zero.yaml"
+
+
+def test_an_explicit_zero_deserved_share_is_reclaimed() -> None:
+    evictions = [(e["job"], e["reason"], e["preemptor"], e["t"]) for e in events(ZERO, "evict")]
+    assert evictions == [("borrower", "reclaim", "owner", 60.0)]
+    assert job(ZERO, "owner")["start"] == 60.0

@@ -61,15 +61,14 @@ class QueueUsage:
     @property
     def share(self) -> float:
         """allocated / deserved, the larger over the resources that have a deserved value."""
-        share = 0.0
         if self.deserved.gpu > 0:
             share = self.allocated.gpu / self.deserved.gpu
+        else:  # GPUs always have a deserved value; nothing deserved, anything held: last
+            share = float("inf") if self.allocated.gpu > 0 else 0.0
         if self.deserved.cpu > 0:
             share = max(share, self.allocated.cpu / self.deserved.cpu)
         if self.deserved.memory > 0:
             share = max(share, self.allocated.memory / self.deserved.memory)
-        if self.deserved == Resources():
-            return float("inf") if self.allocated.gpu > 0 else 0.0
         return share
 
     def within_capability(self, extra: Resources) -> bool:
@@ -81,16 +80,17 @@ class QueueUsage:
 
 
 def _default_deserved(snapshot: Snapshot) -> dict[str, Resources]:
-    """Queues without a deserved GPU value get the cluster split by weight."""
+    """A queue given only a weight deserves weight / Σ weights of the cluster's GPUs (no CPU
+    or memory share). A queue with a `deserved` quota deserves exactly that: an explicit
+    `deserved: {gpu: 0}` is zero, not "unset" (DESIGN §4.1 step 7)."""
     total_gpu = snapshot.free_room.capacity_gpus * GPU_MILLI
     weights = sum(max(q.weight, 0) for q in snapshot.queues.values()) or 1
     result: dict[str, Resources] = {}
     for name, queue in snapshot.queues.items():
-        deserved = queue.deserved or Resources()
-        if deserved.gpu <= 0:
-            share = total_gpu * max(queue.weight, 0) // weights
-            deserved = Resources(share, deserved.cpu, deserved.memory)
-        result[name] = deserved
+        if queue.deserved is None:
+            result[name] = Resources(total_gpu * max(queue.weight, 0) // weights)
+        else:
+            result[name] = queue.deserved
     return result
 
 

@@ -61,7 +61,9 @@ class TimeWindow:
 
 @dataclass(frozen=True, slots=True)
 class Queue:
-    """A team's queue. Quotas are per resource; a zero dimension means "not set"."""
+    """A team's queue. Quotas are per resource; a zero dimension means "not set" — except a
+    `deserved` quota's GPUs: a queue without `deserved` deserves its weight's share of the
+    cluster's GPUs, one with `deserved` exactly its `gpu` value, 0 included."""
 
     name: str
     weight: int = 1
