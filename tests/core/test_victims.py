@@ -147,6 +147,18 @@ ELASTIC_VICTIM_LOSSY = Case(
     {"e": ("preempt", "P", (1,))},
 )
 
+ELASTIC_ONE_AT_A_TIME = Case(
+    # elastic 3×8, min_available 1: the 8-GPU preemptor needs one task's worth — only the
+    # last started extra task goes (issue 11, bug 2: not both extras as one bundle)
+    "elastic extra tasks are taken one at a time",
+    nodes(3),
+    [
+        job("e").gang(3, gpus=8, min_available=1).running().on_each("n-0", "n-1", "n-2"),
+        preemptor(),
+    ],
+    {"e": ("preempt", "P", (2,))},
+)
+
 FEASIBILITY = [
     Case(
         # n-0: a1 (4, cheap) + protected 4; n-1: b1 (4, cheap) + protected 4; n-2: e (8).
@@ -467,6 +479,7 @@ CASES = [
     *GANGS,
     ELASTIC_VICTIM,
     ELASTIC_VICTIM_LOSSY,
+    ELASTIC_ONE_AT_A_TIME,
     *FEASIBILITY,
     *NEVER,
     *COOLDOWN,

@@ -288,6 +288,25 @@ def test_a_json_scenario_runs_like_its_yaml(tmp_path: Path) -> None:
 
 # -- issue 11: bugs found by peer test cases ------------------------------------------------
 
+ONE_TASK = "elastic-one-task.yaml"
+ONE_TASK_RECLAIM = "elastic-one-task-reclaim.yaml"
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [(ONE_TASK, "preempt"), (ONE_TASK_RECLAIM, "reclaim")],
+    ids=["preempt", "reclaim"],
+)
+def test_extra_elastic_tasks_go_one_at_a_time(name: str, reason: str) -> None:
+    (evict,) = events(name, "evict")
+    assert (evict["job"], evict["gpus"], evict["tasks"]) == ("elastic", 1, 1)
+    assert (evict["reason"], evict["preemptor"], evict["t"]) == (reason, "big", 60.0)
+    assert job(name, "big")["start"] == 60.0
+    assert job(name, "elastic")["state"] == "Running"
+    # the node stays full while big runs: elastic never grows back into big's GPU
+    assert [e["t"] for e in events(name, "start", "elastic")] == [0.0]
+
+
 ZERO = "deserved-zero.yaml"
 
 

@@ -165,14 +165,29 @@ def give_way(
             heapq.heappush(heads, following)
 
 
+def _by_victim(plan: Plan) -> list[tuple[JobView, tuple[int, ...]]]:
+    """The plan's units as one eviction per job: its tasks, () for the whole gang."""
+    tasks: dict[str, tuple[JobView, set[int] | None]] = {}
+    for unit in plan.units:
+        victim, taken = tasks.get(unit.job.id, (unit.job, set()))
+        if unit.whole or taken is None:
+            tasks[unit.job.id] = (victim, None)
+        else:
+            tasks[unit.job.id] = (victim, taken | set(unit.tasks))
+    return [
+        (victim, () if taken is None else tuple(sorted(taken))) for victim, taken in tasks.values()
+    ]
+
+
 def _execute(cycle: CycleContext, job: JobView, plan: Plan, reason: EvictReason) -> None:
     pending: list[PendingVictim] = []
-    for unit in plan.units:
-        if unit.gpu <= cycle.eviction_budget or cycle.evicted_gpu == 0:
-            tasks = () if unit.whole else unit.tasks
-            cycle.evict(Evict(unit.job.id, reason, job.id, tasks, unit.gpu), unit.job)
+    for victim, tasks in _by_victim(plan):
+        gpu = victim.spec.gpu * (len(tasks) if tasks else len(victim.placement))
+        if gpu <= cycle.eviction_budget or cycle.evicted_gpu == 0:
+            cycle.evict(Evict(victim.id, reason, job.id, tasks, gpu), victim)
         else:
-            pending.append(PendingVictim(unit.job.id, () if unit.whole else unit.placements))
+            placements = tuple(victim.placement[i] for i in tasks)
+            pending.append(PendingVictim(victim.id, placements))
     victims = tuple(dict.fromkeys(unit.job.id for unit in plan.units))
     nomination = Nomination(plan.placement, victims, tuple(pending), cycle.now, reason.value)
     cycle.nominations.append(Nominate(job.id, nomination))

@@ -3,14 +3,16 @@
 Candidates for a preemptor P are running jobs with base priority < P's and effective weight
 < P's, never protected, never critical (>= 1000), never conformance-protected, never evicted
 within the cooldown (unless P is critical). A victim gives up all its tasks, or — if it runs
-more than `min_available` — only the tasks above that; never a gang below its minimum.
+more than `min_available` — tasks above that, each its own unit; never a gang below its
+minimum.
 
 Order of victims (ties broken by the next criterion):
   1. lowest effective weight;
   2. least work lost (GPU-seconds since the last checkpoint that would survive);
-  3. a gang's extra tasks before a whole gang (the job goes on);
+  3. a gang's extra tasks, one at a time and the last started first, before a whole gang
+     (the job goes on);
   4. most recently started;
-  5. job id (determinism).
+  5. job id (determinism), then the task.
 
 Search: for every candidate domain (each node for a single-task preemptor; each tier-N domain
 for a topology-constrained gang, plus the whole cluster unless the constraint is hard), add
@@ -46,7 +48,7 @@ __all__ = [
     "victim_units",
 ]
 
-VictimKey = tuple[float, float, int, float, str]
+VictimKey = tuple[float, float, int, float, str, int]
 
 Veto = Callable[["Unit", Mapping[str, int]], bool]
 """(unit, milli-GPUs already chosen per queue) -> may this unit join the plan?"""
@@ -93,31 +95,22 @@ class Unit:
 def victim_units(
     job: JobView, config: PolicyConfig, now: float, weight: float | None = None
 ) -> list[Unit]:
-    """The ways `job` can give way: extra tasks first (nothing lost), then the whole gang.
+    """The ways `job` can give way: each task above `min_available` on its own, the last
+    started first (nothing lost, the job goes on), then the whole gang.
     `weight`: its effective weight now, when the caller already has it."""
     if weight is None:
         weight = effective_weight(job, config, now)
     since = job.running_since if job.running_since is not None else 0.0
     running = len(job.placement)
-    units: list[Unit] = []
-    extra = running - job.spec.min_available
-    if extra > 0:
-        tasks = tuple(range(job.spec.min_available, running))
-        key = (_banded(weight, config), 0.0, 0, -since, job.id)
-        units.append(Unit(job, tasks, False, weight, 0.0, key, release_delay(job, config)))
-    lost = expected_loss(job, config, now)
+    banded = _banded(weight, config)
     delay = release_delay(job, config)
-    units.append(
-        Unit(
-            job,
-            tuple(range(running)),
-            True,
-            weight,
-            lost,
-            (_banded(weight, config), lost, 1, -since, job.id),
-            delay,
-        )
-    )
+    units = [
+        Unit(job, (task,), False, weight, 0.0, (banded, 0.0, 0, -since, job.id, -task), delay)
+        for task in range(running - 1, job.spec.min_available - 1, -1)
+    ]
+    lost = expected_loss(job, config, now)
+    key = (banded, lost, 1, -since, job.id, 0)
+    units.append(Unit(job, tuple(range(running)), True, weight, lost, key, delay))
     return units
 
 
