@@ -473,6 +473,47 @@ RECLAIM = [
     ),
 ]
 
+CAPPED = [
+    Case(
+        # `team` may hold 8 GPUs and holds 8 (v0, v1) while n-2 is free: P fits in the free
+        # room but not under the cap — it takes the victim that frees enough quota (issue 11,
+        # bug 1: before, a capped job never searched for victims)
+        "a job capped by its own queue's capability preempts inside it",
+        nodes(3),
+        [
+            normal("v0", gpus=4, since=HOUR).queue("team").on("n-0"),
+            normal("v1", gpus=4, since=2 * HOUR).queue("team").on("n-1"),
+            preemptor(gpus=4).queue("team"),
+        ],
+        preempt("v1"),
+        queues=[queue("team").capability(gpu=8)],
+    ),
+    Case(
+        # freeing 2 GPUs of quota is not enough for a 4-GPU preemptor: v0 and v1 both go
+        "quota victims free as much of the capability as the preemptor needs",
+        nodes(2),
+        [
+            normal("v0", gpus=2, since=HOUR).queue("team").on("n-0"),
+            normal("v1", gpus=2, since=2 * HOUR).queue("team").on("n-0"),
+            preemptor(gpus=4).queue("team"),
+        ],
+        preempt("v0", "v1"),
+        queues=[queue("team").capability(gpu=4)],
+    ),
+    Case(
+        # the capability is the obstacle, and another queue's victims cannot free it
+        "reclaim never frees a capped queue's quota",
+        nodes(2),
+        [
+            normal("t0", gpus=8).queue("team").protected().on("n-0"),
+            normal("b0", gpus=8).queue("b").on("n-1"),
+            preemptor(gpus=8).queue("team"),
+        ],
+        {},
+        queues=[queue("team").capability(gpu=8), queue("b").deserved(gpu=0)],
+    ),
+]
+
 CASES = [
     *ORDER,
     NEWEST,
@@ -485,6 +526,7 @@ CASES = [
     *COOLDOWN,
     *BUDGET,
     *RECLAIM,
+    *CAPPED,
 ]
 
 

@@ -288,6 +288,39 @@ def test_a_json_scenario_runs_like_its_yaml(tmp_path: Path) -> None:
 
 # -- issue 11: bugs found by peer test cases ------------------------------------------------
 
+CAPPED = "capability-preempt.yaml"
+
+
+def _held_by_queue_over_time(name: str, queue: str) -> list[tuple[float, float]]:
+    """(time, GPUs the queue holds — running and releasing) after each start, release or end."""
+    specs = {s.spec.name: s.spec for s in load_scenario(HERE / name).submissions}
+    running: dict[str, float] = {}
+    leaving: list[tuple[float, float]] = []  # (released_at, GPUs)
+    seen: list[tuple[float, float]] = []
+    for e in result(name)["events"]:
+        spec = specs.get(e["job"] or "")
+        if spec is None or spec.queue != queue:
+            continue
+        leaving = [(at, gpus) for at, gpus in leaving if at > e["t"]]
+        if e["kind"] == "start":
+            running[e["job"]] = running.get(e["job"], 0.0) + e["gpus"]
+        elif e["kind"] == "evict":
+            running[e["job"]] -= e["gpus"]
+            leaving.append((e["released_at"], e["gpus"]))
+        elif e["kind"] in ("finish", "fail", "cancel"):
+            running.pop(e["job"], None)
+        seen.append((e["t"], sum(running.values()) + sum(g for _, g in leaving)))
+    return seen
+
+
+def test_a_job_capped_by_its_own_queue_preempts_inside_it() -> None:
+    evictions = [(e["job"], e["reason"], e["preemptor"], e["t"]) for e in events(CAPPED, "evict")]
+    assert evictions == [("low2", "preempt", "urgent", 60.0)]
+    assert job(CAPPED, "urgent")["start"] == 60.0
+    assert result(CAPPED)["metrics"]["sla_attainment"]["critical"] == 1.0
+    assert all(held <= 4 for _, held in _held_by_queue_over_time(CAPPED, "team"))
+
+
 ONE_TASK = "elastic-one-task.yaml"
 ONE_TASK_RECLAIM = "elastic-one-task-reclaim.yaml"
 

@@ -7,7 +7,8 @@ Order:
      job is critical goes first: critical work is not held back by fairness;
   3. inside a queue: priority (high first), then submit time, then id.
 
-May: take free room, start jobs, record which could not be placed (for preempt/reclaim).
+May: take free room, start jobs, record which could not be placed — for want of room or of
+their queue's capability — for preempt/reclaim.
 May not: evict, exceed a queue's capability, start a gang with fewer than `min_available`
 tasks, or use room blocked for a nomination.
 Room only shrinks inside this phase, so a shape that failed once fails for the rest of it,
@@ -24,7 +25,7 @@ from caldera.core.decisions import Nominate
 from caldera.core.placement import place_job
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView
-from caldera.model import CRITICAL_PRIORITY
+from caldera.model import CRITICAL_PRIORITY, Resources
 
 __all__ = ["allocate", "job_order", "place_nominated", "placement_is_free"]
 
@@ -52,10 +53,15 @@ def placement_is_free(room: Room, placement: tuple[TaskPlacement, ...]) -> bool:
 
 
 def place_nominated(cycle: CycleContext, job: JobView) -> bool:
-    """Start a nominated preemptor on its promised room, or block that room. True: handled."""
+    """Start a nominated preemptor on its promised room, or block that room. True: handled.
+
+    It starts once the room is free and its queue is within its capability — victims of its
+    own queue, still releasing, may hold the quota it needs while its room is already free."""
     nomination = job.nomination
     assert nomination is not None
-    if placement_is_free(cycle.room, nomination.placement):
+    # Its own gang is counted in `promised`: nothing more may be added.
+    capped = not cycle.usage[job.spec.queue].within_capability(Resources())
+    if not capped and placement_is_free(cycle.room, nomination.placement):
         for task in nomination.placement:
             cycle.room.take(task)
         cycle.promise(job, -1)
@@ -71,7 +77,7 @@ def place_nominated(cycle: CycleContext, job: JobView) -> bool:
         cycle.nominations.append(Nominate(job.id, None))
         cycle.notes.append(f"{job.id}: nomination expired, re-planning")
         return False
-    elsewhere = place_job(cycle.room, job.spec)
+    elsewhere = None if capped else place_job(cycle.room, job.spec)
     if elsewhere is not None:
         cycle.promise(job, -1)
         cycle.start(job, elsewhere)
@@ -129,10 +135,10 @@ def allocate(cycle: CycleContext) -> None:
             jobs = groups[number][1]
             job = jobs[position]
             outcome = _STARTED if job.id in handled else _try_allocate(cycle, room, job, failed)
-            if outcome == _WAITING:
+            if outcome != _STARTED:
+                # Did not fit, or its queue's capability stands in the way: either way the
+                # group is settled here, and preempt may free room or quota for it.
                 cycle.waiting.append((groups[number], position))
-                continue
-            if outcome == _CAPPED:
                 continue
             if position + 1 < len(jobs):
                 heapq.heappush(queue_heads, (jobs[position + 1].spec.rank, number, position + 1))

@@ -9,15 +9,15 @@ nominate the room for the preemptor. Debug jobs (policy Never) never get here.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from caldera.core.allocate import job_order
-from caldera.core.context import CycleContext
+from caldera.core.context import CycleContext, QueueUsage
 from caldera.core.decisions import Evict, EvictReason, Nominate
 from caldera.core.snapshot import JobView, Nomination, PendingVictim
 from caldera.core.victims import Plan, Unit, VictimIndex, find_plan, is_protected, victim_units
 from caldera.core.weight import effective_weight
-from caldera.model import CRITICAL_PRIORITY, JobState
+from caldera.model import CRITICAL_PRIORITY, JobState, Resources
 
 __all__ = ["VictimPool", "VictimsByQueue", "continue_nominations", "give_way", "lower_priority"]
 
@@ -59,6 +59,37 @@ def _patience(cycle: CycleContext, job: JobView) -> float | None:
     return left if left >= 0 else None
 
 
+def _over_capability(usage: QueueUsage, extra: Resources) -> Resources | None:
+    """By how much `extra` would take the queue over its capability (None: it would not)."""
+    cap = usage.queue.capability
+    if cap is None or usage.within_capability(extra):
+        return None
+    total = usage.allocated + usage.promised + extra
+    return Resources(
+        *(
+            max(held - limit, 0) if limit > 0 else 0
+            for held, limit in (
+                (total.gpu, cap.gpu),
+                (total.cpu, cap.cpu),
+                (total.memory, cap.memory),
+            )
+        )
+    )
+
+
+def _frees(queue: str, need: Resources) -> Callable[[Sequence[Unit]], bool]:
+    """Do victims of `queue` among these units free at least `need`?"""
+
+    def enough(units: Sequence[Unit]) -> bool:
+        freed = Resources()
+        for unit in units:
+            if unit.job.spec.queue == queue:
+                freed = freed + unit.job.spec.task_request.scaled(len(unit.tasks))
+        return freed.gpu >= need.gpu and freed.cpu >= need.cpu and freed.memory >= need.memory
+
+    return enough
+
+
 def _eligible(cycle: CycleContext, preemptor: JobView, victim: JobView) -> bool:
     """The preemptor-dependent rules (DESIGN §4.1 step 1, §4.5)."""
     if victim.id in cycle.evicted or victim.id in cycle.claimed:
@@ -86,9 +117,12 @@ def give_way(
     pool: VictimPool,
     allow: Callable[[JobView, Unit, Mapping[str, int]], bool] | None = None,
     may_try: Callable[[JobView], bool] | None = None,
+    frees_quota: bool = False,
 ) -> None:
     """Work through the waiting groups in rank order; a group whose head finds no plan is
-    settled for this phase (its jobs would search the same victims for the same shape)."""
+    settled for this phase (its jobs would search the same victims for the same shape).
+    `frees_quota`: the pool holds the preemptor's own queue, so its victims can make room
+    under that queue's capability too."""
     heads: list[tuple[tuple[int, float, str], int, int]] = []
     groups = [group for group, _ in cycle.waiting]
     seen = cycle.waiting_seen.get(reason.value, 0)
@@ -120,8 +154,16 @@ def give_way(
         if may_try is not None and not may_try(job):
             continue  # the whole group asks the same of the same queue
         usage = cycle.usage.get(queue)
-        if usage is None or not usage.within_capability(job.spec.gang_request):
-            continue  # jobs of its queue started (or were promised room) since allocate
+        if usage is None:
+            continue
+        # Quota its own queue's victims must free for it to stay within the capability
+        # (jobs of its queue may also have started, or been promised room, since allocate).
+        over = _over_capability(usage, job.spec.gang_request)
+        enough = None
+        if over is not None:
+            if not frees_quota:
+                continue  # other queues' victims free room, never this queue's quota
+            enough = _frees(queue, over)
         failed_at = job.preempt_failed_at
         if (
             failed_at is not None
@@ -151,7 +193,7 @@ def give_way(
         plan = None
         if index.units:
             plan = find_plan(
-                cycle.room, job.spec, index, cycle.evicted, veto, _patience(cycle, job)
+                cycle.room, job.spec, index, cycle.evicted, veto, _patience(cycle, job), enough
             )
         if plan is not None and _wait_for_a_cheaper_plan(cycle, job, plan):
             plan = None

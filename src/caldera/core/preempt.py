@@ -2,8 +2,9 @@
 
 May: evict running jobs of the preemptor's own queue that the victim rules allow (lower
 priority, lower effective weight, unprotected, out of cooldown), whole gangs or tasks above
-`min_available`, only when the resulting room lets the preemptor actually be placed; nominate
-that room. May not: exceed the per-cycle eviction budget, evict for a debug job, or evict
+`min_available`, only when the resulting room lets the preemptor actually be placed and keeps
+its queue within its capability (a job held back only by that capability preempts too);
+nominate that room. May not: exceed the per-cycle eviction budget, evict for a debug job, or evict
 anything when no feasible set exists.
 """
 
@@ -25,4 +26,4 @@ def _same_queue(preemptor: JobView, by_queue: VictimsByQueue) -> list[Collection
 
 def preempt(cycle: CycleContext) -> None:
     cycle.memo("nominations_continued", lambda: continue_nominations(cycle))
-    give_way(cycle, EvictReason.PREEMPT, _same_queue)
+    give_way(cycle, EvictReason.PREEMPT, _same_queue, frees_quota=True)

@@ -53,6 +53,10 @@ VictimKey = tuple[float, float, int, float, str, int]
 Veto = Callable[["Unit", Mapping[str, int]], bool]
 """(unit, milli-GPUs already chosen per queue) -> may this unit join the plan?"""
 
+Enough = Callable[[Sequence["Unit"]], bool]
+"""(victims) -> do they free what the preemptor needs besides room? Monotone: more victims
+never make it false."""
+
 
 def is_protected(job: JobView) -> bool:
     """Never a victim: label protected, critical priority, or conformance-protected."""
@@ -315,6 +319,7 @@ def find_plan(
     gone: set[str] | None = None,
     allow: Veto | None = None,
     patience: float | None = None,
+    enough: Enough | None = None,
 ) -> Plan | None:
     """The cheapest feasible victim set over all candidate domains, or None.
 
@@ -322,13 +327,19 @@ def find_plan(
     `allow(unit, taken)` may veto a unit given the milli-GPUs already chosen per queue
     (reclaim keeps queues at their deserved share with it). `patience`: seconds the preemptor
     can still wait for room and start within its SLO — plans whose victims all release in
-    time come first.
+    time come first. `enough(units)`: do these victims free the quota the preemptor needs
+    besides room (its own queue's capability)? Adding victims never makes it false.
     Domains are tried cheapest-victim first and the search stops once no untried domain could
     beat the best plan.
     """
     gone = gone if gone is not None else set()
+    domains = candidate_domains(room, spec, index)
+    if enough is not None and None not in domains:
+        # Victims for quota need not make room: the preemptor may fit anywhere (placement
+        # honours its topology), while its queue's victims run elsewhere.
+        domains.append(None)
     options: list[tuple[float, int, Sequence[int] | None, list[Unit]]] = []
-    for order, nodes in enumerate(candidate_domains(room, spec, index)):
+    for order, nodes in enumerate(domains):
         local = index.on(nodes, gone)
         if not local:
             continue
@@ -347,7 +358,7 @@ def find_plan(
                 continue
             if best is not None and best.cost[0] == 0 and lowest > best.cost[1]:
                 break
-            plan = _plan_in_domain(room, spec, nodes, local, allow, order, patience)
+            plan = _plan_in_domain(room, spec, nodes, local, allow, order, patience, enough)
             if plan is not None and (best is None or plan.cost < best.cost):
                 best = plan
         if best is not None:
@@ -373,6 +384,7 @@ def _shortest_prefix(
     units: list[Unit],
     mark: int,
     at_least: int,
+    enough: Enough | None = None,
 ) -> tuple[int, tuple[TaskPlacement, ...]] | None:
     """The length of the shortest prefix of `units` whose eviction lets the gang fit, and the
     placement it gets. A longer prefix frees a superset of the room, so: gallop up from the
@@ -380,15 +392,17 @@ def _shortest_prefix(
     Most plans need a few victims out of hundreds of candidates; few are ever given back."""
     need = spec.gpu * spec.min_available
 
-    def fits_now() -> tuple[TaskPlacement, ...] | None:
+    def fits_now(length: int) -> tuple[TaskPlacement, ...] | None:
         if _free_on(room, spec, nodes) < need:
+            return None
+        if enough is not None and not enough(units[:length]):
             return None
         return _fits(room, spec, nodes)
 
     def attempt(length: int) -> tuple[TaskPlacement, ...] | None:
         room.rollback(mark)
         _give_units(room, units[:length])
-        return fits_now()
+        return fits_now(length)
 
     room.rollback(mark)
     given: set[tuple[str, int]] = set()
@@ -397,7 +411,7 @@ def _shortest_prefix(
     while True:
         _give_units(room, units[done:length], given)
         done = length
-        best = fits_now()
+        best = fits_now(length)
         if best is not None:
             break
         if length == len(units):
@@ -422,6 +436,7 @@ def _plan_in_domain(
     allow: Veto | None,
     order: int,
     patience: float | None,
+    enough: Enough | None = None,
 ) -> Plan | None:
     mark = room.mark()
     try:
@@ -442,7 +457,7 @@ def _plan_in_domain(
         at_least = _counted_prefix(room, spec, nodes, chosen)
         if at_least is None:
             return None
-        found = _shortest_prefix(room, spec, nodes, chosen, mark, at_least)
+        found = _shortest_prefix(room, spec, nodes, chosen, mark, at_least, enough)
         if found is None:
             return None
         length, placement = found
@@ -452,6 +467,8 @@ def _plan_in_domain(
             trial = [c for c in chosen if c is not unit]
             room.rollback(mark)
             if not trial or not _could_fit(room, spec, nodes, trial):
+                continue
+            if enough is not None and not enough(trial):
                 continue
             _give_units(room, trial)
             smaller = _fits(room, spec, nodes)
