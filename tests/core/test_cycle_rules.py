@@ -326,6 +326,26 @@ def test_elastic_tasks_stop_at_capability() -> None:
     assert tasks >= 1 and tasks * 4 <= 12
 
 
+def test_elastic_extras_wait_for_every_queues_minimum() -> None:
+    """Issue 11, bug 4: allocate starts a gang at `min_available`; its extra tasks grow in
+    backfill, after the other queue's pending job had its turn. One node of 4 GPUs, queues
+    q1 and q2 alike: `wide` (q1, 4 × 1, min 1) and `early` (q2, 1 GPU) both start, and wide
+    grows into the 2 GPUs left over — one start decision per job."""
+    nodes = cluster().group("n", gpus=4).build()
+    snap = snapshot(
+        nodes,
+        queues=[queue("q1"), queue("q2")],
+        jobs=[
+            job("wide").queue("q1").gang(4, gpus=1, min_available=1).submitted(0),
+            job("early").queue("q2").gpus(1).submitted(0),
+        ],
+    )
+    decisions = run(snap)
+    starts = decided_starts(snap, decisions)
+    assert (len(starts["wide"]), len(starts["early"])) == (3, 1)
+    assert [s.job for s in decisions.starts].count("wide") == 1
+
+
 # -- allocate order ---------------------------------------------------------------------------
 
 

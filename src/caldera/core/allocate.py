@@ -9,8 +9,9 @@ Order:
 
 May: take free room, start jobs, record which could not be placed — for want of room or of
 their queue's capability — for preempt/reclaim.
-May not: evict, exceed a queue's capability, start a gang with fewer than `min_available`
-tasks, or use room blocked for a nomination.
+May not: evict, exceed a queue's capability, start a gang with fewer or more than
+`min_available` tasks (extra tasks of an elastic job are backfill's), or use room blocked for
+a nomination.
 Room only shrinks inside this phase, so a shape that failed once fails for the rest of it,
 and a queue that hit its capability stays there: such a pending group is settled at once,
 which keeps the phase's cost proportional to what starts, not to the backlog.
@@ -156,16 +157,11 @@ def _try_allocate(cycle: CycleContext, room: Room, job: JobView, failed: set[int
     shape = job.spec.shape
     if shape in failed:
         return _WAITING
-    placement = place_job(room, job.spec)
+    # The gang at its minimum: extra tasks grow in backfill, once every queue's pending jobs
+    # had their turn (an elastic job must not hold room another queue deserves).
+    placement = place_job(room, job.spec, maximum=job.spec.min_available)
     if placement is None:
         failed.add(shape)
         return _WAITING
-    if len(placement) > job.spec.min_available and not usage.within_capability(
-        job.spec.task_request.scaled(len(placement))
-    ):
-        # Extra elastic tasks would break the cap: keep only the gang.
-        for task in placement[job.spec.min_available :]:
-            room.give(task)
-        placement = placement[: job.spec.min_available]
     cycle.start(job, placement)
     return _STARTED

@@ -1,7 +1,8 @@
 """Phase 5, backfill: use room that is left without delaying anyone who holds a reservation.
 
-May: add the extra tasks of running elastic jobs (tasks above `min_available`), binpacked, as
-far as their queue's capability allows. May not: touch room reserved for a preemptor, or
+May: add the extra tasks of elastic jobs (tasks above `min_available`) — running ones, and
+those allocate started at their minimum this cycle — binpacked, queues with the lowest share
+first, as far as their queue's capability allows. May not: touch room reserved for a preemptor, or
 evict. (DESIGN lets backfill lend reserved room to jobs expected to finish first; caldera does
 not: an expected duration is a promise nothing enforces, and a filler that overruns would hold
 a critical or large job's room — the reservation lasts only a grace period anyway.)
@@ -23,34 +24,56 @@ def backfill(cycle: CycleContext) -> None:
 
 
 def _grow_elastic(cycle: CycleContext) -> None:
+    """Extra tasks for running elastic jobs and for those allocate started at their
+    minimum, queues by share (lowest first), then job order."""
+    index = cycle.snapshot.job_index
     growing = [
         job
-        for job in cycle.snapshot.job_index.growable.values()
+        for job in index.growable.values()
         if job.id not in cycle.evicted and job.state is JobState.RUNNING
     ]
-    for job in sorted(growing, key=job_order):
+    started: dict[str, int] = {}
+    for start in cycle.starts:
+        job = cycle.jobs.get(start.job)
+        if job is not None and not start.grow and job.spec.tasks > len(start.placement):
+            growing.append(job)
+            started[job.id] = len(start.placement)
+    shares = {name: usage.share for name, usage in cycle.usage.items()}
+    growing.sort(key=lambda job: (shares.get(job.spec.queue, 0.0), job_order(job)))
+    for job in growing:
         usage = cycle.usage.get(job.spec.queue)
         if usage is None:
             continue
         # A task still releasing is still a replica: never more than `tasks` alive at once.
-        want = job.spec.tasks - len(job.placement) - len(job.releasing)
+        alive = started.get(job.id, len(job.placement) + len(job.releasing))
+        want = job.spec.tasks - alive
         while want and not usage.within_capability(job.spec.task_request.scaled(want)):
             want -= 1
         if not want:
             continue
-        nodes = _nodes_of(cycle, job)
+        nodes = _nodes_of(cycle, job, started.get(job.id) is not None)
         extra = place_job(cycle.room, job.spec, minimum=1, maximum=want, within=nodes)
-        if extra is not None:
+        if extra is None:
+            continue
+        if job.id in started:
+            cycle.extend_start(job, extra)
+        else:
             cycle.start(job, extra, grow=True)
 
 
-def _nodes_of(cycle: CycleContext, job: JobView) -> tuple[int, ...] | None:
+def _nodes_of(cycle: CycleContext, job: JobView, just_started: bool) -> tuple[int, ...] | None:
     """Hard topology keeps extra tasks inside the domain the job already runs in."""
     topology = job.spec.topology
-    if topology is None or topology.mode.value != "hard" or not job.placement:
+    if topology is None or topology.mode.value != "hard":
+        return None
+    if just_started:
+        placement = next(s.placement for s in cycle.starts if s.job == job.id)
+    else:
+        placement = job.placement
+    if not placement:
         return None
     room = cycle.room
-    first = room.nodes[job.placement[0].node]
+    first = room.nodes[placement[0].node]
     if topology.highest_tier <= 1:
         return tuple(room.tier1_nodes[first.tier1])
     return tuple(room.tier2_nodes[first.tier2])

@@ -185,6 +185,19 @@ class CycleContext:
         if usage is not None:
             usage.allocated = usage.allocated + job.spec.task_request.scaled(len(placement))
 
+    def extend_start(self, job: JobView, extra: tuple[TaskPlacement, ...]) -> None:
+        """Add tasks to a start decided earlier in this cycle (one start per job and cycle);
+        the room is already taken by the caller."""
+        for number, start in enumerate(self.starts):
+            if start.job == job.id:
+                self.starts[number] = Start(job.id, start.placement + extra, start.grow)
+                break
+        else:
+            raise ValueError(f"{job.id} was not started in this cycle")
+        usage = self.usage.get(job.spec.queue)
+        if usage is not None:
+            usage.allocated = usage.allocated + job.spec.task_request.scaled(len(extra))
+
     def evict(self, evict: Evict, victim: JobView) -> None:
         self.evictions.append(evict)
         self.evicted.add(victim.id)
