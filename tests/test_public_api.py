@@ -39,9 +39,6 @@ CORE = [
     "admit",
     "could_ever_fit",
     "effective_weight",
-    "get_policy",
-    "policy_names",
-    "register_policy",
     "run",
 ]
 

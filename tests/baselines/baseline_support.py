@@ -8,8 +8,9 @@ from dataclasses import replace
 from typing import Any
 
 from builders import ClusterBuilder, JobBuilder, QueueBuilder, snapshot
-from caldera.core import Decisions, JobView, PolicyConfig, Snapshot, get_policy, run
+from caldera.core import Decisions, JobView, PolicyConfig, Snapshot, run
 from caldera.model import JobState, Node
+from caldera.policies import get_policy
 from caldera.sim import Scenario
 
 __all__ = [

@@ -18,7 +18,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from invariant_checks import violations
 
-from caldera.core import JobView, PolicyConfig, Snapshot, TaskPlacement, run
+from caldera.core import CALDERA, JobView, PolicyConfig, Snapshot, TaskPlacement, run
 from caldera.model import (
     GPU_MILLI,
     Checkpointing,
@@ -228,7 +228,7 @@ def worlds(draw: st.DrawFn, contended: bool = False) -> World:
 @given(st.one_of(worlds(), worlds(contended=True)))
 def test_cycle_decides_only_what_design_allows(world: World) -> None:
     snap = world.snapshot()
-    decisions = run(snap)
+    decisions = run(snap, CALDERA)
     assert violations(snap, decisions) == []
 
 
@@ -236,7 +236,7 @@ def test_cycle_decides_only_what_design_allows(world: World) -> None:
 def test_cycle_is_deterministic(world: World) -> None:
     """Equal snapshots, each built afresh (as a runtime rebuilding its state would), give
     equal decisions."""
-    assert run(world.snapshot()) == run(world.snapshot())
+    assert run(world.snapshot(), CALDERA) == run(world.snapshot(), CALDERA)
 
 
 @given(worlds())
@@ -244,7 +244,7 @@ def test_cycle_leaves_the_snapshot_unchanged(world: World) -> None:
     snap = world.snapshot()
     before = snap.free_room.fingerprint()
     jobs_before = snap.jobs
-    run(snap)
+    run(snap, CALDERA)
     assert snap.free_room.fingerprint() == before
     assert snap.jobs == jobs_before
 
@@ -272,7 +272,7 @@ _B6 = World(
 @given(worlds())
 def test_cycle_is_repeatable_on_one_snapshot(world: World) -> None:
     snap = world.snapshot()
-    assert run(snap) == run(snap)
+    assert run(snap, CALDERA) == run(snap, CALDERA)
 
 
 @example(_B6)
@@ -280,7 +280,7 @@ def test_cycle_is_repeatable_on_one_snapshot(world: World) -> None:
 def test_cycle_leaves_the_room_order_unchanged(world: World) -> None:
     snap = world.snapshot()
     before = room_order(snap)
-    run(snap)
+    run(snap, CALDERA)
     assert room_order(snap) == before
 
 
@@ -290,10 +290,10 @@ def test_pending_jobs_start_when_the_cluster_is_empty_enough(world: World) -> No
     cluster on its own and its queue's capability is started."""
     pending = tuple(j for j in world.jobs if j.state is JobState.PENDING)
     snap = Snapshot(NOW, world.nodes, dict(world.queues), pending, world.config)
-    decisions = run(snap)
+    decisions = run(snap, CALDERA)
     assert violations(snap, decisions) == []
     if pending and not decisions.starts:
         # then no pending job could run alone on the empty cluster
         for j in pending:
             alone = Snapshot(NOW, world.nodes, dict(world.queues), (j,), world.config)
-            assert run(alone).starts == (), f"{j.id} fits alone but nothing started"
+            assert run(alone, CALDERA).starts == (), f"{j.id} fits alone but nothing started"

@@ -9,6 +9,7 @@ import pytest
 
 from builders import cluster, decided_evictions, decided_starts, job, queue, snapshot
 from caldera.core import (
+    CALDERA,
     Hold,
     Nomination,
     PendingVictim,
@@ -84,7 +85,7 @@ def test_effective_weight_only_defends() -> None:
         jobs=[job("v").gpus(8).running(since=NOW).on("n-0"), job("P").gpus(8).submitted(0)],
         now=NOW,
     )
-    assert run(snap).evictions == ()
+    assert run(snap, CALDERA).evictions == ()
 
 
 # -- debug never preempts, whatever its priority ---------------------------------------------
@@ -110,7 +111,7 @@ def test_debug_policy_never_is_what_stops_it(
         ],
         now=NOW,
     )
-    assert decided_evictions(run(snap)) == want_evicted
+    assert decided_evictions(run(snap, CALDERA)) == want_evicted
 
 
 # -- budget: one unit bigger than the budget goes alone ---------------------------------------
@@ -131,7 +132,7 @@ def test_a_victim_gang_larger_than_the_budget_goes_alone() -> None:
         ],
         now=NOW + 1,
     )
-    decisions = run(snap)
+    decisions = run(snap, CALDERA)
     assert decided_evictions(decisions) == {"g": ("preempt", "P1", ())}
     pending = {n.job: n.nomination.pending_victims for n in decisions.nominations if n.nomination}
     assert pending == {"P1": ()}
@@ -275,7 +276,7 @@ def test_closed_queue_pending_jobs_wait_and_running_jobs_continue() -> None:
         jobs=[job("r").queue("q").gpus(8).running().on("n-0"), job("p").queue("q").gpus(8)],
         now=60,
     )
-    decisions = run(snap)
+    decisions = run(snap, CALDERA)
     assert decisions.starts == () and decisions.evictions == ()
 
 
@@ -289,13 +290,13 @@ def test_window_holds_pending_and_releases_held() -> None:
         jobs=[job("p").queue("night").gpus(8), job("h").queue("night").gpus(8).held("window")],
         now=day,
     )
-    decisions = run(snap)
+    decisions = run(snap, CALDERA)
     assert decisions.holds == (Hold("p", "window"),) and decisions.starts == ()
     assert decisions.wakeup == 22 * HOUR  # the window opens at 22:00
     snap = snapshot(
         nodes, queues=[night], jobs=[job("h").queue("night").held("window")], now=23 * HOUR
     )
-    assert run(snap).releases == (Release("h", "window"),)
+    assert run(snap, CALDERA).releases == (Release("h", "window"),)
 
 
 def test_capability_caps_a_queue() -> None:
@@ -310,7 +311,7 @@ def test_capability_caps_a_queue() -> None:
         ],
     )
     # 8 running + 8 for `a` = 16 = the cap; `b` would make 24
-    assert set(decided_starts(snap, run(snap))) == {"a"}
+    assert set(decided_starts(snap, run(snap, CALDERA))) == {"a"}
 
 
 def test_elastic_tasks_stop_at_capability() -> None:
@@ -322,7 +323,7 @@ def test_elastic_tasks_stop_at_capability() -> None:
     )
     # room for all four 4-GPU tasks, but 12 GPUs of capability: at most three, at least the
     # gang's minimum of one (the cycle may keep only the minimum and grow it later)
-    tasks = len(decided_starts(snap, run(snap))["e"])
+    tasks = len(decided_starts(snap, run(snap, CALDERA))["e"])
     assert tasks >= 1 and tasks * 4 <= 12
 
 
@@ -373,7 +374,7 @@ def test_queue_with_the_lowest_share_goes_first(
             job("p1").queue("poor").gpus(8).submitted(5),
         ],
     )
-    assert list(decided_starts(snap, run(snap))) == [want]
+    assert list(decided_starts(snap, run(snap, CALDERA))) == [want]
 
 
 def test_jobs_in_a_queue_by_priority_then_submit_time() -> None:
@@ -387,7 +388,7 @@ def test_jobs_in_a_queue_by_priority_then_submit_time() -> None:
         ],
     )
     # room for two of the three 4-GPU jobs: both normals, the earlier first; debug waits
-    assert list(decided_starts(snap, run(snap))) == ["early-normal", "late-normal"]
+    assert list(decided_starts(snap, run(snap, CALDERA))) == ["early-normal", "late-normal"]
 
 
 def test_critical_goes_first_whatever_its_queue_share() -> None:
@@ -401,7 +402,7 @@ def test_critical_goes_first_whatever_its_queue_share() -> None:
             job("n").queue("team").gpus(8).submitted(0),
         ],
     )
-    assert list(decided_starts(snap, run(snap))) == ["c"]
+    assert list(decided_starts(snap, run(snap, CALDERA))) == ["c"]
 
 
 # -- throttle (§4.4) ------------------------------------------------------------------------
@@ -419,7 +420,7 @@ def test_throttle_turns_on_when_a_large_job_cannot_be_placed() -> None:
         queues=[queue("q"), queue("default")],
         now=NOW,
     )
-    decisions = run(snap)
+    decisions = run(snap, CALDERA)
     assert decisions.throttles == (ThrottleOn("q", "big"),)
     assert decisions.wakeup == NOW + 300  # the 300 s timeout
 
@@ -434,7 +435,7 @@ def test_throttle_turns_on_only_once_per_large_job() -> None:
         ],
         now=NOW,
     )
-    assert run(snap).throttles == ()
+    assert run(snap, CALDERA).throttles == ()
 
 
 THROTTLE_END_CASES = [
@@ -471,7 +472,7 @@ def test_throttle_ends_and_releases_held_jobs_in_submission_order(
         throttles=[Throttle("default", "big", NOW)],
         now=now,
     )
-    decisions = run(snap)
+    decisions = run(snap, CALDERA)
     if want_off is None:
         assert decisions.throttles == () and decisions.releases == ()
     else:
@@ -502,7 +503,7 @@ def test_room_reserved_for_a_preemptor_is_not_given_to_others() -> None:
         ],
         now=NOW + 2,
     )
-    decisions = run(snap)
+    decisions = run(snap, CALDERA)
     assert decided_starts(snap, decisions) == {}
 
 
@@ -521,7 +522,7 @@ def test_a_nominated_preemptor_starts_on_its_room_when_free() -> None:
         ],
         now=NOW + 120,
     )
-    decisions = run(snap)
+    decisions = run(snap, CALDERA)
     assert decided_starts(snap, decisions) == {"big": (("n-1", tuple(range(8)), 1000),)}
 
 

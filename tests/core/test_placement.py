@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from builders import ClusterBuilder, JobBuilder, cluster, decided_starts, job, snapshot
-from caldera.core import run
+from caldera.core import CALDERA, run
 
 W = 1000  # milli per device of a whole-GPU task
 
@@ -271,7 +271,7 @@ CASES = ISLANDS + TOPOLOGY + BINPACK + SHARES + MODELS + ELASTIC
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_placement(case: Case) -> None:
     snap = snapshot(case.nodes, jobs=case.jobs)
-    decisions = run(snap)
+    decisions = run(snap, CALDERA)
     assert decided_starts(snap, decisions) == case.want_starts
     assert {s.job for s in decisions.starts if s.grow} == case.want_grow
     assert decisions.evictions == ()

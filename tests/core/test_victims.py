@@ -23,7 +23,7 @@ from builders import (
     queue,
     snapshot,
 )
-from caldera.core import PolicyConfig, run
+from caldera.core import CALDERA, PolicyConfig, run
 
 HOUR = 3600.0
 NOW = 10 * HOUR
@@ -534,7 +534,7 @@ def decide(case: Case):  # type: ignore[no-untyped-def]
     snap = snapshot(
         case.nodes, queues=case.queues, jobs=case.jobs, now=case.now, config=case.config
     )
-    return snap, run(snap)
+    return snap, run(snap, CALDERA)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

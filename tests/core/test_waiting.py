@@ -10,7 +10,7 @@ from hypothesis import given
 from test_cycle_properties import World, worlds
 
 from builders import JobBuilder, QueueBuilder, cluster, job, queue, snapshot
-from caldera.core import Snapshot, WaitingReasons, WaitReason, run
+from caldera.core import CALDERA, Snapshot, WaitingReasons, WaitReason, run
 from caldera.model import JobState
 
 NOW = 10_000.0
@@ -113,7 +113,7 @@ CASES = [
 
 
 def reasons(snap: Snapshot) -> dict[str, tuple[WaitReason, str] | None]:
-    decisions = run(snap)
+    decisions = run(snap, CALDERA)
     started = {s.job for s in decisions.starts}
     found = WaitingReasons.of(decisions.waiting)
     result: dict[str, tuple[WaitReason, str] | None] = {}
@@ -140,7 +140,7 @@ def test_reason(case: Case) -> None:
 @given(worlds())
 def test_every_pending_job_left_waiting_is_explained(world: World) -> None:
     snap = world.snapshot()
-    decisions = run(snap)
+    decisions = run(snap, CALDERA)
     moved = {s.job for s in decisions.starts} | {h.job for h in decisions.holds}
     found = WaitingReasons.of(decisions.waiting)
     for view in snap.in_state(JobState.PENDING):

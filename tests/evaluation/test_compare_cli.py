@@ -12,7 +12,7 @@ from evaluation_support import excerpt
 from typer.testing import CliRunner
 
 from caldera.cli.main import app
-from caldera.core import policy_names
+from caldera.policies import policy_names
 from caldera.report import TARGETS, order_policies, run_policies
 from caldera.sim import load_scenario
 

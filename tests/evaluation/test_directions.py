@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from caldera.core import policy_names
+from caldera.policies import policy_names
 from caldera.sim import parse_scenario, simulate
 
 BASELINES = ("volcano", "priority-kill")

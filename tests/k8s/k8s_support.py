@@ -7,7 +7,7 @@
     assert world.pinned("small0") == ["n-0"]
 
 Records live in namespace `team` unless said otherwise; the queue config is the service's
-format (`caldera.service.config.parse_config`), as `caldera k8s run --config` reads it. The
+format (`caldera.k8s.config.parse_kube_config`), as `caldera k8s run --config` reads it. The
 clock is the fake cluster's: `step(seconds)` advances it first. `restart()` throws the
 controller away and starts a new one on the same cluster (a crash, a fail-over).
 """
@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from caldera.k8s import FakeCluster, KubeRuntime, KubeSettings, names
-from caldera.service.config import parse_config
+from caldera.k8s.config import parse_kube_config
 
 __all__ = ["NAMESPACE", "World", "request"]
 
@@ -39,7 +39,7 @@ class World:
         policy: dict[str, Any] | None = None,
         settings: KubeSettings | None = None,
     ) -> None:
-        config = parse_config(
+        config = parse_kube_config(
             {
                 "queues": queues or [{"name": "team"}],
                 "policy": {"grace_period": 120, "eviction_budget": 1.0, **(policy or {})},

@@ -18,6 +18,7 @@ from caldera.core import UNIX_WEEK_OFFSET
 from caldera.k8s import ClusterUnavailable, FakeCluster, KubeRuntime, names
 from caldera.k8s.config import KubeConfigError, load_kube_config, load_render_input
 from caldera.k8s.controller import Controller
+from caldera.sim import parse_scenario
 
 SCENARIO = {
     "cluster": {
@@ -181,13 +182,15 @@ def test_kubernetes_settings_are_read_from_the_config(tmp_path: Path) -> None:
 
 
 def test_a_scenario_and_a_config_are_told_apart(tmp_path: Path) -> None:
-    config, scenario = load_render_input(write(tmp_path, "s.yaml", SCENARIO))
+    config, scenario = load_render_input(write(tmp_path, "s.yaml", SCENARIO), parse_scenario)
     assert scenario is not None and len(scenario.nodes) == 4
     assert [q.name for q in config.queues] == ["prod"]
-    config, scenario = load_render_input(write(tmp_path, "c.yaml", {"queues": [{"name": "a"}]}))
+    config, scenario = load_render_input(
+        write(tmp_path, "c.yaml", {"queues": [{"name": "a"}]}), parse_scenario
+    )
     assert scenario is None
     with pytest.raises(KubeConfigError, match=r"[Nn]o such file"):
-        load_render_input(tmp_path / "missing.yaml")
+        load_render_input(tmp_path / "missing.yaml", parse_scenario)
 
 
 # -- the loop ----------------------------------------------------------------------------------
@@ -267,7 +270,7 @@ def test_the_public_api_is_pinned() -> None:
             "ClusterAPI",
             "ClusterError",
             "ClusterUnavailable",
-            "Conflict",
+            "ClusterConflict",
             "FakeClock",
             "FakeCluster",
             "Forbidden",

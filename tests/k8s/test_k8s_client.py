@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 from caldera.cli.main import app
 from caldera.core import PolicyConfig
 from caldera.k8s import (
+    ClusterConflict,
     ClusterUnavailable,
-    Conflict,
     FakeClock,
     FakeCluster,
     Forbidden,
@@ -144,10 +144,10 @@ def test_create_and_delete_a_pod_with_grace_period_and_uid_precondition(
     post = last(stub, "POST")
     assert post.path == "/api/v1/namespaces/team/pods"
     assert post.body == body
-    with pytest.raises(Conflict, match="already exists"):
+    with pytest.raises(ClusterConflict, match="already exists"):
         api.create_pod("team", body)
 
-    with pytest.raises(Conflict, match="Precondition"):
+    with pytest.raises(ClusterConflict, match="Precondition"):
         api.delete_pod("team", "job-1-0", 120, uid="someone-else")
     assert api.delete_pod("team", "job-1-0", 120, uid=created["metadata"]["uid"]) is True
     delete = last(stub, "DELETE")
@@ -242,7 +242,7 @@ def test_priority_classes_are_created_once_and_never_silently_changed(
         api.apply_priority_class(body)
     assert len(stub.calls("POST")) == 4  # already there and equal: nothing written
     stub.update("scheduling.k8s.io/v1", "priorityclasses", "large-job", "", {"value": 900})
-    with pytest.raises(Conflict, match="exists with value 900") as error:
+    with pytest.raises(ClusterConflict, match="exists with value 900") as error:
         api.apply_priority_class(priority_classes()[1])
     assert "\n" not in str(error.value)
 

@@ -279,11 +279,11 @@ def test_authentication_and_permissions(make_server) -> None:
     assert invalid.returncode == 1 and "400" in invalid.stderr
 
     denied = server.client(ALICE)
-    from caldera.sdk import CalderaError
+    from caldera.sdk import ApiError
 
     try:
         denied.set_queue_state("team-a", "Closed")
-    except CalderaError as error:
+    except ApiError as error:
         assert error.status == 403
     else:
         raise AssertionError("a non-admin closed a queue")

@@ -1,5 +1,5 @@
 """Baseline policies registered beside caldera (BASELINES.md): `fifo`, `priority-kill`,
-`volcano`. Importing this package registers them; `get_policy` does so on first use."""
+`volcano`. `caldera.policies` registers them by name beside caldera's own."""
 
 from caldera.baselines.fifo import FIFO
 from caldera.baselines.priority_kill import PRIORITY_KILL

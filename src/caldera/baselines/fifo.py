@@ -24,7 +24,7 @@ from caldera.baselines.common import baseline_defaults, domain_of, missing_tasks
 from caldera.core.context import CycleContext
 from caldera.core.enqueue import enqueue
 from caldera.core.placement import place_job
-from caldera.core.policy import Policy, register_policy
+from caldera.core.policy import Policy
 from caldera.core.snapshot import JobView
 from caldera.model import JobState
 
@@ -95,11 +95,9 @@ def start_or_grow(cycle: CycleContext, job: JobView, failed: set[int]) -> bool:
     return True
 
 
-FIFO = register_policy(
-    Policy(
-        name="fifo",
-        phases=(enqueue, fifo_allocate),
-        description="queues by share, jobs by submit time, whole gangs, no preemption",
-        defaults=baseline_defaults,
-    )
+FIFO = Policy(
+    name="fifo",
+    phases=(enqueue, fifo_allocate),
+    description="queues by share, jobs by submit time, whole gangs, no preemption",
+    defaults=baseline_defaults,
 )

@@ -59,7 +59,7 @@ from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
 from caldera.core.enqueue import enqueue
 from caldera.core.placement import fit_on_node, place_job
-from caldera.core.policy import Policy, register_policy
+from caldera.core.policy import Policy
 from caldera.core.snapshot import JobView
 from caldera.model import JobState
 
@@ -401,11 +401,9 @@ def _pick_node(
     return None if best is None else (best[1], best[2])
 
 
-PRIORITY_KILL = register_policy(
-    Policy(
-        name="priority-kill",
-        phases=(enqueue, pk_allocate, pk_preempt, pk_close),
-        description="kube-scheduler style: per-pod priority preemption on one node, plain kill",
-        defaults=baseline_defaults,
-    )
+PRIORITY_KILL = Policy(
+    name="priority-kill",
+    phases=(enqueue, pk_allocate, pk_preempt, pk_close),
+    description="kube-scheduler style: per-pod priority preemption on one node, plain kill",
+    defaults=baseline_defaults,
 )

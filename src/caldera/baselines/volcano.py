@@ -71,7 +71,7 @@ from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
 from caldera.core.enqueue import enqueue
 from caldera.core.placement import fit_on_node
-from caldera.core.policy import Policy, register_policy
+from caldera.core.policy import Policy
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView
 from caldera.model import GPU_MILLI, JobState, Node
@@ -658,11 +658,9 @@ def _victims_on(
     return offered
 
 
-VOLCANO = register_policy(
-    Policy(
-        name="volcano",
-        phases=(enqueue, volcano_allocate, volcano_preempt, volcano_reclaim, volcano_close),
-        description="Volcano with preempt and reclaim: proportion, gang, per-task greedy victims",
-        defaults=baseline_defaults,
-    )
+VOLCANO = Policy(
+    name="volcano",
+    phases=(enqueue, volcano_allocate, volcano_preempt, volcano_reclaim, volcano_close),
+    description="Volcano with preempt and reclaim: proportion, gang, per-task greedy victims",
+    defaults=baseline_defaults,
 )

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from caldera.core import JobView, PolicyConfig, Room, Snapshot, run
+from caldera.core import CALDERA, JobView, PolicyConfig, Room, Snapshot, run
 from caldera.core.placement import fit_on_node, place_job
 from caldera.metrics_util import percentile
 from caldera.model import (
@@ -303,12 +303,12 @@ def bench_cycle(
     case: str = "busy",
 ) -> CycleBenchResult:
     snapshot = CASES[case](nodes, gpus_per_node, pending, running, seed)
-    run(snapshot)  # warm-up: imports, caches
+    run(snapshot, CALDERA)  # warm-up: imports, caches
     samples: list[float] = []
     decisions = None
     for _ in range(cycles):
         began = time.perf_counter()
-        decisions = run(snapshot)
+        decisions = run(snapshot, CALDERA)
         samples.append((time.perf_counter() - began) * 1000)
         if tick is not None:
             tick()

@@ -17,7 +17,7 @@ from rich.table import Table
 from caldera.bench.sim import bench_scenario, burst_scenario, openb_scenario, synthetic_scenario
 from caldera.cli.bench import bench_app
 from caldera.cli.errors import EXIT_BAD_INPUT, fail
-from caldera.core import policy_names
+from caldera.policies import policy_names
 
 __all__ = ["sim_command"]
 

@@ -54,9 +54,10 @@ def render(
     from caldera.k8s.config import KubeConfigError, load_render_input
     from caldera.k8s.plan import plan_manifests
     from caldera.k8s.render import RenderError, to_yaml
+    from caldera.sim import parse_scenario
 
     try:
-        config, scenario = load_render_input(file)
+        config, scenario = load_render_input(file, parse_scenario)
         plan = plan_manifests(config, scenario, image, rbac)
     except (KubeConfigError, RenderError) as error:
         fail(str(error), EXIT_BAD_INPUT)

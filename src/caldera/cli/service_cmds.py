@@ -32,12 +32,12 @@ _FINAL = ("Succeeded", "Failed", "Cancelled", "Rejected")
 @contextmanager
 def _client() -> Iterator[Client]:
     """A client whose errors become one-line failures."""
-    from caldera.sdk.client import CalderaError, Client
+    from caldera.sdk.client import ApiError, Client
 
     client = Client()
     try:
         yield client
-    except CalderaError as error:
+    except ApiError as error:
         fail(error.message, EXIT_FAILURE)
     finally:
         client.close()

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from caldera.cli.errors import EXIT_BAD_INPUT, fail
 from caldera.cli.progress import sim_progress
-from caldera.core import policy_names
+from caldera.policies import policy_names
 from caldera.sim import ScenarioError, Simulator, load_scenario
 
 __all__ = ["register", "summary_table"]

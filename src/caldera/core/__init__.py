@@ -17,7 +17,7 @@ from caldera.core.decisions import (
     WaitReason,
 )
 from caldera.core.jobindex import JobIndex
-from caldera.core.policy import Policy, get_policy, policy_names, register_policy
+from caldera.core.policy import Policy
 from caldera.core.room import CapacityError, Room, TaskPlacement
 from caldera.core.snapshot import JobView, Nomination, PendingVictim, Snapshot, Throttle
 from caldera.core.waiting import WaitingReasons
@@ -54,8 +54,5 @@ __all__ = [
     "admit",
     "could_ever_fit",
     "effective_weight",
-    "get_policy",
-    "policy_names",
-    "register_policy",
     "run",
 ]

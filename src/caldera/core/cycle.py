@@ -21,7 +21,7 @@ from caldera.core.context import CycleContext
 from caldera.core.decisions import Decisions
 from caldera.core.enqueue import enqueue
 from caldera.core.jobindex import GroupKey
-from caldera.core.policy import Policy, get_policy, register_policy
+from caldera.core.policy import Policy
 from caldera.core.preempt import preempt
 from caldera.core.reclaim import reclaim
 from caldera.core.snapshot import Snapshot
@@ -32,12 +32,13 @@ from caldera.model import CRITICAL_PRIORITY
 __all__ = ["CALDERA", "critical_first", "run"]
 
 
-def run(snapshot: Snapshot, policy: Policy | None = None) -> Decisions:
-    """Decide one cycle. The snapshot (and its room) is exactly as before when this returns."""
-    chosen = policy if policy is not None else get_policy(snapshot.config.name)
+def run(snapshot: Snapshot, policy: Policy) -> Decisions:
+    """Decide one cycle under `policy` (`CALDERA`, a baseline, or any composition; look one
+    up by name in `caldera.policies`). The snapshot (and its room) is exactly as before when
+    this returns."""
     with snapshot.free_room.scratch() as room:
         cycle = CycleContext(snapshot, room)
-        for phase in chosen.phases:
+        for phase in policy.phases:
             phase(cycle)
         return replace(cycle.decisions(), waiting=waiting_reasons(cycle))
 
@@ -59,10 +60,8 @@ def critical_first(cycle: CycleContext) -> None:
     cycle.pass_filter = _not_critical
 
 
-CALDERA = register_policy(
-    Policy(
-        name="caldera",
-        phases=(enqueue, critical_first, allocate, preempt, reclaim, backfill, throttle),
-        description="gangs, topology, fewest/cheapest victims, graceful eviction, throttle",
-    )
+CALDERA = Policy(
+    name="caldera",
+    phases=(enqueue, critical_first, allocate, preempt, reclaim, backfill, throttle),
+    description="gangs, topology, fewest/cheapest victims, graceful eviction, throttle",
 )

@@ -1,4 +1,8 @@
-"""Policies: named compositions of cycle phases. Baselines are just other registrations."""
+"""Policies: named compositions of cycle phases. Baselines are just other compositions.
+
+The registry of names lives above the core and the baselines (`caldera.policies`): the core
+only defines what a policy is.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from dataclasses import dataclass
 from caldera.core.config import PolicyConfig
 from caldera.core.context import CycleContext
 
-__all__ = ["Phase", "Policy", "get_policy", "policy_names", "register_policy"]
+__all__ = ["Phase", "Policy"]
 
 Phase = Callable[[CycleContext], None]
 
@@ -22,31 +26,3 @@ class Policy:
     phases: tuple[Phase, ...]
     description: str = ""
     defaults: Callable[[PolicyConfig], PolicyConfig] = lambda config: config
-
-
-_REGISTRY: dict[str, Policy] = {}
-
-
-def register_policy(policy: Policy) -> Policy:
-    _REGISTRY[policy.name] = policy
-    return policy
-
-
-def get_policy(name: str) -> Policy:
-    _load_builtins()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        known = ", ".join(sorted(_REGISTRY))
-        raise KeyError(f"unknown policy {name!r} (known: {known})") from None
-
-
-def policy_names() -> list[str]:
-    _load_builtins()
-    return sorted(_REGISTRY)
-
-
-def _load_builtins() -> None:
-    # Imported late: the built-in policies import the phases, which import this module.
-    import caldera.baselines
-    import caldera.core.cycle  # noqa: F401

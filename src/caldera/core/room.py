@@ -17,13 +17,10 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from caldera.errors import CapacityError
 from caldera.model import GPU_MILLI, Node
 
 __all__ = ["CapacityError", "Room", "TaskPlacement"]
-
-
-class CapacityError(RuntimeError):
-    """A change would put a node over capacity or below zero: a scheduler bug."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,9 +14,9 @@ See docs/kubernetes.md.
 
 from caldera.k8s.api import (
     ClusterAPI,
+    ClusterConflict,
     ClusterError,
     ClusterUnavailable,
-    Conflict,
     Forbidden,
     Invalid,
     VolcanoMissing,
@@ -44,9 +44,9 @@ from caldera.k8s.settings import GpuShare, KubeSettings, NodeLabels
 __all__ = [
     "Blocked",
     "ClusterAPI",
+    "ClusterConflict",
     "ClusterError",
     "ClusterUnavailable",
-    "Conflict",
     "FakeClock",
     "FakeCluster",
     "Forbidden",

@@ -14,11 +14,20 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from caldera.errors import (
+    ClusterConflict,
+    ClusterError,
+    ClusterUnavailable,
+    Forbidden,
+    Invalid,
+    VolcanoMissing,
+)
+
 __all__ = [
     "ClusterAPI",
+    "ClusterConflict",
     "ClusterError",
     "ClusterUnavailable",
-    "Conflict",
     "Forbidden",
     "Invalid",
     "VolcanoMissing",
@@ -36,30 +45,6 @@ def to_rfc3339(t: float) -> str:
 
 def from_rfc3339(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-class ClusterError(RuntimeError):
-    """A cluster call failed. The message is one line."""
-
-
-class ClusterUnavailable(ClusterError):
-    """The API server cannot be reached (or answered with a server error)."""
-
-
-class VolcanoMissing(ClusterError):
-    """The Volcano CRDs (scheduling.volcano.sh/v1beta1) are not installed."""
-
-
-class Forbidden(ClusterError):
-    """RBAC refused a call: the controller's service account lacks a permission."""
-
-
-class Conflict(ClusterError):
-    """The object already exists (or changed under a precondition)."""
-
-
-class Invalid(ClusterError):
-    """The API server refused the object (validation, admission webhook)."""
 
 
 class ClusterAPI(Protocol):
@@ -113,7 +98,7 @@ class ClusterAPI(Protocol):
         ...
 
     def apply_priority_class(self, body: Object) -> None:
-        """Create the PriorityClass; refuse (Conflict) when one exists with another value or
+        """Create the PriorityClass; refuse (ClusterConflict) when one exists with another value or
         policy, which Kubernetes does not allow to change."""
         ...
 

@@ -25,10 +25,11 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from caldera.errors import NotFound
 from caldera.k8s.api import (
+    ClusterConflict,
     ClusterError,
     ClusterUnavailable,
-    Conflict,
     Forbidden,
     Invalid,
     Object,
@@ -47,10 +48,6 @@ _T = TypeVar("_T")
 client: Any = kubernetes.client
 config: Any = kubernetes.config
 watch: Any = kubernetes.watch
-
-
-class _NotFound(Exception):
-    """404 inside this module: each caller decides what absence means."""
 
 
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
@@ -123,11 +120,11 @@ class KubeClusterAPI:
                         f"the Volcano CRDs are not installed ({VOLCANO_GROUP}/"
                         f"{VOLCANO_VERSION} not found on {self.host}): install Volcano first"
                     ) from None
-                raise _NotFound(what) from None
+                raise NotFound(what) from None
             if status in (401, 403):
                 raise Forbidden(f"{what}: forbidden ({status}): {text}") from None
             if status == 409:
-                raise Conflict(f"{what}: {text or 'conflict'}") from None
+                raise ClusterConflict(f"{what}: {text or 'conflict'}") from None
             if status in (400, 415, 422):
                 raise Invalid(f"{what}: {text or 'invalid'}") from None
             if status == 0 or status >= 500:
@@ -155,14 +152,14 @@ class KubeClusterAPI:
     def _read(self, what: str, call: Callable[[], Any]) -> Object | None:
         try:
             found: Object = self._json(self._call(what, call))
-        except _NotFound:
+        except NotFound:
             return None
         return found
 
     def _delete(self, what: str, call: Callable[[], Any], volcano: bool = False) -> bool:
         try:
             self._call(what, call, volcano)
-        except _NotFound:
+        except NotFound:
             return False
         return True
 
@@ -199,7 +196,7 @@ class KubeClusterAPI:
                     ),
                     volcano=True,
                 )
-        except _NotFound:
+        except NotFound:
             raise VolcanoMissing(
                 f"the Volcano CRDs are not installed ({VOLCANO_GROUP}/{VOLCANO_VERSION} "
                 f"queues/podgroups not found on {self.host}): install Volcano first"
@@ -361,7 +358,7 @@ class KubeClusterAPI:
                     ),
                 )
             )
-        except _NotFound:
+        except NotFound:
             raise Invalid(f"{what}: not found") from None
         return patched
 
@@ -386,7 +383,7 @@ class KubeClusterAPI:
                 ),
                 volcano=True,
             )
-        except _NotFound:
+        except NotFound:
             self._call(
                 f"create {what}",
                 lambda: self.custom.create_cluster_custom_object(
@@ -432,7 +429,7 @@ class KubeClusterAPI:
         have = (existing.get("value"), existing.get("preemptionPolicy", "PreemptLowerPriority"))
         want = (body["value"], body.get("preemptionPolicy"))
         if have != want:
-            raise Conflict(
+            raise ClusterConflict(
                 f"PriorityClass {name} exists with value {have[0]} and policy {have[1]}; caldera "
                 f"needs {want[0]} and {want[1]} (Kubernetes cannot change them: delete it first)"
             )

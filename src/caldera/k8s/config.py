@@ -11,27 +11,31 @@ the first cycle would start on an empty cluster of that shape.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
-from caldera.core import UNIX_WEEK_OFFSET, PolicyConfig
-from caldera.k8s.settings import KubeSettings, KubeSettingsModel, settings_from_model
-from caldera.model import Queue
-from caldera.sim.scenario import (
+from caldera.config import (
+    ConfigFileModel,
     PolicyModel,
     Scenario,
-    ScenarioError,
-    parse_scenario,
+    one_line,
+    parse_deployment,
     policy_config,
+    read_yaml,
 )
+from caldera.core import UNIX_WEEK_OFFSET, PolicyConfig
+from caldera.errors import ConfigError, KubeConfigError, ScenarioError
+from caldera.k8s.settings import KubeSettings, KubeSettingsModel, settings_from_model
+from caldera.model import Queue
 
 __all__ = [
     "KubeConfig",
     "KubeConfigError",
+    "ScenarioParser",
     "load_kube_config",
     "load_render_input",
     "parse_kube_config",
@@ -39,9 +43,9 @@ __all__ = [
 
 _SCENARIO_KEYS = frozenset({"cluster", "jobs", "workload", "until"})
 
-
-class KubeConfigError(ValueError):
-    """The file cannot be used. One line, naming the file and the field."""
+# Reads a decoded scenario document (`caldera.sim.parse_scenario`): the caller passes it in,
+# so this runtime does not import the simulator.
+ScenarioParser = Callable[[Any, Path, str], Scenario]
 
 
 @dataclass(frozen=True)
@@ -53,15 +57,9 @@ class KubeConfig:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise KubeConfigError(f"{path}: {error.strerror or error}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise KubeConfigError(f"{path}: not valid YAML{where}") from None
+        data = read_yaml(path)
+    except ConfigError as error:
+        raise KubeConfigError(str(error)) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -73,31 +71,30 @@ def _settings(data: dict[str, Any]) -> KubeSettings:
     try:
         model = KubeSettingsModel.model_validate(data.get("kubernetes") or {})
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-        raise KubeConfigError(f"kubernetes.{where}: {message}") from None
+        raise KubeConfigError(f"kubernetes.{one_line(error)}") from None
     return settings_from_model(model)
 
 
 def parse_kube_config(data: dict[str, Any]) -> KubeConfig:
-    """A decoded service config with an optional `kubernetes:` section."""
-    from caldera.service.config import ConfigError, parse_config
-
+    """A decoded configuration file (DESIGN §8) with an optional `kubernetes:` section."""
     settings = _settings(data)
     rest = {key: value for key, value in data.items() if key != "kubernetes"}
     if rest.get("queues"):
         try:
-            service = parse_config(rest)
+            model = ConfigFileModel.model_validate(rest)
+        except ValidationError as error:
+            raise KubeConfigError(one_line(error)) from None
+        try:
+            deployment = parse_deployment(model)
         except ConfigError as error:
             raise KubeConfigError(str(error)) from None
-        return KubeConfig(service.queues, service.policy, settings)
-    unknown = set(rest) - {"queues", "policy", "tokens", "poll_interval", "cycle_gap"}
+        return KubeConfig(deployment.queues, deployment.policy, settings)
+    unknown = set(rest) - set(ConfigFileModel.model_fields)
     if unknown:
         raise KubeConfigError(f"{sorted(unknown)[0]}: unknown key")
     try:
         policy = policy_config(PolicyModel.model_validate(rest.get("policy") or {}))
-    except (ValidationError, KeyError, ValueError) as error:
+    except (ValidationError, LookupError, ValueError) as error:
         raise KubeConfigError(f"policy: {str(error).splitlines()[0]}") from None
     return KubeConfig((), replace(policy, week_offset=UNIX_WEEK_OFFSET), settings)
 
@@ -114,8 +111,10 @@ def load_kube_config(path: Path | None) -> KubeConfig:
         raise KubeConfigError(f"{path}: {error}") from None
 
 
-def load_render_input(path: Path) -> tuple[KubeConfig, Scenario | None]:
-    """A service config, or a scenario (then also returned, for its cluster and jobs)."""
+def load_render_input(
+    path: Path, parse_scenario: ScenarioParser
+) -> tuple[KubeConfig, Scenario | None]:
+    """A configuration file, or a scenario (then also returned, for its cluster and jobs)."""
     data = _read(path)
     if not _SCENARIO_KEYS & set(data):
         return load_kube_config(path), None

@@ -27,8 +27,8 @@ import yaml
 
 from caldera.k8s import names
 from caldera.k8s.api import (
+    ClusterConflict,
     ClusterUnavailable,
-    Conflict,
     Invalid,
     Object,
     VolcanoMissing,
@@ -403,7 +403,7 @@ class FakeCluster:
         pod = self._new(body, namespace)
         key = (namespace, pod["metadata"]["name"])
         if key in self.pods:
-            raise Conflict(f"pods {key[1]!r} already exists")
+            raise ClusterConflict(f"pods {key[1]!r} already exists")
         try:
             node = self._pinned_node(pod)
         except (KeyError, IndexError, TypeError):
@@ -425,7 +425,7 @@ class FakeCluster:
         if pod is None:
             return False
         if uid is not None and pod["metadata"]["uid"] != uid:
-            raise Conflict(f"pod {name}: precondition failed (uid changed)")
+            raise ClusterConflict(f"pod {name}: precondition failed (uid changed)")
         self.deletions.append((namespace, name, grace_seconds))
         self.actions.append(("delete", "pod", f"{namespace}/{name}"))
         self._start_deletion(namespace, name, grace_seconds)
@@ -437,7 +437,7 @@ class FakeCluster:
         obj = self._new(body, namespace)
         key = (namespace, obj["metadata"]["name"])
         if key in store:
-            raise Conflict(f"{kind} {key[1]!r} already exists")
+            raise ClusterConflict(f"{kind} {key[1]!r} already exists")
         store[key] = obj
         self.actions.append(("create", kind, self._key(obj)))
         return copy.deepcopy(obj)
@@ -518,7 +518,7 @@ class FakeCluster:
                 body["value"],
                 body.get("preemptionPolicy"),
             ):
-                raise Conflict(
+                raise ClusterConflict(
                     f"PriorityClass {name} exists with value {existing['value']}; caldera "
                     f"needs {body['value']} (values cannot change: delete it first)"
                 )

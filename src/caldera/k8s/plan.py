@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from caldera.config import Scenario
 from caldera.core import JobView, Snapshot, admit, run
 from caldera.k8s import names
 from caldera.k8s.api import Object
@@ -24,7 +25,7 @@ from caldera.k8s.render import (
     volcano_queue,
 )
 from caldera.model import JobState
-from caldera.sim.scenario import Scenario
+from caldera.policies import get_policy
 
 __all__ = ["Plan", "plan_manifests"]
 
@@ -74,7 +75,8 @@ def plan_manifests(
         views.append(JobView(spec, admission.state, hold_reason=admission.reason or None))
     now = max((view.spec.submit for view in views), default=0.0)
     decisions = run(
-        Snapshot(now, scenario.nodes, queues, jobs=tuple(views), config=scenario.config)
+        Snapshot(now, scenario.nodes, queues, jobs=tuple(views), config=scenario.config),
+        get_policy(scenario.config.name),
     )
     by_id = {view.id: view for view in views}
     for start in decisions.starts:

@@ -35,6 +35,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from caldera.core import Nomination, PendingVictim, TaskPlacement
+from caldera.errors import RecordError
 from caldera.k8s import names
 from caldera.model import (
     GPU_MILLI,
@@ -63,10 +64,6 @@ __all__ = [
     "placement_to_json",
     "spec_from_request",
 ]
-
-
-class RecordError(ValueError):
-    """A record cannot be admitted. The message is one line: it becomes the reject reason."""
 
 
 class _Strict(BaseModel):

@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from caldera.core import Nomination, TaskPlacement
+from caldera.errors import RenderError
 from caldera.k8s import names
 from caldera.k8s.quantities import (
     cpu_quantity,
@@ -90,10 +91,6 @@ _CLASS_DESCRIPTIONS = {
 # Fields of a user's pod template that decide scheduling: caldera sets them, so a template
 # that sets them would make the placement caldera decided not the one that happens.
 _SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "schedulerName", "priorityClassName", "priority")
-
-
-class RenderError(ValueError):
-    """A job cannot be rendered as asked. One line: it becomes a reject or fail reason."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,15 +53,14 @@ from caldera.core import (
     ThrottleOff,
     ThrottleOn,
     admit,
-    get_policy,
     run,
 )
 from caldera.k8s import names
 from caldera.k8s.api import (
     ClusterAPI,
+    ClusterConflict,
     ClusterError,
     ClusterUnavailable,
-    Conflict,
     Object,
     from_rfc3339,
 )
@@ -89,6 +88,7 @@ from caldera.model import (
     check_transition,
 )
 from caldera.model.lifecycle import TERMINAL
+from caldera.policies import get_policy
 from caldera.tracking import refresh_index
 
 __all__ = ["KubeRuntime", "KubeStats", "workload_of"]
@@ -352,7 +352,7 @@ class KubeRuntime:
                 },
                 "data": {"throttles": "{}"},
             }
-            with contextlib.suppress(Conflict):
+            with contextlib.suppress(ClusterConflict):
                 self.api.create_config_map(namespace, body)
             return
         data = json.loads((found.get("data") or {}).get("throttles") or "{}")
@@ -826,7 +826,7 @@ class KubeRuntime:
         }[kind]
         try:
             create(job.namespace, obj)
-        except Conflict:
+        except ClusterConflict:
             return  # already there (a retried step): the same object
         except ClusterUnavailable:
             raise
@@ -885,7 +885,7 @@ class KubeRuntime:
             log.error("refused to delete pod (%s): %s", purpose.value, refused)
             return
         # The uid precondition: if a newer pod took the name, it is not the one we meant.
-        with contextlib.suppress(Conflict):
+        with contextlib.suppress(ClusterConflict):
             self.api.delete_pod(namespace, name, grace, pod["metadata"].get("uid"))
 
     def _stop_gang(self, job: KubeJob, now: float) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from caldera.errors import IllegalTransition
+
 __all__ = ["TERMINAL", "TRANSITIONS", "IllegalTransition", "JobState", "check_transition"]
 
 
@@ -59,10 +61,6 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 }
 
 TERMINAL = frozenset(state for state, nxt in TRANSITIONS.items() if not nxt)
-
-
-class IllegalTransition(ValueError):
-    """A runtime tried a move the lifecycle does not allow: a bug, never user error."""
 
 
 def check_transition(old: JobState, new: JobState) -> JobState:

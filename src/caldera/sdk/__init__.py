@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from caldera.sdk.client import CalderaError, Client
+    from caldera.sdk.client import ApiError, CalderaError, Client
 
-__all__ = ["CalderaError", "Client"]
+__all__ = ["ApiError", "CalderaError", "Client"]
 
 
 def __getattr__(name: str) -> Any:

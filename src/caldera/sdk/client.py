@@ -1,7 +1,7 @@
 """A small, typed client for the service's REST API (httpx).
 
-Every failure is a `CalderaError` whose message is one line a person can act on; `status` is
-the HTTP status (None when the server could not be reached).
+Every failure is an `ApiError` (a `caldera.errors.CalderaError`) whose message is one line a
+person can act on; `status` is the HTTP status (None when the server could not be reached).
 """
 
 from __future__ import annotations
@@ -13,17 +13,12 @@ from typing import Any
 
 import httpx
 
-__all__ = ["DEFAULT_URL", "CalderaError", "Client"]
+from caldera.errors import ApiError, CalderaError
+
+__all__ = ["DEFAULT_URL", "ApiError", "CalderaError", "Client"]
 
 DEFAULT_URL = "http://127.0.0.1:8265"
 _FINAL = frozenset({"Succeeded", "Failed", "Cancelled", "Rejected"})
-
-
-class CalderaError(Exception):
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 _EXPLAIN = {
@@ -65,16 +60,16 @@ class Client:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.ConnectError:
-            raise CalderaError(
+            raise ApiError(
                 f"cannot reach the caldera server at {self.url} (is `caldera serve` running? "
                 "set CALDERA_URL)"
             ) from None
         except httpx.TimeoutException:
-            raise CalderaError(f"the caldera server at {self.url} did not answer in time") from None
+            raise ApiError(f"the caldera server at {self.url} did not answer in time") from None
         except httpx.HTTPError as error:
-            raise CalderaError(f"request to {self.url} failed: {error}") from None
+            raise ApiError(f"request to {self.url} failed: {error}") from None
         if response.status_code >= 400:
-            raise CalderaError(_detail(response), response.status_code)
+            raise ApiError(_detail(response), response.status_code)
         return response
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -144,12 +139,12 @@ class Client:
             ) as response:
                 if response.status_code >= 400:
                     response.read()
-                    raise CalderaError(_detail(response), response.status_code)
+                    raise ApiError(_detail(response), response.status_code)
                 yield from response.iter_bytes()
         except httpx.ConnectError:
-            raise CalderaError(f"cannot reach the caldera server at {self.url}") from None
+            raise ApiError(f"cannot reach the caldera server at {self.url}") from None
         except httpx.RemoteProtocolError:
-            raise CalderaError("the caldera server closed the log stream") from None
+            raise ApiError("the caldera server closed the log stream") from None
 
     def wait(
         self,
@@ -158,7 +153,7 @@ class Client:
         timeout: float = 60.0,
         interval: float = 0.1,
     ) -> dict[str, Any]:
-        """Poll until the job is in one of `states`; raises CalderaError on timeout."""
+        """Poll until the job is in one of `states`; raises ApiError on timeout."""
         wanted = set(states)
         deadline = time.monotonic() + timeout
         while True:
@@ -166,7 +161,7 @@ class Client:
             if job["state"] in wanted:
                 return job
             if time.monotonic() > deadline:
-                raise CalderaError(
+                raise ApiError(
                     f"job {job_id} is {job['state']} after {timeout:g}s, "
                     f"not {'/'.join(sorted(wanted))}"
                 )

@@ -36,6 +36,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from caldera.config import Principal
 from caldera.core import (
     Decisions,
     Evict,
@@ -49,9 +50,9 @@ from caldera.core import (
     ThrottleOn,
     WaitingReasons,
     admit,
-    get_policy,
     run,
 )
+from caldera.errors import Conflict, NotFound, Rejected
 from caldera.model import (
     CRITICAL_PRIORITY,
     GPU_MILLI,
@@ -63,37 +64,23 @@ from caldera.model import (
     shares_time,
     time_share,
 )
+from caldera.policies import get_policy
 from caldera.service.config import ServiceConfig
 from caldera.service.gpus import HostGPUs
 from caldera.service.gpus.watch import Drain, GpuWatch
 from caldera.service.jobs import LiveJob, TaskRun, spec_from_request
 from caldera.service.launcher import JobFiles, Launch, Launcher, ProcessLauncher, environment
 from caldera.service.store import Batch, Store
+from caldera.service.views import ClusterView, DeviceView, NodeView, QueueView
 from caldera.tracking import refresh_index
 
-__all__ = ["Conflict", "NotFound", "Rejected", "Runtime", "RuntimeStats"]
+__all__ = ["Runtime", "RuntimeStats"]
 
 log = logging.getLogger("caldera.service")
 
 _MAX_CYCLES_PER_WAKE = 8
 _TIMER = 5.0  # seconds: the cycle runs at least this often (effective weights move with time)
 _TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.REJECTED})
-
-
-class Rejected(ValueError):
-    """Admission refused the submission. `closed`: because the queue is not Open."""
-
-    def __init__(self, reason: str, closed: bool = False) -> None:
-        super().__init__(reason)
-        self.closed = closed
-
-
-class NotFound(LookupError):
-    pass
-
-
-class Conflict(ValueError):
-    pass
 
 
 @dataclass
@@ -903,11 +890,78 @@ class Runtime:
             if adopted:
                 log.info("adopted %d running task(s) from the previous server", adopted)
 
-    # -- reading ---------------------------------------------------------------------------
+    # -- reading (`caldera.service.views`) ------------------------------------------------
 
     def live(self) -> list[LiveJob]:
         with self.lock:
             return list(self.jobs.values())
+
+    @property
+    def tokens(self) -> dict[str, Principal]:
+        return self.config.tokens
+
+    def has_queue(self, name: str) -> bool:
+        return name in self.queues
+
+    def is_live(self, job_id: str) -> bool:
+        """Whether the job has not ended (or still holds tasks). One dict lookup: no lock."""
+        return job_id in self.jobs
+
+    def cluster_view(self) -> ClusterView:
+        """Each device's free share and who holds it, waiting modes, live jobs by state."""
+        holders: dict[tuple[int, int], list[str]] = {}
+        counts: dict[str, int] = {}
+        with self.lock:
+            free = [tuple(f) for f in self.room.free]
+            throttles = {q: t.job for q, t in self.throttles.items()}
+            for job in self.jobs.values():
+                counts[job.state.value] = counts.get(job.state.value, 0) + 1
+                for task in job.tasks:
+                    for device in task.placement.devices:
+                        holders.setdefault((task.placement.node, device), []).append(job.id)
+            watch = self.gpu_watch
+            sick = watch.reasons() if watch is not None else {}
+            held = watch.held_milli if watch is not None else 0
+        host = self.host
+        nodes = tuple(
+            NodeView(
+                node.name,
+                node.gpu_model,
+                tuple(
+                    DeviceView(
+                        d,
+                        free[node.index][d],
+                        tuple(holders.get((node.index, d), ())),
+                        uuid=host.uuid(d) if host is not None else None,
+                        drained=sick.get(d),
+                    )
+                    for d in range(node.gpus)
+                ),
+            )
+            for node in self.nodes
+        )
+        return ClusterView(nodes, throttles, counts, held)
+
+    def queue_views(self) -> list[QueueView]:
+        """Every queue with what it holds and what waits in it, in configuration order."""
+        with self.lock:
+            views = []
+            for name, queue in self.queues.items():
+                jobs = [j for j in self.jobs.values() if j.spec.queue == name]
+                waiting = self.throttles.get(name)
+                views.append(
+                    QueueView(
+                        queue=queue,
+                        allocated=sum(t.placement.gpu for j in jobs for t in j.tasks),
+                        pending=sum(j.state is JobState.PENDING for j in jobs),
+                        held=sum(j.state is JobState.HELD for j in jobs),
+                        running=sum(
+                            j.state in (JobState.RUNNING, JobState.RELEASING) for j in jobs
+                        ),
+                        throttled_for=waiting.job if waiting else None,
+                    )
+                )
+            return views
 
 
 def _read_report(path: Path) -> dict[str, Any] | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from caldera.errors import ServiceError
 from caldera.service.config import ConfigError, ServiceConfig, default_config, load_config
 from caldera.service.config import parse_config as parse_config_data
 from caldera.service.gpus import FakeNvml, HostGPUs, local_node
@@ -34,10 +35,6 @@ from caldera.service.ui import mount_ui
 __all__ = ["Service", "ServiceError", "build_service", "default_data_dir", "serve"]
 
 log = logging.getLogger("caldera.service")
-
-
-class ServiceError(RuntimeError):
-    """The service cannot start. One line, for the user."""
 
 
 def default_data_dir() -> Path:

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from caldera.config import Submission
 from caldera.model import (
     Checkpointing,
     JobSpec,
@@ -46,7 +47,6 @@ from caldera.model import (
 )
 from caldera.sim.generators import register_generator
 from caldera.sim.production import PHILLY_RUNTIMES, find_shared_file, load_runtimes
-from caldera.sim.scenario import Submission
 from caldera.sim.workload import Workload
 
 __all__ = ["BurstModel", "generate_burst"]

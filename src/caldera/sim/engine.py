@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from caldera.config import Scenario, Submission
 from caldera.core import (
     Decisions,
     Evict,
@@ -28,12 +29,11 @@ from caldera.core import (
     ThrottleOff,
     ThrottleOn,
     admit,
-    get_policy,
     run,
 )
 from caldera.model import GPU_MILLI, IllegalTransition, JobSpec, JobState, check_transition
+from caldera.policies import get_policy
 from caldera.sim.recorder import Recorder
-from caldera.sim.scenario import Scenario, Submission
 
 __all__ = ["SimJob", "Simulator", "simulate"]
 

@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from caldera.config import Submission
 from caldera.model import (
     Checkpointing,
     JobSpec,
@@ -59,7 +60,7 @@ from caldera.model import (
 from caldera.sim.workload import Workload
 
 if TYPE_CHECKING:
-    from caldera.sim.scenario import Submission, TraceModel
+    from caldera.sim.scenario import TraceModel
 
 __all__ = [
     "CPU_ONLY_MODEL",
@@ -235,8 +236,6 @@ def _gpu_milli(pod: OpenBPod) -> int:
 
 def load_openb(model: TraceModel, base: Path) -> Workload:
     """Read the trace's nodes (if given) and pods into node groups, a queue and submissions."""
-    from caldera.sim.scenario import Submission  # late: scenario imports the trace loaders
-
     qos_types = {**QOS_TYPES, **(model.qos_map or {})}
     queue = model.queue or DEFAULT_QUEUE
     groups: tuple[NodeGroup, ...] = ()

@@ -53,6 +53,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from caldera.config import Submission
 from caldera.model import (
     Checkpointing,
     JobSpec,
@@ -65,7 +66,6 @@ from caldera.model import (
     parse_memory_mib,
 )
 from caldera.sim.generators import register_generator
-from caldera.sim.scenario import Submission
 from caldera.sim.workload import Workload
 
 __all__ = [

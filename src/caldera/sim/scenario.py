@@ -10,26 +10,31 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from caldera.core import PolicyConfig, get_policy
-from caldera.core.config import DEFAULT_SLO
+from caldera.config import (
+    Number,
+    PolicyModel,
+    Quantity,
+    QueueModel,
+    Scenario,
+    StrictModel,
+    Submission,
+    TopologyModel,
+    build_queue,
+    policy_config,
+)
+from caldera.errors import ScenarioError
 from caldera.model import (
-    MAX_TIME_SHARING,
     Checkpointing,
     JobSpec,
     JobType,
-    Node,
     NodeGroup,
-    Queue,
-    QueueState,
-    Resources,
-    TimeWindow,
     TopologyMode,
     TopologySpec,
     expand_node_groups,
@@ -41,32 +46,15 @@ from caldera.model import (
 
 __all__ = [
     "JobModel",
-    "PolicyModel",
-    "QueueModel",
-    "Scenario",
     "ScenarioError",
     "ScenarioModel",
-    "Submission",
-    "build_queue",
     "job_spec_from_model",
     "load_scenario",
     "parse_scenario",
-    "policy_config",
 ]
 
-Number = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Quantity = float | int | str
 
-
-class ScenarioError(ValueError):
-    """A scenario file cannot be used. The message is one line, meant for the user."""
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class NodeGroupModel(_Strict):
+class NodeGroupModel(StrictModel):
     prefix: str = Field(min_length=1)
     count: int = Field(ge=1)
     gpus: int = Field(ge=0)
@@ -79,76 +67,11 @@ class NodeGroupModel(_Strict):
     gpu_memory: Quantity | None = None
 
 
-class ClusterModel(_Strict):
+class ClusterModel(StrictModel):
     nodes: list[NodeGroupModel] = Field(min_length=1)
 
 
-class QuotaModel(_Strict):
-    gpu: Number | None = None
-    cpu: Quantity | None = None
-    memory: Quantity | None = None
-
-    @field_validator("cpu")
-    @classmethod
-    def _cpu_quantity(cls, value: Quantity | None) -> Quantity | None:
-        if value is not None:
-            parse_cpu(value)  # raises a ValueError naming the quantity; pydantic adds where
-        return value
-
-    @field_validator("memory")
-    @classmethod
-    def _memory_quantity(cls, value: Quantity | None) -> Quantity | None:
-        if value is not None:
-            parse_memory_mib(value)
-        return value
-
-
-class TimeWindowModel(_Strict):
-    days: list[Annotated[int, Field(ge=1, le=7)]] = Field(default=[1, 2, 3, 4, 5, 6, 7])
-    hours: tuple[Annotated[float, Field(ge=0, le=24)], Annotated[float, Field(ge=0, le=24)]] = (
-        0,
-        24,
-    )
-
-
-class QueueModel(_Strict):
-    name: str = Field(min_length=1)
-    weight: int = Field(default=1, ge=0)
-    deserved: QuotaModel | None = None
-    guarantee: QuotaModel | None = None
-    capability: QuotaModel | None = None
-    reclaimable: bool = True
-    state: Literal["Open", "Closing", "Closed"] = "Open"
-    time_windows: list[TimeWindowModel] = Field(default_factory=list)
-    critical_allowed: bool = True  # may jobs of type critical be submitted here?
-    # N >= 2: single-task 1-GPU jobs time-share a GPU N ways, no memory isolation (docs/gpus.md)
-    time_sharing: int = Field(default=0, ge=0, le=MAX_TIME_SHARING)
-
-
-class PolicyModel(_Strict):
-    name: str = "caldera"
-    grace_period: Number | None = None
-    throttle_timeout: Number | None = None
-    cooldown: Number | None = None
-    eviction_budget: Annotated[float, Field(gt=0, le=1)] | None = None
-    alpha: Number | None = None
-    beta: Number | None = None
-    emergency_checkpoint: bool | None = None
-    throttle: bool | None = None
-    nomination_timeout: Number | None = None
-    preempt_backoff: Number | None = None
-    weight_band: Number | None = None
-    lossy_patience: Number | None = None
-    ceiling: Annotated[int, Field(ge=0)] | None = None
-    slo: dict[str, Number | None] | None = None
-
-
-class TopologyModel(_Strict):
-    mode: Literal["hard", "soft"] = "soft"
-    highest_tier: Literal[1, 2] = 1
-
-
-class JobModel(_Strict):
+class JobModel(StrictModel):
     name: str = Field(min_length=1)
     queue: str
     type: JobType
@@ -183,7 +106,7 @@ class JobModel(_Strict):
         return value
 
 
-class StreamModel(_Strict):
+class StreamModel(StrictModel):
     """`count` copies of one job, `every` seconds apart from `start`: names NAME0, NAME1, …"""
 
     kind: Literal["stream"]
@@ -216,7 +139,7 @@ class OtherGeneratorModel(BaseModel):
     kind: str
 
 
-class TraceModel(_Strict):
+class TraceModel(StrictModel):
     """`workload.trace`: a real cluster trace replayed as jobs (see `caldera.sim.openb`).
 
     `nodes` and `pods` (and `times`) are paths relative to the scenario file. Without `nodes`
@@ -241,7 +164,7 @@ class TraceModel(_Strict):
     seed: int = 0
 
 
-class WorkloadModel(_Strict):
+class WorkloadModel(StrictModel):
     generators: list[StreamModel | OtherGeneratorModel] = Field(default_factory=list)
     trace: TraceModel | None = None
     # Seconds at the start that the metrics leave out (a pool filling up from empty): jobs
@@ -249,7 +172,7 @@ class WorkloadModel(_Strict):
     warmup: Number = 0
 
 
-class ScenarioModel(_Strict):
+class ScenarioModel(StrictModel):
     cluster: ClusterModel | None = None
     queues: list[QueueModel] = Field(default_factory=list)
     policy: PolicyModel = Field(default_factory=PolicyModel)
@@ -258,80 +181,6 @@ class ScenarioModel(_Strict):
     until: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     name: str | None = None
     description: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Submission:
-    """A job as the simulator submits it. `invalid`: why it must be rejected, if it must."""
-
-    spec: JobSpec
-    invalid: str | None = None
-    cancel_at: float | None = None
-
-
-@dataclass(frozen=True)
-class Scenario:
-    nodes: tuple[Node, ...]
-    queues: tuple[Queue, ...]
-    submissions: tuple[Submission, ...]
-    config: PolicyConfig
-    until: float | None = None
-    name: str = "scenario"
-    overrides: dict[str, Any] = field(default_factory=dict)
-    warmup: float = 0.0  # metrics count from here on (workload.warmup)
-
-    def with_policy(self, name: str) -> Scenario:
-        """The same cluster and workload under another policy; explicit overrides are kept
-        only for the policy the file named."""
-        if name == self.config.name:
-            return self
-        return replace(self, config=policy_config(PolicyModel(name=name)))
-
-
-# -- conversion ---------------------------------------------------------------------------
-
-
-def _quota_gpu(value: float) -> int:
-    return round(value * 1000)
-
-
-def build_queue(model: QueueModel) -> Queue:
-    def quota(q: QuotaModel | None) -> Resources | None:
-        if q is None:
-            return None
-        return Resources(
-            gpu=_quota_gpu(q.gpu) if q.gpu is not None else 0,
-            cpu=parse_cpu(q.cpu) if q.cpu is not None else 0,
-            memory=parse_memory_mib(q.memory) if q.memory is not None else 0,
-        )
-
-    return Queue(
-        name=model.name,
-        weight=model.weight,
-        deserved=quota(model.deserved),
-        guarantee=quota(model.guarantee),
-        capability=quota(model.capability),
-        reclaimable=model.reclaimable,
-        state=QueueState(model.state),
-        critical_allowed=model.critical_allowed,
-        time_sharing=model.time_sharing,
-        time_windows=tuple(
-            TimeWindow(frozenset(w.days), w.hours[0], w.hours[1]) for w in model.time_windows
-        ),
-    )
-
-
-def policy_config(model: PolicyModel) -> PolicyConfig:
-    policy = get_policy(model.name)
-    config = policy.defaults(PolicyConfig(name=model.name))
-    overrides = {
-        key: value
-        for key, value in model.model_dump(exclude={"name", "slo"}).items()
-        if value is not None
-    }
-    if model.slo is not None:
-        overrides["slo"] = {**DEFAULT_SLO, **model.slo}
-    return replace(config, **overrides)
 
 
 def job_spec_from_model(model: JobModel | StreamModel, name: str, submit: float) -> Submission:
@@ -438,8 +287,8 @@ def parse_scenario(data: Any, base_dir: Path | None = None, name: str = "scenari
     base = base_dir or Path.cwd()
     try:
         return _expand(model, base, name)
-    except (ValueError, KeyError, OSError) as error:
-        message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    except (ValueError, LookupError, OSError) as error:
+        message = error.args[0] if isinstance(error, LookupError) and error.args else str(error)
         raise ScenarioError(str(message).splitlines()[0]) from None
 
 

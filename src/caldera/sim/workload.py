@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from caldera.config import Submission
 from caldera.model import NodeGroup, Queue
-from caldera.sim.scenario import Submission
 
 __all__ = ["Workload"]
 

@@ -1,0 +1,128 @@
+"""/v1/whoami, /v1/events, /v1/cluster and /v1/queues: the service as a whole.
+
+Live state comes from the runtime's read views (`caldera.service.views`), history from the
+store.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Request
+
+from caldera.errors import NotFound
+from caldera.model import GPU_MILLI, QueueState, Resources
+from caldera.service.api.auth import Caller
+from caldera.service.api.schemas import (
+    ClusterOut,
+    EventOut,
+    GPUOut,
+    NodeOut,
+    QueueOut,
+    QueuePatch,
+    WhoAmI,
+    event_out,
+)
+from caldera.service.views import QueueView, ServiceRuntime
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+def _runtime(request: Request) -> ServiceRuntime:
+    runtime: ServiceRuntime = request.app.state.runtime
+    return runtime
+
+
+@router.get("/whoami", tags=["service"])
+def whoami(who: Caller) -> WhoAmI:
+    return WhoAmI(user=who.user, queues=sorted(who.queues), critical=who.critical, admin=who.admin)
+
+
+@router.get("/events", tags=["service"])
+def events(
+    who: Caller,
+    request: Request,
+    after: Annotated[int, Query(ge=0, description="Only events with a larger id")] = 0,
+    limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+) -> list[EventOut]:
+    """Scheduling events, oldest first; non-admins see their own jobs' events."""
+    store = _runtime(request).store
+    rows = store.events(after=after, limit=limit)
+    if not who.admin:
+        mine = {row["id"] for row in store.jobs(user=who.user) if row["user"] == who.user}
+        rows = [row for row in rows if row["job"] in mine]
+    return [event_out(row) for row in rows]
+
+
+@router.get("/cluster", tags=["service"])
+def cluster(who: Caller, request: Request) -> ClusterOut:
+    """Nodes, each device's free share and who holds it, waiting modes, job counts."""
+    del who
+    view = _runtime(request).cluster_view()
+    nodes = [
+        NodeOut(
+            name=node.name,
+            gpu_model=node.gpu_model,
+            gpus=[
+                GPUOut(
+                    index=d.index,
+                    free=d.free / GPU_MILLI,
+                    jobs=list(d.jobs),
+                    uuid=d.uuid,
+                    drained=d.drained,
+                )
+                for d in node.devices
+            ],
+        )
+        for node in view.nodes
+    ]
+    return ClusterOut(
+        gpus=view.gpus,
+        gpus_allocated=view.allocated_gpus,
+        nodes=nodes,
+        throttles=dict(view.throttles),
+        jobs=dict(view.jobs_by_state),
+    )
+
+
+@router.get("/queues", tags=["queues"])
+def queues(who: Caller, request: Request) -> list[QueueOut]:
+    del who
+    return [_queue_out(view) for view in _runtime(request).queue_views()]
+
+
+@router.patch("/queues/{name}", tags=["queues"])
+def patch_queue(name: str, body: QueuePatch, who: Caller, request: Request) -> QueueOut:
+    """Admins: open, drain (Closing) or close a queue. Kept across restarts."""
+    if not who.admin:
+        raise HTTPException(403, "only admins may change queues")
+    runtime = _runtime(request)
+    try:
+        runtime.set_queue_state(name, QueueState(body.state))
+    except NotFound:
+        raise HTTPException(404, f"no queue {name!r}") from None
+    return next(_queue_out(v) for v in runtime.queue_views() if v.queue.name == name)
+
+
+def _gpus(value: Resources | None) -> float | None:
+    return value.gpu / GPU_MILLI if value is not None and value.gpu > 0 else None
+
+
+def _queue_out(view: QueueView) -> QueueOut:
+    queue = view.queue
+    return QueueOut(
+        name=queue.name,
+        state=queue.state.value,
+        weight=queue.weight,
+        deserved_gpus=_gpus(queue.deserved),
+        guarantee_gpus=_gpus(queue.guarantee),
+        capability_gpus=_gpus(queue.capability),
+        reclaimable=queue.reclaimable,
+        allocated_gpus=view.allocated / GPU_MILLI,
+        pending=view.pending,
+        held=view.held,
+        running=view.running,
+        throttled_for=view.throttled_for,
+    )

@@ -1,0 +1,281 @@
+"""The API's request and resource models (its OpenAPI schema), and rows → resources.
+
+Times are ISO 8601 UTC. A job resource carries at least what DESIGN §8 lists.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from caldera.model import (
+    GPU_MILLI,
+    JobType,
+    parse_cpu,
+    parse_gpu_milli,
+    parse_memory_mib,
+    priority_class,
+)
+
+__all__ = [
+    "CheckpointIn",
+    "ClusterOut",
+    "EventOut",
+    "GPUOut",
+    "JobOut",
+    "JobRequest",
+    "NodeOut",
+    "QueueOut",
+    "QueuePatch",
+    "TaskOut",
+    "TopologyIn",
+    "WhoAmI",
+    "event_out",
+    "iso",
+    "job_out",
+]
+
+
+def iso(t: float | None) -> str | None:
+    """Unix time as ISO 8601 UTC (`2026-11-29T09:36:16.123Z`)."""
+    if t is None:
+        return None
+    text = datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")
+
+
+# -- requests --------------------------------------------------------------------------------
+
+
+class TopologyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["hard", "soft"] = "soft"
+    highest_tier: Literal[1, 2] = 1
+
+
+class CheckpointIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    interval: float | None = Field(default=None, gt=0, description="Seconds between checkpoints")
+    cost: float = Field(default=0.0, ge=0, description="Seconds one checkpoint takes")
+    on_sigterm: bool = Field(default=True, description="Writes an emergency checkpoint on SIGTERM")
+
+
+class JobRequest(BaseModel):
+    """A submission. GPUs are per task; a fraction (e.g. 0.5) only for a single task."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = Field(default=None, min_length=1, max_length=255)
+    queue: str = Field(min_length=1)
+    type: JobType = JobType.NORMAL
+    tasks: int = Field(default=1, ge=1, le=4096)
+    gpus: float = Field(default=1.0, ge=0, allow_inf_nan=False, description="GPUs per task")
+    min_available: int | None = Field(default=None, ge=1, description="Gang size (default tasks)")
+    cpu: float | str | None = Field(default=None, description="CPU per task: 4 or '500m'")
+    memory: int | str | None = Field(default=None, description="Memory per task: '16Gi' or MiB")
+    command: list[str] = Field(min_length=1, description="argv of each task")
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = Field(default=None, description="Working directory of the tasks")
+    labels: dict[str, str] = Field(default_factory=dict)
+    topology: TopologyIn | None = None
+    expected_duration: float | None = Field(default=None, gt=0, description="Seconds")
+    checkpoint: CheckpointIn | None = None
+    max_retries: int = Field(default=0, ge=0, le=100)
+    gpu_model: list[str] | None = None
+
+    def normalised(self) -> dict[str, Any]:
+        """The stored request: units resolved, defaults filled. Raises ValueError."""
+        gpu = parse_gpu_milli(self.gpus)
+        if 0 < gpu < GPU_MILLI and self.tasks != 1:
+            raise ValueError("fractional GPUs are allowed only for a single task")
+        if self.min_available is not None and self.min_available > self.tasks:
+            raise ValueError(f"min_available ({self.min_available}) exceeds tasks ({self.tasks})")
+        if not self.command[0]:
+            raise ValueError("command: the program name is empty")
+        if self.workdir is not None and not Path(self.workdir).is_absolute():
+            raise ValueError("workdir must be an absolute path")
+        checkpoint = self.checkpoint or CheckpointIn()
+        return {
+            "name": self.name or self.command[0].rsplit("/", 1)[-1][:64],
+            "queue": self.queue,
+            "type": self.type.value,
+            "tasks": self.tasks,
+            "gpu": gpu,
+            "cpu": parse_cpu(self.cpu) if self.cpu is not None else 0,
+            "memory": parse_memory_mib(self.memory) if self.memory is not None else 0,
+            "min_available": self.min_available or self.tasks,
+            "command": list(self.command),
+            "env": dict(self.env),
+            "workdir": self.workdir,
+            "labels": dict(self.labels),
+            "topology": self.topology.model_dump() if self.topology else None,
+            "expected_duration": self.expected_duration,
+            "checkpoint": checkpoint.model_dump(),
+            "max_retries": self.max_retries,
+            "gpu_model": self.gpu_model,
+        }
+
+
+class QueuePatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    state: Literal["Open", "Closing", "Closed"]
+
+
+# -- resources -------------------------------------------------------------------------------
+
+
+class TaskOut(BaseModel):
+    rank: int
+    node: str
+    devices: list[int]
+    gpu: float
+    pid: int | None
+    state: Literal["running", "releasing", "exited"]
+    exit_code: int | None
+
+
+class JobOut(BaseModel):
+    """A job resource (DESIGN §8). Times are ISO 8601 UTC; `start_time` is the first start."""
+
+    id: str
+    name: str
+    user: str
+    queue: str
+    type: str
+    priority_class: str
+    state: str
+    submit_time: str
+    start_time: str | None
+    end_time: str | None
+    last_start_time: str | None
+    evictions: int
+    exit_code: int | None
+    tasks: int
+    gpus_per_task: float
+    # N: each task is one of N time-sharing a GPU, no memory isolation (docs/gpus.md); 0: not
+    time_shared: int = 0
+    min_available: int
+    command: list[str]
+    labels: dict[str, str]
+    hold_reason: str | None
+    reason: str | None
+    attempts: int
+    retries: int
+    lost_gpu_seconds: float
+    checkpoint_step: int | None
+    progress: float | None
+    placement: list[TaskOut]
+
+
+class EventOut(BaseModel):
+    id: int
+    time: str
+    kind: str
+    job: str | None
+    data: dict[str, Any]
+
+
+class QueueOut(BaseModel):
+    name: str
+    state: str
+    weight: int
+    deserved_gpus: float | None
+    guarantee_gpus: float | None
+    capability_gpus: float | None
+    reclaimable: bool
+    allocated_gpus: float
+    pending: int
+    held: int
+    running: int
+    throttled_for: str | None
+
+
+class GPUOut(BaseModel):
+    index: int
+    free: float
+    jobs: list[str]
+    uuid: str | None = None  # what CUDA_VISIBLE_DEVICES names (None: a virtual GPU)
+    drained: str | None = None  # why the GPU takes no new work (docs/gpus.md), None: healthy
+
+
+class NodeOut(BaseModel):
+    name: str
+    gpu_model: str
+    gpus: list[GPUOut]
+
+
+class ClusterOut(BaseModel):
+    gpus: int
+    gpus_allocated: float
+    nodes: list[NodeOut]
+    throttles: dict[str, str]
+    jobs: dict[str, int]
+
+
+class WhoAmI(BaseModel):
+    user: str
+    queues: list[str]
+    critical: bool
+    admin: bool
+
+
+def job_out(row: dict[str, Any], node_names: list[str]) -> JobOut:
+    """A stored job row as the API shows it."""
+    request = row["request"]
+    placement: list[TaskOut] = []
+    for task in row["tasks"] or []:
+        where = task["placement"]
+        state: Literal["running", "releasing", "exited"] = (
+            "exited" if task.get("done") else ("releasing" if task.get("leaving") else "running")
+        )
+        node = int(where["node"])
+        placement.append(
+            TaskOut(
+                rank=task["rank"],
+                node=node_names[node] if node < len(node_names) else str(node),
+                devices=list(where["devices"]),
+                gpu=where["milli"] * len(where["devices"]) / GPU_MILLI,
+                pid=task.get("pid"),
+                state=state,
+                exit_code=task.get("exit_code"),
+            )
+        )
+    progress = row["reported_progress"]
+    return JobOut(
+        id=row["id"],
+        name=row["name"],
+        user=row["user"],
+        queue=row["queue"],
+        type=row["type"],
+        priority_class=priority_class(JobType(row["type"])).name,
+        state=row["state"],
+        submit_time=iso(row["submit_time"]) or "",
+        start_time=iso(row["first_start"]),
+        end_time=iso(row["end_time"]),
+        last_start_time=iso(row["start_time"]),
+        evictions=row["evictions"],
+        exit_code=row["exit_code"],
+        tasks=request["tasks"],
+        gpus_per_task=request["gpu"] / GPU_MILLI,
+        time_shared=int(request.get("time_shared", 0)),
+        min_available=request.get("min_available") or request["tasks"],
+        command=list(request["command"]),
+        labels=dict(request.get("labels") or {}),
+        hold_reason=row["hold_reason"],
+        reason=row["reason"],
+        attempts=row["attempts"],
+        retries=row["retries"],
+        lost_gpu_seconds=round(row["lost_gpu_seconds"], 3),
+        checkpoint_step=row["checkpoint_step"],
+        progress=progress if progress is None or math.isfinite(progress) else None,
+        placement=placement,
+    )
+
+
+def event_out(row: dict[str, Any]) -> EventOut:
+    return EventOut(
+        id=row["id"], time=iso(row["t"]) or "", kind=row["kind"], job=row["job"], data=row["data"]
+    )

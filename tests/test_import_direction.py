@@ -1,0 +1,78 @@
+"""The import graph points one way (docs/architecture.md): every `import caldera.X` in every
+module, including imports inside functions and under TYPE_CHECKING, is checked against the
+layers below. A runtime never imports another runtime or the simulator; the core never
+imports the baselines, the registry or anything that applies its decisions."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "caldera"
+
+# package -> the caldera packages it must never import (directly, at any place in a module).
+RUNTIMES = {"sim", "service", "k8s"}
+ABOVE = {"cli", "report", "bench"}  # the commands and tools on top of everything
+# The bottom layers may import only these caldera packages.
+ONLY: dict[str, set[str]] = {"errors": set(), "model": {"errors"}}
+FORBIDDEN: dict[str, set[str]] = {
+    "core": {"baselines", "policies", "config", "runtime", *RUNTIMES, *ABOVE},
+    "baselines": {"policies", "config", "runtime", *RUNTIMES, *ABOVE},
+    "policies": {"config", "runtime", *RUNTIMES, *ABOVE},
+    "config": {"runtime", *RUNTIMES, *ABOVE},
+    "runtime": {*RUNTIMES, *ABOVE},
+    "sim": {"service", "k8s", *ABOVE},
+    "service": {"sim", "k8s", *ABOVE},
+    "k8s": {"sim", "service", *ABOVE},
+}
+_ALL = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()} | {
+    p.stem for p in SRC.glob("*.py") if p.stem != "__init__"
+}
+
+
+def _package(module: Path) -> str:
+    return module.relative_to(SRC).parts[0].removesuffix(".py")
+
+
+def _imported(tree: ast.AST) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "caldera" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+def _edges() -> list[tuple[str, str, str]]:
+    edges = []
+    for module in sorted(SRC.rglob("*.py")):
+        package = _package(module)
+        for target in _imported(ast.parse(module.read_text(encoding="utf-8"))):
+            if target != package:
+                edges.append((package, target, str(module.relative_to(SRC))))
+    return edges
+
+
+def test_the_graph_is_read_from_every_module() -> None:
+    edges = _edges()
+    assert ("sim", "core", "sim/engine.py") in edges  # the reader finds real imports
+    assert len({module for _, _, module in edges}) > 50
+
+
+@pytest.mark.parametrize("package", sorted({*FORBIDDEN, *ONLY}))
+def test_no_forbidden_import(package: str) -> None:
+    forbidden = _ALL - {package} - ONLY[package] if package in ONLY else FORBIDDEN[package]
+    bad = [
+        f"{module} imports caldera.{target}"
+        for source, target, module in _edges()
+        if source == package and target in forbidden
+    ]
+    assert not bad, "\n".join(bad)
