@@ -105,7 +105,8 @@ def one_line(error: ValidationError, under: str = "") -> str:
     """A pydantic error as `dotted.where: what` (the first problem only); `under` prefixes
     the place of a model validated on its own (a section of a larger file)."""
     first = error.errors()[0]
-    where = ".".join(str(part) for part in (under, *first["loc"]) if part) or "(top level)"
+    place = (under, *first["loc"]) if under else tuple(first["loc"])
+    where = ".".join(str(part) for part in place) or "(top level)"
     message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
     return f"{where}: {message}"
 
