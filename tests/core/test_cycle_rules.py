@@ -341,7 +341,7 @@ def test_elastic_extras_wait_for_every_queues_minimum() -> None:
             job("early").queue("q2").gpus(1).submitted(0),
         ],
     )
-    decisions = run(snap)
+    decisions = run(snap, CALDERA)
     starts = decided_starts(snap, decisions)
     assert (len(starts["wide"]), len(starts["early"])) == (3, 1)
     assert [s.job for s in decisions.starts].count("wide") == 1
