@@ -35,6 +35,9 @@ DCGM_NAMES = frozenset(
         "DCGM_FI_DEV_COUNT",
     }
 )
+# caldera's own GPU readings through NVML: declared on every /metrics, with samples only on
+# real (or fake-NVML) GPUs, never on `--gpus N` virtual ones.
+NVML_NAMES = frozenset({"caldera_gpu_temperature_celsius", "caldera_gpu_xid_errors_total"})
 # Prometheus' own series: `up` is written by the scrape, not by caldera.
 PROMETHEUS_NAMES = frozenset({"up"})
 

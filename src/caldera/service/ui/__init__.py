@@ -11,9 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
+from caldera.service.ui.auth import LoginRequired, login_redirect
 from caldera.service.ui.pages import router
 
 __all__ = ["STATIC", "mount_ui"]
@@ -27,3 +29,8 @@ def mount_ui(app: FastAPI, runtime: Any, registry: Any) -> None:
     app.state.metrics_registry = registry
     app.mount("/ui/static", StaticFiles(directory=STATIC), name="ui-static")
     app.include_router(router)
+    app.add_exception_handler(LoginRequired, _to_login)
+
+
+async def _to_login(request: Request, _error: Exception) -> Response:
+    return login_redirect(request)

@@ -9,15 +9,23 @@ route that changes anything but the login itself.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import Request
+from fastapi import Depends, Request
 from fastapi.responses import RedirectResponse, Response
 
 from caldera.service.ui.reads import Viewer
 
-__all__ = ["COOKIE", "LoginRequired", "login_redirect", "set_login", "viewer_of"]
+__all__ = [
+    "COOKIE",
+    "LoginRequired",
+    "Looker",
+    "login_redirect",
+    "require_viewer",
+    "set_login",
+    "viewer_of",
+]
 
 COOKIE = "caldera_token"
 _DAY = 86_400
@@ -67,3 +75,15 @@ def set_login(response: Response, request: Request, token: str | None) -> None:
         samesite="strict",
         secure=request.url.scheme == "https",
     )
+
+
+def require_viewer(request: Request) -> Viewer:
+    """The page's viewer; raises LoginRequired (answered by `login_redirect`) without one."""
+    viewer = viewer_of(request)
+    if viewer is None:
+        raise LoginRequired
+    return viewer
+
+
+Looker = Annotated[Viewer, Depends(require_viewer)]
+"""A dashboard page's viewer, logged in."""

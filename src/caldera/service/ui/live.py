@@ -3,6 +3,7 @@ metrics registry (the seeds' four numbers). Everything else comes from the store
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ __all__ = [
     "seed_numbers",
     "state_counts",
     "waiting_reason",
+    "waiting_reasons",
 ]
 
 
@@ -123,11 +125,21 @@ def state_counts(runtime: Runtime, viewer: Viewer) -> dict[str, int]:
 
 def waiting_reason(runtime: Runtime, job_id: str) -> Waiting | None:
     """The reason the last cycle gave for a pending job not starting (None: not pending)."""
+    return waiting_reasons(runtime, [job_id]).get(job_id)
+
+
+def waiting_reasons(runtime: Runtime, job_ids: Iterable[str]) -> dict[str, Waiting]:
+    """The last cycle's reasons for those of `job_ids` that are pending."""
+    found: dict[str, Waiting] = {}
     with runtime.lock:
-        job = runtime.jobs.get(job_id)
-        if job is None or job.state is not JobState.PENDING:
-            return None
-        return runtime.waiting.reason(job.spec)
+        reasons = runtime.waiting
+        for job_id in job_ids:
+            job = runtime.jobs.get(job_id)
+            if job is not None and job.state is JobState.PENDING:
+                reason = reasons.reason(job.spec)
+                if reason is not None:
+                    found[job_id] = reason
+    return found
 
 
 @dataclass(frozen=True)

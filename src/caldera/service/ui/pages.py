@@ -21,7 +21,7 @@ from fastapi.templating import Jinja2Templates
 from caldera.model import JobState
 from caldera.service.launcher import JobFiles
 from caldera.service.ui import live
-from caldera.service.ui.auth import login_redirect, set_login, viewer_of
+from caldera.service.ui.auth import Looker, set_login, viewer_of
 from caldera.service.ui.reads import (
     JOB_COLUMNS,
     LIVE_STATES,
@@ -130,10 +130,7 @@ def logout(request: Request) -> Response:
 
 @router.get("", response_class=HTMLResponse)
 @router.get("/", response_class=HTMLResponse)
-def overview(request: Request) -> Response:
-    viewer = viewer_of(request)
-    if viewer is None:
-        return login_redirect(request)
+def overview(request: Request, viewer: Looker) -> Response:
     runtime = _runtime(request)
     now = time.time()
     lost_day = sum(
@@ -155,10 +152,7 @@ def overview(request: Request) -> Response:
 
 
 @router.get("/queues", response_class=HTMLResponse)
-def queues(request: Request) -> Response:
-    viewer = viewer_of(request)
-    if viewer is None:
-        return login_redirect(request)
+def queues(request: Request, viewer: Looker) -> Response:
     rows = live.queue_rows(_runtime(request), viewer)
     return _render(request, "queues.html", "_queues.html", viewer, queues=rows)
 
@@ -166,6 +160,7 @@ def queues(request: Request) -> Response:
 @router.get("/jobs", response_class=HTMLResponse)
 def jobs(
     request: Request,
+    viewer: Looker,
     queue: str = "",
     type: str = "",
     state: str = "live",
@@ -173,9 +168,6 @@ def jobs(
     sort: str = "submit_time",
     order: str = "desc",
 ) -> Response:
-    viewer = viewer_of(request)
-    if viewer is None:
-        return login_redirect(request)
     runtime = _runtime(request)
     if state == "live":
         states: list[str] | None = list(LIVE_STATES)
@@ -208,6 +200,7 @@ def jobs(
         "_jobs.html",
         viewer,
         jobs=shown,
+        why=live.waiting_reasons(runtime, [j.id for j in shown if j.state == "Pending"]),
         filters=filters,
         sort=column,
         order=order,
@@ -220,10 +213,7 @@ def jobs(
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job(request: Request, job_id: str) -> Response:
-    viewer = viewer_of(request)
-    if viewer is None:
-        return login_redirect(request)
+def job(request: Request, job_id: str, viewer: Looker) -> Response:
     runtime = _runtime(request)
     row = runtime.store.job(job_id)
     if row is None:
@@ -269,10 +259,7 @@ def job(request: Request, job_id: str) -> Response:
 
 
 @router.get("/cluster", response_class=HTMLResponse)
-def cluster(request: Request) -> Response:
-    viewer = viewer_of(request)
-    if viewer is None:
-        return login_redirect(request)
+def cluster(request: Request, viewer: Looker) -> Response:
     runtime = _runtime(request)
     maps = live.gpu_maps(runtime, viewer)
     return _render(
@@ -286,10 +273,7 @@ def cluster(request: Request) -> Response:
 
 
 @router.get("/preemptions", response_class=HTMLResponse)
-def preemption_list(request: Request) -> Response:
-    viewer = viewer_of(request)
-    if viewer is None:
-        return login_redirect(request)
+def preemption_list(request: Request, viewer: Looker) -> Response:
     runtime = _runtime(request)
     store = runtime.store
     evictions = store.events_of_kind("evict")

@@ -9,7 +9,7 @@ and the preemption list only as its queue's name.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,6 +156,43 @@ def _placement(data: dict[str, Any]) -> str:
     return ", ".join(f"{node}: {_gpus(gpus)} GPU" for node, gpus in where.items())
 
 
+def _started(data: dict[str, Any]) -> str:
+    grow = " (more tasks)" if data.get("grow") else ""
+    return f"started{grow}, attempt {data.get('attempt')}, on {_placement(data)}"
+
+
+def _evicted(data: dict[str, Any]) -> str:
+    who = f", for a {data.get('preemptor_type')} job:" if data.get("preemptor") else ""
+    return f"SIGTERM ({data.get('reason')}, {_gpus(data.get('gpus'))} GPU){who}"
+
+
+def _requeued(data: dict[str, Any]) -> str:
+    lost = float(data.get("lost_gpu_seconds") or 0.0) / 3600
+    return f"requeued ({data.get('reason')}), {lost:.4f} GPU-hours lost"
+
+
+def _failed(data: dict[str, Any]) -> str:
+    retry = f", retry {data['retry']}" if data.get("retry") else ""
+    return f"failed: exit {data.get('exit_code')}{retry}"
+
+
+_SAYS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "submit": lambda d: f"submitted by {d.get('user', '?')}",
+    "hold": lambda d: f"held ({d.get('reason')})",
+    "release": lambda d: f"released ({d.get('reason')})",
+    "start": _started,
+    "evict": _evicted,
+    "checkpoint": lambda d: f"checkpoint ({d.get('reason')}), step {d.get('step')}",
+    "requeue": _requeued,
+    "finish": lambda d: "finished: exit 0",
+    "fail": _failed,
+    "cancel": lambda d: f"cancelled ({d.get('reason')})",
+    "throttle_on": lambda d: f"queue {d.get('queue')} held new submissions for it (waiting mode)",
+    "throttle_off": lambda d: f"queue {d.get('queue')} left waiting mode ({d.get('reason')})",
+}
+"""What a job's own event says on its timeline, by event kind."""
+
+
 def timeline(
     own: Iterable[dict[str, Any]], caused: Iterable[dict[str, Any]]
 ) -> list[TimelineEntry]:
@@ -164,39 +201,9 @@ def timeline(
     for event in own:
         data = event["data"] or {}
         kind = event["kind"]
-        other = None
-        if kind == "submit":
-            text = f"submitted by {data.get('user', '?')}"
-        elif kind == "hold":
-            text = f"held ({data.get('reason')})"
-        elif kind == "release":
-            text = f"released ({data.get('reason')})"
-        elif kind == "start":
-            grow = " (more tasks)" if data.get("grow") else ""
-            text = f"started{grow}, attempt {data.get('attempt')}, on {_placement(data)}"
-        elif kind == "evict":
-            other = data.get("preemptor")
-            who = f", for a {data.get('preemptor_type')} job:" if other else ""
-            text = f"SIGTERM ({data.get('reason')}, {_gpus(data.get('gpus'))} GPU){who}"
-        elif kind == "checkpoint":
-            text = f"checkpoint ({data.get('reason')}), step {data.get('step')}"
-        elif kind == "requeue":
-            lost = float(data.get("lost_gpu_seconds") or 0.0) / 3600
-            text = f"requeued ({data.get('reason')}), {lost:.4f} GPU-hours lost"
-        elif kind == "finish":
-            text = "finished: exit 0"
-        elif kind == "fail":
-            retry = f", retry {data['retry']}" if data.get("retry") else ""
-            text = f"failed: exit {data.get('exit_code')}{retry}"
-        elif kind == "cancel":
-            text = f"cancelled ({data.get('reason')})"
-        elif kind == "throttle_on":
-            text = f"queue {data.get('queue')} held new submissions for it (waiting mode)"
-        elif kind == "throttle_off":
-            text = f"queue {data.get('queue')} left waiting mode ({data.get('reason')})"
-        else:
-            text = kind
-        entries.append(TimelineEntry(event["t"], kind, text, other))
+        says = _SAYS.get(kind)
+        other = data.get("preemptor") if kind == "evict" else None
+        entries.append(TimelineEntry(event["t"], kind, says(data) if says else kind, other))
     for event in caused:
         data = event["data"] or {}
         victim = event["job"]
