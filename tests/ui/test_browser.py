@@ -135,12 +135,15 @@ def test_a_preemption_shows_on_both_jobs_timelines(
     expect(page.locator(f'.gpu.held:has(a[href="/ui/jobs/{large}"])')).to_have_count(8)
     shoot(page, shots, "cluster")
     page.goto(server.url + "/ui/queues")
-    expect(page.locator('tr[data-queue="team-a"] .allocated')).to_have_text("8.0")
-    expect(page.locator('tr[data-queue="team-a"] .pending')).to_have_text("8")
-    shoot(page, shots, "queues")
-    page.goto(server.url + "/ui")
-    expect(page.locator("#n-util .value")).to_contain_text("%")
-    shoot(page, shots, "overview")
+    expect(page.locator('tr[data-queue="team-b"]')).to_have_count(0)  # not alice's queue
+    admin = log_in(browser, server, OPS, "/ui/queues")
+    expect(admin.locator('tr[data-queue="team-a"] .allocated')).to_have_text("8.0")
+    expect(admin.locator('tr[data-queue="team-a"] .pending')).to_have_text("8")
+    expect(admin.locator('tr[data-queue="team-b"] .allocated')).to_have_text("0.0")
+    shoot(admin, shots, "queues")
+    admin.goto(server.url + "/ui")
+    expect(admin.locator("#n-util .value")).to_contain_text("%")
+    shoot(admin, shots, "overview")
 
 
 def test_a_user_is_denied_another_team_s_jobs(browser: Any, server: Server) -> None:

@@ -169,3 +169,74 @@ def test_the_package_serves_htmx_itself() -> None:
     assert b"htmx" in htmx.read_bytes()[:4096]
     base = (STATIC.parent / "templates" / "base.html").read_text()
     assert "/ui/static/vendor/htmx.min.js" in base and "https://" not in base
+
+
+class FakeRuntime:
+    """The read views the dashboard asks the runtime for, fixed by the test."""
+
+    def __init__(self) -> None:
+        from caldera.model import Queue, Resources
+        from caldera.service.views import ClusterView, DeviceView, NodeView, QueueView
+
+        self.nodes = cluster().group("n", count=1, gpus=4).build()
+        self.cluster = ClusterView(
+            nodes=(
+                NodeView(
+                    "n-0",
+                    "H100",
+                    (
+                        DeviceView(0, 0, ("j-mine",)),
+                        DeviceView(1, 0, ("j-theirs",), releasing=True),
+                        DeviceView(2, 500, ("j-theirs", "j-mine")),
+                        DeviceView(3, 1000, (), drained="xid 79"),
+                    ),
+                ),
+            ),
+            throttles={},
+            jobs_by_state={},
+            queue_of={"j-mine": "team-a", "j-theirs": "team-b"},
+        )
+        self.queues = [
+            QueueView(Queue("team-a", weight=3), 2000, 1, 0, 2, "j-big", NOW - 42),
+            QueueView(Queue("team-b", deserved=Resources(gpu=1000)), 1500, 0, 0, 1, None),
+        ]
+
+    def cluster_view(self) -> Any:
+        return self.cluster
+
+    def queue_views(self) -> Any:
+        return self.queues
+
+
+def test_the_gpu_map_hides_other_queues_jobs_behind_their_queue() -> None:
+    from caldera.service.ui.live import gpu_maps
+
+    alice = Viewer("alice", frozenset({"team-a"}), admin=False)
+    (node,) = gpu_maps(FakeRuntime(), alice)  # type: ignore[arg-type]
+    assert [c.holders for c in node.cells] == [
+        ("j-mine",),
+        ("team-b",),
+        ("team-b", "j-mine"),
+        (),
+    ]
+    assert [(c.free, c.releasing, c.drained) for c in node.cells] == [
+        (0.0, False, None),
+        (0.0, True, None),
+        (0.5, False, None),
+        (1.0, False, "xid 79"),
+    ]
+    admin = Viewer("ops", frozenset(), admin=True)
+    assert gpu_maps(FakeRuntime(), admin)[0].cells[1].holders == ("j-theirs",)  # type: ignore[arg-type]
+
+
+def test_queue_rows_split_the_cluster_by_weight_and_time_the_throttle() -> None:
+    from caldera.service.ui.live import queue_rows, state_counts
+
+    admin = Viewer("ops", frozenset(), admin=True)
+    team_a, team_b = queue_rows(FakeRuntime(), admin, NOW)  # type: ignore[arg-type]
+    assert (team_a.deserved, team_a.deserved_set) == (3.0, False)  # 4 GPUs x 3 / (3 + 1)
+    assert (team_a.throttled_for, team_a.throttled_seconds) == ("j-big", 42.0)
+    assert (team_b.deserved, team_b.deserved_set, team_b.throttled_for) == (1.0, True, None)
+    assert state_counts([team_a, team_b]) == {"Held": 0, "Pending": 1, "Running": 3}
+    alice = Viewer("alice", frozenset({"team-a"}), admin=False)
+    assert [r.name for r in queue_rows(FakeRuntime(), alice, NOW)] == ["team-a"]  # type: ignore[arg-type]

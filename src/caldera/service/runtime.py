@@ -30,7 +30,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -48,6 +48,7 @@ from caldera.core import (
     Throttle,
     ThrottleOff,
     ThrottleOn,
+    Waiting,
     WaitingReasons,
     admit,
     run,
@@ -910,15 +911,21 @@ class Runtime:
     def cluster_view(self) -> ClusterView:
         """Each device's free share and who holds it, waiting modes, live jobs by state."""
         holders: dict[tuple[int, int], list[str]] = {}
+        leaving: set[tuple[int, int]] = set()
+        queue_of: dict[str, str] = {}
         counts: dict[str, int] = {}
         with self.lock:
             free = [tuple(f) for f in self.room.free]
             throttles = {q: t.job for q, t in self.throttles.items()}
             for job in self.jobs.values():
                 counts[job.state.value] = counts.get(job.state.value, 0) + 1
+                if job.tasks:
+                    queue_of[job.id] = job.spec.queue
                 for task in job.tasks:
                     for device in task.placement.devices:
                         holders.setdefault((task.placement.node, device), []).append(job.id)
+                        if task.leaving:
+                            leaving.add((task.placement.node, device))
             watch = self.gpu_watch
             sick = watch.reasons() if watch is not None else {}
             held = watch.held_milli if watch is not None else 0
@@ -934,13 +941,14 @@ class Runtime:
                         tuple(holders.get((node.index, d), ())),
                         uuid=host.uuid(d) if host is not None else None,
                         drained=sick.get(d),
+                        releasing=(node.index, d) in leaving,
                     )
                     for d in range(node.gpus)
                 ),
             )
             for node in self.nodes
         )
-        return ClusterView(nodes, throttles, counts, held)
+        return ClusterView(nodes, throttles, counts, held, queue_of)
 
     def queue_views(self) -> list[QueueView]:
         """Every queue with what it holds and what waits in it, in configuration order."""
@@ -959,9 +967,22 @@ class Runtime:
                             j.state in (JobState.RUNNING, JobState.RELEASING) for j in jobs
                         ),
                         throttled_for=waiting.job if waiting else None,
+                        throttled_since=waiting.since if waiting else None,
                     )
                 )
             return views
+
+    def waiting_for(self, job_ids: Iterable[str]) -> dict[str, Waiting]:
+        """Why those of `job_ids` that are pending did not start, as the last cycle said."""
+        found: dict[str, Waiting] = {}
+        with self.lock:
+            for job_id in job_ids:
+                job = self.jobs.get(job_id)
+                if job is not None and job.state is JobState.PENDING:
+                    reason = self.waiting.reason(job.spec)
+                    if reason is not None:
+                        found[job_id] = reason
+        return found
 
 
 def _read_report(path: Path) -> dict[str, Any] | None:

@@ -8,12 +8,13 @@ read — and tested — without the loop behind them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from caldera.config import Principal
+from caldera.core import Waiting
 from caldera.model import GPU_MILLI, Node, Queue, QueueState
 from caldera.service.store import Store
 
@@ -27,6 +28,7 @@ class DeviceView:
     jobs: tuple[str, ...]  # who holds a share of it
     uuid: str | None = None  # what CUDA_VISIBLE_DEVICES names (None: a virtual GPU)
     drained: str | None = None  # why it takes no new work (docs/gpus.md); None: healthy
+    releasing: bool = False  # a holder's task on it was signalled to leave
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,7 @@ class ClusterView:
     throttles: Mapping[str, str]  # queue -> the large job it waits for
     jobs_by_state: Mapping[str, int]  # live jobs
     held: int = 0  # milli-GPUs kept away from work by health drains (not free, not allocated)
+    queue_of: Mapping[str, str] = field(default_factory=dict)  # each holder's queue
 
     @property
     def gpus(self) -> int:
@@ -65,6 +68,7 @@ class QueueView:
     held: int
     running: int  # running or releasing
     throttled_for: str | None
+    throttled_since: float | None = None  # when its waiting mode began
 
 
 class ServiceRuntime(Protocol):
@@ -86,6 +90,8 @@ class ServiceRuntime(Protocol):
     def cluster_view(self) -> ClusterView: ...
 
     def queue_views(self) -> list[QueueView]: ...
+
+    def waiting_for(self, job_ids: Iterable[str]) -> dict[str, Waiting]: ...
 
     def submit(self, request: dict[str, Any], user: str) -> dict[str, Any]: ...
 

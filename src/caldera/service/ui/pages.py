@@ -34,6 +34,7 @@ from caldera.service.ui.reads import (
     sort_jobs,
     timeline,
 )
+from caldera.service.views import ServiceRuntime
 
 __all__ = ["router"]
 
@@ -84,8 +85,9 @@ def _render(request: Request, page: str, part: str, viewer: Viewer, **context: A
     return templates.TemplateResponse(request, name, context)
 
 
-def _runtime(request: Request) -> Any:
-    return request.app.state.runtime
+def _runtime(request: Request) -> ServiceRuntime:
+    runtime: ServiceRuntime = request.app.state.runtime
+    return runtime
 
 
 def _forbidden(request: Request, viewer: Viewer, message: str) -> Response:
@@ -138,7 +140,8 @@ def overview(request: Request, viewer: Looker) -> Response:
         for e in runtime.store.events_of_kind("requeue")
         if e["t"] >= now - 86_400
     )
-    states = live.state_counts(runtime, viewer)
+    rows = live.queue_rows(runtime, viewer, now)
+    states = live.state_counts(rows)
     return _render(
         request,
         "overview.html",
@@ -146,14 +149,14 @@ def overview(request: Request, viewer: Looker) -> Response:
         viewer,
         numbers=live.seed_numbers(request.app.state.metrics_registry),
         wasted_day=lost_day / 3600,
-        queues=live.queue_rows(runtime, viewer),
-        states=[(s, states.get(s, 0)) for s in LIVE_STATES],
+        queues=rows,
+        states=list(states.items()),
     )
 
 
 @router.get("/queues", response_class=HTMLResponse)
 def queues(request: Request, viewer: Looker) -> Response:
-    rows = live.queue_rows(_runtime(request), viewer)
+    rows = live.queue_rows(_runtime(request), viewer, time.time())
     return _render(request, "queues.html", "_queues.html", viewer, queues=rows)
 
 
@@ -193,7 +196,7 @@ def jobs(
         flip = "asc" if column == name and order != "asc" else "desc"
         return "/ui/jobs?" + urlencode({**filters, "sort": name, "order": flip})
 
-    queue_names = [q.name for q in live.queue_rows(runtime, viewer)]
+    queue_names = [q.name for q in live.queue_rows(runtime, viewer, now)]
     return _render(
         request,
         "jobs.html",

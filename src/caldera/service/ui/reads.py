@@ -298,6 +298,7 @@ class GpuCell:
     free: float  # share of the device free, 0..1
     holders: tuple[str, ...]  # job ids the viewer may see, else queue names
     releasing: bool
+    drained: str | None = None  # why the GPU takes no new work (health); None: healthy
 
 
 @dataclass(frozen=True)
