@@ -7,6 +7,7 @@
   cancel, throttle_on, throttle_off), the same kinds as the simulator's output.
 - `throttles`: queues in waiting mode (DESIGN §4.4).
 - `queue_states`: Open/Closing/Closed set by an admin through the API, overriding the file.
+- `audit`: every state-changing request: who, what, when, from where, and how it ended.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "EventRecord", "JobRecord", "QueueStateRecord", "ThrottleRecord"]
+__all__ = [
+    "AuditRecord",
+    "Base",
+    "EventRecord",
+    "JobRecord",
+    "QueueStateRecord",
+    "ThrottleRecord",
+]
 
 
 class Base(DeclarativeBase):
@@ -87,3 +95,18 @@ class QueueStateRecord(Base):
 
     name: Mapped[str] = mapped_column(String(128), primary_key=True)
     state: Mapped[str] = mapped_column(String(16))
+
+
+class AuditRecord(Base):
+    __tablename__ = "audit"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    t: Mapped[float] = mapped_column(Float, index=True)
+    user: Mapped[str | None] = mapped_column(String(128), nullable=True, index=True)
+    client: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    method: Mapped[str] = mapped_column(String(8))
+    path: Mapped[str] = mapped_column(String(512))
+    action: Mapped[str] = mapped_column(String(32))
+    target: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    status: Mapped[int] = mapped_column(Integer)
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

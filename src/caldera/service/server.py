@@ -21,15 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from starlette.middleware import Middleware
+
 from caldera.errors import ServiceError
-from caldera.service.config import ConfigError, ServiceConfig, default_config, load_config
+from caldera.service.audit import AuditLog, AuditWriter
+from caldera.service.config import ServiceConfig, default_config, load_config
 from caldera.service.config import parse_config as parse_config_data
 from caldera.service.gpus import FakeNvml, HostGPUs, local_node
 from caldera.service.gpus.metrics import GpuCollector
 from caldera.service.gpus.watch import GpuWatch
 from caldera.service.metrics import ServiceMetrics
 from caldera.service.runtime import Runtime
-from caldera.service.store import Store, database_url_for
+from caldera.service.store import DatabaseBusy, Store, database_url_for
 from caldera.service.ui import mount_ui
 
 __all__ = ["Service", "ServiceError", "build_service", "default_data_dir", "serve"]
@@ -56,6 +59,14 @@ class Service:
     lock: IO[str]
     app: Any
     admin_token: str | None = None
+    audit: Any = None
+
+    def close(self) -> None:
+        """Release the database and the data dir (the tasks keep running)."""
+        if self.audit is not None:
+            self.audit.close()
+        self.store.close()
+        self.lock.close()
 
 
 def _lock(data_dir: Path) -> IO[str]:
@@ -116,13 +127,18 @@ def build_service(
     else:
         config = load_config(config_path)
     lock = _lock(data)
+    store: Store | None = None
     try:
         store = Store(database_url or database_url_for(data))
+        store.lock_server()
         store.migrate()
-    except ConfigError:
-        raise
+        store.protect_files()
     except Exception as error:
+        if store is not None:
+            store.close()
         lock.close()
+        if isinstance(error, DatabaseBusy):
+            raise ServiceError(str(error)) from None
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ServiceError(f"database: {first}") from None
     node, host = local_node(gpus, fake)
@@ -150,7 +166,11 @@ def build_service(
 
     app = create_app(runtime, metrics.render, lifespan)
     mount_ui(app, runtime, metrics.registry)
-    return Service(config, store, runtime, metrics, host, data, lock, app, admin_token)
+    audit = AuditWriter(store)
+    # Innermost, inside Server-Timing: the time a request waits for its audit row is the
+    # server's time.
+    app.user_middleware.append(Middleware(AuditLog, writer=audit, tokens=config.tokens))
+    return Service(config, store, runtime, metrics, host, data, lock, app, admin_token, audit)
 
 
 def _check_address(host: str, port: int) -> None:
@@ -207,5 +227,4 @@ def serve(
     try:
         uvicorn.Server(config).run()
     finally:
-        service.store.close()
-        service.lock.close()
+        service.close()

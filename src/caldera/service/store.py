@@ -4,10 +4,21 @@ The runtime writes through: every change to a job is committed before the side e
 depends on it (a task row before its process is spawned, Releasing before the signal), so a
 server killed at any instant restarts from a state that never lost an accepted job and never
 forgot a GPU it had given. Reads for the API go straight to the tables.
+
+One server per database: `lock_server()` takes a lock held in the database itself for the
+server's lifetime (PostgreSQL: a session advisory lock keyed by the schema, on a connection
+kept for it; SQLite: an exclusive `flock` on `DB-FILE.lock` beside the database file). A
+second server on the same database, whatever its data dir, refuses to start.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import signal
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -29,15 +40,29 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import make_url
 
-from caldera.service.db import EventRecord, JobRecord, QueueStateRecord, ThrottleRecord
+from caldera.service.db import (
+    AuditRecord,
+    EventRecord,
+    JobRecord,
+    QueueStateRecord,
+    ThrottleRecord,
+)
 
-__all__ = ["Batch", "Store", "database_url_for"]
+__all__ = ["Batch", "DatabaseBusy", "Store", "database_url_for"]
+
+log = logging.getLogger("caldera.service")
+
+_LOCK_CHECK = 5.0  # seconds between two checks that the PostgreSQL lock is still ours
 
 _MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
 def database_url_for(data_dir: Path) -> str:
     return f"sqlite:///{data_dir / 'caldera.db'}"
+
+
+class DatabaseBusy(RuntimeError):
+    """Another caldera server holds this database. The message is one line."""
 
 
 class Batch:
@@ -71,6 +96,10 @@ class Batch:
         self.connection.execute(delete(QueueStateRecord).where(QueueStateRecord.name == name))
         self.connection.execute(insert(QueueStateRecord).values(name=name, state=state))
 
+    def audit(self, rows: Sequence[dict[str, Any]]) -> None:
+        if rows:
+            self.connection.execute(insert(AuditRecord), list(rows))
+
 
 class Store:
     """One engine; `batch()` for writes, plain methods for reads."""
@@ -98,6 +127,84 @@ class Store:
             self.engine = create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
         # SQLite allows one writer at a time: writers queue on this lock.
         self._write_lock = threading.Lock()
+        self._server_lock: Any = None  # the held lock: a file (SQLite) or a connection
+        self.where = parsed.render_as_string(hide_password=True)
+        self.sqlite_path: Path | None = None
+        if self.is_sqlite and parsed.database not in (None, "", ":memory:"):
+            self.sqlite_path = Path(str(parsed.database)).expanduser().resolve()
+
+    # -- one server per database ---------------------------------------------------------------
+
+    def lock_server(self) -> None:
+        """Hold this database for this server until `close()`; DatabaseBusy if another has it."""
+        busy = DatabaseBusy(
+            f"another caldera server is using the database {self.where} "
+            "(two servers would give GPUs twice)"
+        )
+        if self.is_sqlite:
+            if self.sqlite_path is None:
+                return  # an in-memory database belongs to this process alone
+            path = self.sqlite_path.with_name(self.sqlite_path.name + ".lock")
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise busy from None
+            self._server_lock = fd
+            return
+        connection = self.engine.connect()
+        try:
+            key = self._advisory_key(connection)
+            got = connection.exec_driver_sql(f"SELECT pg_try_advisory_lock({key})").scalar()
+            connection.commit()
+        except Exception:
+            connection.close()
+            raise
+        if not got:
+            connection.close()
+            raise busy
+        self._server_lock = connection
+        self._lock_key = key
+        watch = threading.Thread(target=self._watch_lock, name="caldera-db-lock", daemon=True)
+        watch.start()
+
+    @staticmethod
+    def _advisory_key(connection: Connection) -> int:
+        """One key per schema: servers on other schemas of the same database are not rivals."""
+        schema = connection.exec_driver_sql("SELECT current_schema()").scalar() or ""
+        digest = hashlib.blake2b(f"caldera-server:{schema}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big", signed=True)
+
+    def _watch_lock(self) -> None:
+        """A PostgreSQL lock lives as long as its connection: if the connection drops, take it
+        again on a new one; if another server took it meanwhile, stop this server (SIGTERM to
+        itself: the tasks keep running, as at any stop) rather than give GPUs twice."""
+        while not self._closed.wait(_LOCK_CHECK):
+            connection = self._server_lock
+            try:
+                connection.exec_driver_sql("SELECT 1")
+                connection.commit()
+                continue
+            except Exception:
+                with contextlib.suppress(Exception):
+                    connection.close()
+            try:
+                connection = self.engine.connect()
+                got = connection.exec_driver_sql(
+                    f"SELECT pg_try_advisory_lock({self._lock_key})"
+                ).scalar()
+                connection.commit()
+            except Exception:  # the database is away: keep trying
+                continue
+            if got:
+                self._server_lock = connection
+                log.warning("database connection lost and taken back; still the only server")
+                continue
+            connection.close()
+            log.error("another caldera server took the database while ours was away; stopping")
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
 
     def migrate(self) -> None:
         """Bring the schema to the newest revision (Alembic, shipped in the package)."""
@@ -107,8 +214,24 @@ class Store:
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
 
+    def protect_files(self) -> None:
+        """SQLite: the database and its WAL readable by this server's user only (0600)."""
+        if self.sqlite_path is None:
+            return
+        for suffix in ("", "-wal", "-shm", ".lock"):
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(self.sqlite_path.with_name(self.sqlite_path.name + suffix), 0o600)
+
     def close(self) -> None:
         self._closed.set()
+        held, self._server_lock = self._server_lock, None
+        if isinstance(held, int):
+            os.close(held)
+        elif held is not None:
+            # Close the connection itself, not back into the pool: the lock dies with it.
+            with contextlib.suppress(Exception):
+                held.invalidate()
+                held.close()
         self.engine.dispose()
 
     def _checkpoint_loop(self) -> None:
@@ -183,6 +306,16 @@ class Store:
         if job is not None:
             query = query.where(EventRecord.job == job)
         query = query.order_by(EventRecord.id).limit(limit)
+        with self.engine.connect() as connection:
+            return [dict(row) for row in connection.execute(query).mappings()]
+
+    def audit(
+        self, *, after: int = 0, user: str | None = None, limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        query = select(AuditRecord.__table__).where(AuditRecord.id > after)
+        if user is not None:
+            query = query.where(AuditRecord.user == user)
+        query = query.order_by(AuditRecord.id).limit(limit)
         with self.engine.connect() as connection:
             return [dict(row) for row in connection.execute(query).mappings()]
 
