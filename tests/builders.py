@@ -47,6 +47,7 @@ from caldera.model import (
     TopologyMode,
     TopologySpec,
     expand_node_groups,
+    slice_milli,
 )
 
 __all__ = [
@@ -89,8 +90,10 @@ class ClusterBuilder:
         model: str = "H100",
         cpu: float = 128,
         memory_gib: int = 1024,
+        mig: Sequence[Sequence[str]] = (),
     ) -> ClusterBuilder:
-        """`island` 0: one NVLink island per node; `per_tier1` 0: the group is one tier-1."""
+        """`island` 0: one NVLink island per node; `per_tier1` 0: the group is one tier-1;
+        `mig`: GPUs in MIG mode, each as its slices' profiles (the last `len(mig)` GPUs)."""
         self._groups.append(
             NodeGroup(
                 prefix=prefix,
@@ -102,6 +105,7 @@ class ClusterBuilder:
                 nvlink_island=island,
                 nodes_per_tier1=per_tier1,
                 tier1_per_tier2=per_tier2,
+                mig=tuple(tuple(profiles) for profiles in mig),
             )
         )
         return self
@@ -263,6 +267,10 @@ class JobBuilder:
     def gpus(self, per_task: float) -> JobBuilder:
         return self._set(gpu=milli(per_task))
 
+    def profile(self, name: str) -> JobBuilder:
+        """One MIG slice of this profile per task (`gpu` becomes its GPU-equivalent)."""
+        return self._set(gpu_profile=name)
+
     def min_available(self, count: int) -> JobBuilder:
         return self._set(min_available=count)
 
@@ -396,19 +404,31 @@ def _resolve(
     spot: _TaskSpot, spec: JobSpec, nodes: Sequence[Node], free: list[list[int]] | None
 ) -> TaskPlacement:
     index = _node_index(nodes, spot.node)
+    node = nodes[index]
     gpu = spec.gpu
     per_device = GPU_MILLI if gpu >= GPU_MILLI else gpu
     count = gpu // GPU_MILLI if gpu >= GPU_MILLI else (1 if gpu else 0)
+    candidates: Sequence[int] = range(node.gpus)
+    if spec.gpu_profile is not None:  # one whole MIG slice of the profile
+        per_device, count = gpu, 1
+        candidates = [
+            d for d in range(node.gpus, node.devices) if node.profile_of(d) == spec.gpu_profile
+        ]
     devices = spot.devices
     if devices is None:
-        left = free[index] if free is not None else [GPU_MILLI] * nodes[index].gpus
-        devices = tuple(d for d, f in enumerate(left) if f >= per_device)[:count]
+        left = free[index] if free is not None else _capacities(node)
+        devices = tuple(d for d in candidates if left[d] >= per_device)[:count]
         if len(devices) < count:
             raise ValueError(f"{spec.name}: no room for a task on node {spot.node!r}")
     if free is not None:
         for d in devices:
             free[index][d] -= per_device
     return TaskPlacement(index, tuple(devices), per_device if count else 0, spec.cpu, spec.memory)
+
+
+def _capacities(node: Node) -> list[int]:
+    """Free milli per device of an empty node: whole GPUs, then MIG slices."""
+    return [GPU_MILLI] * node.gpus + [slice_milli(p) for p in node.slices]
 
 
 # -- snapshots -----------------------------------------------------------------------------
@@ -424,7 +444,7 @@ def snapshot(
     throttles: Iterable[Throttle] = (),
 ) -> Snapshot:
     built_nodes = nodes.build() if isinstance(nodes, ClusterBuilder) else tuple(nodes)
-    free = [[GPU_MILLI] * n.gpus for n in built_nodes]
+    free = [_capacities(n) for n in built_nodes]
     views: list[JobView] = []
     for item in jobs:
         views.append(item.view(built_nodes, free) if isinstance(item, JobBuilder) else item)

@@ -50,6 +50,7 @@ MODEL = [
     "IllegalTransition",
     "JobSpec",
     "MAX_TIME_SHARING",
+    "MigProfile",
     "JobState",
     "JobType",
     "Node",
@@ -69,8 +70,10 @@ MODEL = [
     "parse_cpu",
     "parse_gpu_milli",
     "parse_memory_mib",
+    "parse_profile",
     "priority_class",
     "shares_time",
+    "slice_milli",
     "time_share",
 ]
 

@@ -116,6 +116,9 @@ def violations(snapshot: Snapshot, decisions: Decisions) -> list[str]:
                 want_devices and task.milli != want_milli
             ):
                 problems.append(f"{start.job}: task shape {task} for {spec.gpu} milli")
+            profiles = {node.profile_of(d) for d in task.devices}
+            if profiles != ({spec.gpu_profile} if task.devices else set()):
+                problems.append(f"{start.job}: devices {task.devices} for profile {profiles}")
             if (task.cpu, task.memory) != (spec.cpu, spec.memory):
                 problems.append(f"{start.job}: task cpu/memory {task.cpu}/{task.memory}")
             if not island_ok(node, task):

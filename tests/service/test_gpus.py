@@ -530,6 +530,7 @@ def test_a_time_sharing_queue_puts_two_tasks_on_one_gpu_and_says_so(tmp_path: Pa
     ids = [
         runtime.submit(request(queue="dev", gpu=1000, name=f"d{i}"), "ops")["id"] for i in range(2)
     ]
+    clock.now += 1  # later: it ranks after them
     gang = runtime.submit(request(queue="dev", tasks=2, gpu=1000, name="gang"), "ops")["id"]
     runtime.cycle()
     assert [runtime.jobs[i].state for i in ids] == [JobState.RUNNING] * 2

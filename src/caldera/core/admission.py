@@ -3,7 +3,8 @@
 Pure like the cycle; every runtime calls it when a submission arrives.
 - unknown queue, Closing or Closed queue, a `critical` job where the queue does not accept
   critical work, a request beyond the queue's capability or one no node group could ever
-  host: rejected with a one-line reason;
+  host (a MIG profile no node offers, or fewer slices of it than the gang needs): rejected
+  with a one-line reason;
 - a queue in waiting mode for a large job: submissions below priority 800 are Held;
 - a queue outside its time window: Held until the window opens;
 - otherwise Pending.
@@ -36,7 +37,7 @@ class Admission:
     reason: str = ""
 
 
-_NodeKind = tuple[str, int, int, int]  # model, gpus, cpu, memory
+_NodeKind = tuple[str, int, int, int, tuple[str, ...]]  # model, gpus, cpu, memory, slices
 _KINDS: dict[int, tuple[tuple[Node, ...], dict[_NodeKind, int]]] = {}
 
 
@@ -47,7 +48,7 @@ def _node_kinds(nodes: tuple[Node, ...]) -> dict[_NodeKind, int]:
         return cached[1]
     kinds: dict[_NodeKind, int] = {}
     for node in nodes:
-        kind = (node.gpu_model, node.gpus, node.cpu, node.memory)
+        kind = (node.gpu_model, node.gpus, node.cpu, node.memory, node.slices)
         kinds[kind] = kinds.get(kind, 0) + 1
     if len(_KINDS) > 64:
         _KINDS.clear()
@@ -55,28 +56,38 @@ def _node_kinds(nodes: tuple[Node, ...]) -> dict[_NodeKind, int]:
     return kinds
 
 
+def _per_node(gpus: int, slices: tuple[str, ...], spec: JobSpec) -> int:
+    """How many of the job's tasks an empty node with these devices could hold (GPUs only)."""
+    if spec.gpu_profile is not None:
+        return slices.count(spec.gpu_profile)
+    if gpus * GPU_MILLI < spec.gpu:
+        return 0
+    return gpus // spec.whole_gpus if spec.whole_gpus else spec.min_available
+
+
 def _tasks_on(node: Node, spec: JobSpec) -> int:
     """How many of the job's tasks an empty node could hold."""
     models = spec.gpu_models
     if models is not None and node.gpu_model not in models:
         return 0
-    if node.gpus * GPU_MILLI < spec.gpu or node.cpu < spec.cpu or node.memory < spec.memory:
+    if node.cpu < spec.cpu or node.memory < spec.memory:
         return 0
-    return node.gpus // spec.whole_gpus if spec.whole_gpus else spec.min_available
+    return _per_node(node.gpus, node.slices, spec)
 
 
 def could_ever_fit(spec: JobSpec, nodes: tuple[Node, ...]) -> bool:
     """Is there any node that could host one task, and enough such GPUs for the gang?"""
     models = spec.gpu_models
     capacity = 0
-    for (model, gpus, cpu, memory), count in _node_kinds(nodes).items():
+    for (model, gpus, cpu, memory, slices), count in _node_kinds(nodes).items():
         if models is not None and model not in models:
             continue
-        if gpus * GPU_MILLI < spec.gpu or cpu < spec.cpu or memory < spec.memory:
+        if cpu < spec.cpu or memory < spec.memory:
             continue
-        if spec.gpu < GPU_MILLI:
+        per_node = _per_node(gpus, slices, spec)
+        if per_node and spec.gpu < GPU_MILLI and spec.gpu_profile is None:
             return True
-        capacity += count * (gpus // spec.whole_gpus if spec.whole_gpus else spec.min_available)
+        capacity += count * per_node
     return capacity >= spec.min_available
 
 

@@ -83,7 +83,7 @@ def _default_deserved(snapshot: Snapshot) -> dict[str, Resources]:
     """A queue given only a weight deserves weight / Σ weights of the cluster's GPUs (no CPU
     or memory share). A queue with a `deserved` quota deserves exactly that: an explicit
     `deserved: {gpu: 0}` is zero, not "unset" (DESIGN §4.1 step 7)."""
-    total_gpu = snapshot.free_room.capacity_gpus * GPU_MILLI
+    total_gpu = snapshot.free_room.capacity_milli  # whole GPUs and MIG slices (mig.py)
     weights = sum(max(q.weight, 0) for q in snapshot.queues.values()) or 1
     result: dict[str, Resources] = {}
     for name, queue in snapshot.queues.items():
@@ -168,7 +168,8 @@ class CycleContext:
         """Milli-GPUs that may still be signalled this cycle (at least one node's worth)."""
         room = self.room
         limit = max(self.config.eviction_budget * room.capacity_gpus, room.max_gpus)
-        return int(limit * GPU_MILLI) - self.evicted_gpu
+        slices = room.capacity_milli - room.capacity_gpus * GPU_MILLI  # MIG slices' share
+        return int(limit * GPU_MILLI) + int(self.config.eviction_budget * slices) - self.evicted_gpu
 
     def promise(self, job: JobView, sign: int) -> None:
         """Count (+1) or stop counting (-1) a nominated preemptor's gang in its queue."""

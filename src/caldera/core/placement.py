@@ -9,6 +9,9 @@ Rules (DESIGN §3, allocate):
 3. A gang starts only if at least `min_available` tasks are placed at once; with `hard`
    topology they all sit inside one tier-N domain, the fullest one that fits (binpack again);
    `soft` tries that first and falls back to anywhere.
+4. A task that asks for a MIG profile takes one free slice of that profile (the lowest on
+   its node); nodes with the fewest such slices free come first (binpack). Whole GPUs and
+   slices never mix: a whole-GPU or shared task never lands on a slice.
 
 Every function here changes the room only through `Room.take` and either returns a complete
 placement or leaves the room exactly as it found it.
@@ -19,26 +22,51 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 
 from caldera.core.room import Room, TaskPlacement
-from caldera.model import GPU_MILLI, JobSpec, TopologyMode
+from caldera.model import GPU_MILLI, JobSpec, Node, TopologyMode
 
-__all__ = ["domains_for", "fit_on_node", "node_allows", "place_job", "place_on_nodes"]
+__all__ = [
+    "can_host",
+    "domains_for",
+    "fit_on_node",
+    "node_allows",
+    "place_job",
+    "place_on_nodes",
+]
 
 
 def node_allows(room: Room, index: int, models: frozenset[str] | None) -> bool:
     return models is None or room.nodes[index].gpu_model in models
 
 
-def fit_on_node(room: Room, index: int, gpu: int, cpu: int, memory: int) -> TaskPlacement | None:
+def can_host(node: Node, spec: JobSpec) -> bool:
+    """Could this node, empty, hold one task of the job (GPUs only: model, count, profile)?"""
+    if spec.gpu_models is not None and node.gpu_model not in spec.gpu_models:
+        return False
+    if spec.gpu_profile is not None:
+        return spec.gpu_profile in node.slices
+    return node.gpus * GPU_MILLI >= spec.gpu
+
+
+def fit_on_node(
+    room: Room, index: int, gpu: int, cpu: int, memory: int, profile: str | None = None
+) -> TaskPlacement | None:
     """The best spot for one task on one node, or None. Does not change the room."""
     if room.cpu[index] < cpu or room.memory[index] < memory:
         return None
+    if profile is not None:
+        free_slices = room.slices[index].get(profile)
+        if not free_slices:
+            return None
+        return TaskPlacement(index, (free_slices[0],), room.milli_of[profile], cpu, memory)
     if gpu == 0:
         return TaskPlacement(index, (), 0, cpu, memory)
     free = room.free[index]
+    node = room.nodes[index]
     if gpu < GPU_MILLI:
         best = -1
         best_free = GPU_MILLI + 1
-        for device, left in enumerate(free):
+        for device in range(node.gpus):
+            left = free[device]
             if gpu <= left < best_free:
                 best, best_free = device, left
         if best < 0:
@@ -47,10 +75,9 @@ def fit_on_node(room: Room, index: int, gpu: int, cpu: int, memory: int) -> Task
     need = gpu // GPU_MILLI
     if room.whole[index] < need:
         return None
-    node = room.nodes[index]
     size = node.island_size
     if size >= node.gpus:
-        devices = tuple(d for d, left in enumerate(free) if left == GPU_MILLI)[:need]
+        devices = tuple(d for d in range(node.gpus) if free[d] == GPU_MILLI)[:need]
         return TaskPlacement(index, devices, GPU_MILLI, cpu, memory)
     islands = [
         [d for d in range(i * size, (i + 1) * size) if free[d] == GPU_MILLI]
@@ -83,12 +110,12 @@ def place_on_nodes(
     many tasks per node as fit. On success the room is taken; on failure it is untouched."""
     placed: list[TaskPlacement] = []
     models = spec.gpu_models
-    gpu, cpu, memory = spec.gpu, spec.cpu, spec.memory
+    gpu, cpu, memory, profile = spec.gpu, spec.cpu, spec.memory, spec.gpu_profile
     for index in nodes:
         if models is not None and room.nodes[index].gpu_model not in models:
             continue
         while len(placed) < maximum:
-            task = fit_on_node(room, index, gpu, cpu, memory)
+            task = fit_on_node(room, index, gpu, cpu, memory, profile)
             if task is None:
                 break
             room.take(task)
@@ -104,6 +131,9 @@ def place_on_nodes(
 
 def _binpack_order(room: Room, spec: JobSpec) -> Iterator[int]:
     """Nodes in binpacking order for this job's task shape, cluster-wide."""
+    if spec.gpu_profile is not None:
+        yield from _slice_order(room, spec.gpu_profile)
+        return
     models = room.models if spec.gpu_models is None else sorted(spec.gpu_models)
     need = spec.gpu // GPU_MILLI
     if 0 < spec.gpu < GPU_MILLI:
@@ -126,6 +156,13 @@ def _binpack_order(room: Room, spec: JobSpec) -> Iterator[int]:
                 yield from tuple(room.buckets[model][level])
 
 
+def _slice_order(room: Room, profile: str) -> list[int]:
+    """Nodes with a free slice of `profile`, fewest free first (binpack), then by index."""
+    slices = room.slices
+    nodes = [i for i in room.profile_nodes.get(profile, ()) if slices[i][profile]]
+    return sorted(nodes, key=lambda i: (len(slices[i][profile]), i))
+
+
 def _domain_nodes(room: Room, tier: int) -> dict[int, list[int]]:
     return room.tier1_nodes if tier <= 1 else room.tier2_nodes
 
@@ -142,6 +179,8 @@ def _in_domain_order(room: Room, nodes: Sequence[int]) -> list[int]:
 
 
 def _enough_whole(room: Room, spec: JobSpec, minimum: int) -> bool:
+    if spec.gpu_profile is not None:
+        return room.free_slices(spec.gpu_profile, models=spec.gpu_models) >= minimum
     need = spec.whole_gpus * minimum
     return need == 0 or room.free_whole(spec.gpu_models) >= need
 

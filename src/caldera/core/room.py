@@ -3,7 +3,8 @@
 The cycle asks "where does this task fit?" tens of thousands of times, so free room is kept
 in indexes that answer fast: per node the free milli-GPUs of each device, CPU and memory;
 nodes bucketed by how many whole free GPUs they have (per GPU model), and whole free GPUs
-counted per tier-1 and tier-2 domain.
+counted per tier-1 and tier-2 domain. MIG slices (the devices after a node's whole GPUs) are
+all or nothing — free at their GPU-equivalent, or 0 — and indexed per node and profile.
 
 Every change can be journaled. `scratch()` opens a journal and rolls all changes back on exit,
 which is how the cycle tries gangs and victim sets on a working copy and still leaves the
@@ -18,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from caldera.errors import CapacityError
-from caldera.model import GPU_MILLI, Node
+from caldera.model import GPU_MILLI, Node, slice_milli
 
 __all__ = ["CapacityError", "Room", "TaskPlacement"]
 
@@ -28,7 +29,7 @@ class TaskPlacement:
     """Where one task runs: a node, the devices it uses there and how much of each.
 
     `milli` is per device: 1000 for whole GPUs, less for a share of one device, 0 for a task
-    that uses no GPU.
+    that uses no GPU. A task on a MIG slice has that one device and the slice's GPU-equivalent.
     """
 
     node: int
@@ -47,7 +48,12 @@ class Room:
 
     def __init__(self, nodes: tuple[Node, ...]) -> None:
         self.nodes = nodes
-        self.free: list[list[int]] = [[GPU_MILLI] * n.gpus for n in nodes]
+        self.milli_of: dict[str, int] = {
+            p: slice_milli(p) for p in sorted({p for n in nodes for p in n.slices})
+        }
+        self.free: list[list[int]] = [
+            [GPU_MILLI] * n.gpus + [self.milli_of[p] for p in n.slices] for n in nodes
+        ]
         self.whole: list[int] = [n.gpus for n in nodes]
         self.cpu: list[int] = [n.cpu for n in nodes]
         self.memory: list[int] = [n.memory for n in nodes]
@@ -68,6 +74,19 @@ class Room:
         self.tier2_whole: dict[int, int] = {}
         self.model_whole: dict[str, int] = dict.fromkeys(self.models, 0)
         self.capacity_gpus = sum(n.gpus for n in nodes)
+        # MIG slices: per node and profile the free slice devices (sorted), per profile the
+        # free count and the nodes that have any; capacity counts them by GPU-equivalent.
+        self.slices: list[dict[str, list[int]]] = [{} for _ in nodes]
+        self.profile_free: dict[str, int] = dict.fromkeys(self.milli_of, 0)
+        self.profile_nodes: dict[str, list[int]] = {p: [] for p in self.milli_of}
+        self.capacity_milli = self.capacity_gpus * GPU_MILLI
+        for n in nodes:
+            for k, profile in enumerate(n.slices):
+                self.slices[n.index].setdefault(profile, []).append(n.gpus + k)
+                self.profile_free[profile] += 1
+                self.capacity_milli += self.milli_of[profile]
+            for profile in self.slices[n.index]:
+                self.profile_nodes[profile].append(n.index)
         for n in nodes:
             self.buckets[n.gpu_model][n.gpus].append(n.index)
             self.tier1_nodes.setdefault(n.tier1, []).append(n.index)
@@ -90,6 +109,14 @@ class Room:
     def can_take(self, task: TaskPlacement) -> bool:
         """Would `take(task)` succeed?"""
         free = self.free[task.node]
+        node = self.nodes[task.node]
+        if node.slices and any(d >= node.gpus for d in task.devices):
+            return (
+                self._slice_ok(task, node)
+                and free[task.devices[0]] == task.milli
+                and self.cpu[task.node] >= task.cpu
+                and self.memory[task.node] >= task.memory
+            )
         return (
             len(set(task.devices)) == len(task.devices)
             and all(0 <= d < len(free) and free[d] >= task.milli for d in task.devices)
@@ -115,6 +142,9 @@ class Room:
         refused change leaves the room as it was."""
         index = task.node
         node = self.nodes[index]
+        if node.slices and any(d >= node.gpus for d in task.devices):
+            self._change_slice(task, sign, node)
+            return
         free = self.free[index]
         delta = sign * task.milli
         cpu = self.cpu[index] + sign * task.cpu
@@ -152,7 +182,8 @@ class Room:
             self.tier2_whole[node.tier2] += change
             self.model_whole[node.gpu_model] += change
         if 0 < task.milli < GPU_MILLI:
-            shared = any(0 < f < GPU_MILLI for f in free)
+            devices = free[: node.gpus] if node.slices else free
+            shared = any(0 < f < GPU_MILLI for f in devices)
             if shared != (index in self._partial):
                 partial = self.partial[node.gpu_model]
                 if shared:
@@ -161,6 +192,40 @@ class Room:
                 else:
                     self._partial.discard(index)
                     del partial[bisect_left(partial, index)]
+        if self._journal is not None:
+            self._journal.append((task, sign))
+
+    def _slice_ok(self, task: TaskPlacement, node: Node) -> bool:
+        """A task on a MIG slice takes exactly that one slice, at its GPU-equivalent."""
+        if len(task.devices) != 1 or not node.gpus <= task.devices[0] < node.devices:
+            return False
+        profile = node.slices[task.devices[0] - node.gpus]
+        return task.milli == self.milli_of[profile]
+
+    def _change_slice(self, task: TaskPlacement, sign: int, node: Node) -> None:
+        """Take (-1) or give (+1) one MIG slice: all of it, checked before anything changes."""
+        index = task.node
+        if not self._slice_ok(task, node):
+            raise CapacityError(f"node {node.name}: {task} is not one whole MIG slice")
+        device = task.devices[0]
+        free = self.free[index]
+        after = free[device] + sign * task.milli
+        cpu = self.cpu[index] + sign * task.cpu
+        memory = self.memory[index] + sign * task.memory
+        if after not in (0, task.milli) or cpu < 0 or memory < 0:
+            raise CapacityError(f"node {node.name} slice {device}: taken twice or given twice")
+        if cpu > node.cpu or memory > node.memory:
+            raise CapacityError(f"node {node.name}: cpu/memory out of range")
+        free[device] = after
+        self.cpu[index] = cpu
+        self.memory[index] = memory
+        profile = node.slices[device - node.gpus]
+        free_slices = self.slices[index][profile]
+        if sign < 0:
+            del free_slices[bisect_left(free_slices, device)]
+        else:
+            insort(free_slices, device)
+        self.profile_free[profile] += sign
         if self._journal is not None:
             self._journal.append((task, sign))
 
@@ -205,7 +270,26 @@ class Room:
         return sum(self.model_whole.get(m, 0) for m in models)
 
     def free_milli(self, index: int) -> int:
-        return sum(self.free[index])
+        """Free milli-GPUs on the node's whole GPUs (MIG slices are not shareable room)."""
+        node = self.nodes[index]
+        return sum(self.free[index][: node.gpus] if node.slices else self.free[index])
+
+    def free_slices(
+        self,
+        profile: str,
+        nodes: Iterable[int] | None = None,
+        models: frozenset[str] | None = None,
+    ) -> int:
+        """Free MIG slices of `profile` (on `nodes`, of `models`; None: anywhere)."""
+        if nodes is None and models is None:
+            return self.profile_free.get(profile, 0)
+        wanted = None if nodes is None else set(nodes)
+        return sum(
+            len(self.slices[i].get(profile, ()))
+            for i in self.profile_nodes.get(profile, ())
+            if (wanted is None or i in wanted)
+            and (models is None or self.nodes[i].gpu_model in models)
+        )
 
     def fingerprint(self) -> tuple[object, ...]:
         """Everything the room holds, for tests that check nothing changed."""
@@ -218,4 +302,6 @@ class Room:
             tuple(sorted(self.tier2_whole.items())),
             tuple((m, tuple(tuple(b) for b in bs)) for m, bs in self.buckets.items()),
             tuple((m, tuple(p)) for m, p in self.partial.items()),
+            tuple(tuple((p, tuple(d)) for p, d in sorted(n.items())) for n in self.slices),
+            tuple(sorted(self.profile_free.items())),
         )

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from caldera.core.config import PolicyConfig
 from caldera.core.jobindex import _never_a_victim
-from caldera.core.placement import place_job
+from caldera.core.placement import can_host, place_job
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView
 from caldera.core.weight import effective_weight
@@ -180,15 +180,9 @@ def candidate_domains(
     domains (compact, cheap to search) and the whole cluster only as a last resort.
     """
     if spec.tasks == 1:
-        models = spec.gpu_models
         nodes = room.nodes
         candidates = index.by_node if index is not None else range(len(nodes))
-        return [
-            (i,)
-            for i in sorted(candidates)
-            if nodes[i].gpus * GPU_MILLI >= spec.gpu
-            and (models is None or nodes[i].gpu_model in models)
-        ]
+        return [(i,) for i in sorted(candidates) if can_host(nodes[i], spec)]
     topology = spec.topology
     tiers = (1, 2) if topology is None else (topology.highest_tier,)
     found: list[Sequence[int] | None] = []
@@ -206,6 +200,8 @@ def candidate_domains(
 
 def _free_on(room: Room, spec: JobSpec, nodes: Sequence[int] | None) -> int:
     models = spec.gpu_models
+    if spec.gpu_profile is not None:  # MIG: free slices of the profile, by GPU-equivalent
+        return room.free_slices(spec.gpu_profile, nodes, models) * spec.gpu
     if nodes is None:
         return room.free_whole(models) * GPU_MILLI
     free = 0

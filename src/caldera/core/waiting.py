@@ -157,6 +157,11 @@ def _room(cycle: CycleContext, job: JobView) -> tuple[WaitReason, str]:
     """No room: not enough GPUs free, or free GPUs in the wrong places."""
     spec = job.spec
     room = cycle.room
+    if spec.gpu_profile is not None:
+        free = room.free_slices(spec.gpu_profile, models=spec.gpu_models)
+        return WaitReason.NO_ROOM, (
+            f"needs {spec.min_available} free {spec.gpu_profile} MIG slice(s); {free} free"
+        )
     if spec.gpu < GPU_MILLI:
         share = spec.gpu / GPU_MILLI
         return WaitReason.NO_ROOM, f"no GPU has {share:g} of a device free"

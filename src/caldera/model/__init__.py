@@ -21,6 +21,7 @@ from caldera.model.jobtypes import (
     priority_class,
 )
 from caldera.model.lifecycle import TRANSITIONS, IllegalTransition, JobState, check_transition
+from caldera.model.mig import MigProfile, parse_profile, slice_milli
 from caldera.model.queues import Queue, QueueState, TimeWindow
 from caldera.model.resources import Resources, parse_cpu, parse_gpu_milli, parse_memory_mib
 from caldera.model.sharing import MAX_TIME_SHARING, shares_time, time_share
@@ -37,6 +38,7 @@ __all__ = [
     "JobSpec",
     "JobState",
     "JobType",
+    "MigProfile",
     "Node",
     "NodeGroup",
     "PreemptionPolicy",
@@ -52,7 +54,9 @@ __all__ = [
     "parse_cpu",
     "parse_gpu_milli",
     "parse_memory_mib",
+    "parse_profile",
     "priority_class",
     "shares_time",
+    "slice_milli",
     "time_share",
 ]

@@ -13,6 +13,7 @@ from caldera.model.jobtypes import (
     JobType,
     PriorityClass,
 )
+from caldera.model.mig import slice_milli
 from caldera.model.resources import Resources
 
 __all__ = ["Checkpointing", "JobSpec", "TopologyMode", "TopologySpec"]
@@ -61,6 +62,7 @@ def _intern_shape(spec: JobSpec) -> int:
         spec.min_available,
         spec.topology,
         spec.gpu_models,
+        spec.gpu_profile,
     )
     return _SHAPES.setdefault(key, len(_SHAPES))
 
@@ -70,6 +72,8 @@ class JobSpec:
     """An accepted request. Immutable: runtime facts live in the snapshot's JobView.
 
     `gpu` is milli-GPUs per task (below 1000 only for single-task jobs sharing a device);
+    with `gpu_profile` each task takes one MIG slice of that profile instead, and `gpu` is the
+    slice's GPU-equivalent (caldera.model.mig), whatever was given;
     `duration` is the useful work in seconds, known to the simulator only. `gang_request` is
     what it needs to start: `min_available` tasks. `shape` identifies the placement shape;
     `rank` orders jobs inside a queue: priority (high first), submit time, id.
@@ -96,6 +100,7 @@ class JobSpec:
     max_retries: int = 0
     user: str = ""
     time_shared: int = 0  # N: one of N tasks time-sharing one GPU (`time_share`); 0: not
+    gpu_profile: str | None = None  # a MIG profile ("1g.10gb"): one slice per task
     # Derived once: the cycle reads these tens of thousands of times.
     priority: int = field(init=False, repr=False, compare=False)
     task_request: Resources = field(init=False, repr=False, compare=False)
@@ -113,7 +118,11 @@ class JobSpec:
             object.__setattr__(self, "min_available", self.tasks)
         if not 1 <= self.min_available <= self.tasks:
             raise ValueError("min_available must be between 1 and tasks")
-        if 0 < self.gpu < 1000 and self.tasks != 1:
+        if self.gpu_profile is not None:
+            if self.time_shared:
+                raise ValueError("a MIG slice is never time-shared")
+            object.__setattr__(self, "gpu", slice_milli(self.gpu_profile))
+        elif 0 < self.gpu < 1000 and self.tasks != 1:
             raise ValueError("fractional GPUs are allowed only for single-task jobs")
         if self.gpu > 1000 and self.gpu % 1000:
             raise ValueError("a task takes either a fraction of one GPU or whole GPUs")
@@ -149,5 +158,5 @@ class JobSpec:
 
     @property
     def whole_gpus(self) -> int:
-        """Whole devices per task (0 for a shared fraction or a CPU-only task)."""
-        return self.gpu // 1000
+        """Whole devices per task (0 for a shared fraction, a MIG slice or a CPU-only task)."""
+        return 0 if self.gpu_profile is not None else self.gpu // 1000

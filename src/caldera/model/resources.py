@@ -10,7 +10,10 @@ import math
 import re
 from dataclasses import dataclass
 
-__all__ = ["Resources", "parse_cpu", "parse_gpu_milli", "parse_memory_mib"]
+__all__ = ["GPU_MILLI", "Resources", "parse_cpu", "parse_gpu_milli", "parse_memory_mib"]
+
+GPU_MILLI = 1000
+"""One whole GPU in milli-GPUs."""
 
 _MEMORY_UNITS = {
     "": 1 / (1024 * 1024),

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from caldera.model.cluster import GPU_MILLI
 from caldera.model.jobs import JobSpec
 from caldera.model.jobtypes import JobType
 from caldera.model.queues import Queue
+from caldera.model.resources import GPU_MILLI
 
 __all__ = ["MAX_TIME_SHARING", "shares_time", "time_share"]
 
@@ -30,6 +30,7 @@ def shares_time(spec: JobSpec, queue: Queue | None) -> bool:
         and queue.time_sharing >= 2
         and spec.tasks == 1
         and spec.gpu == GPU_MILLI
+        and spec.gpu_profile is None
         and spec.type is not JobType.LARGE
         and not spec.time_shared
     )

@@ -159,7 +159,7 @@ class _StateCollector(Collector):
         )
 
         stats = runtime.stats
-        capacity = runtime.room.capacity_gpus
+        capacity = runtime.room.capacity_milli / GPU_MILLI  # MIG slices by GPU-equivalent
         yield GaugeMetricFamily(
             "caldera_gang_hang_gpu_hours",
             "GPU-hours held by gangs running below min_available (since this server started).",
@@ -196,7 +196,7 @@ class _StateCollector(Collector):
         )
         yield from self._queues(capacity)
 
-    def _queues(self, capacity: int) -> Iterator[Metric]:
+    def _queues(self, capacity: float) -> Iterator[Metric]:
         runtime = self.runtime
         allocated: dict[str, int] = {}
         pending: dict[tuple[str, str], int] = {}
@@ -214,7 +214,7 @@ class _StateCollector(Collector):
                     key = (job.spec.queue, job.spec.type.value)
                     pending[key] = pending.get(key, 0) + 1
                     demand += job.spec.gang_request.gpu
-        total = capacity * GPU_MILLI
+        total = round(capacity * GPU_MILLI)
         weights = sum(max(q.weight, 0) for q in queues.values()) or 1
         alloc = GaugeMetricFamily(
             "caldera_queue_allocated_gpus",

@@ -573,9 +573,7 @@ class Runtime:
         """Exits, SIGKILL deadlines and the jobs' status files (caller holds the lock)."""
         last = self.stats.last_poll
         if last is not None and now > last:
-            allocated = self.room.capacity_gpus * GPU_MILLI - sum(
-                sum(free) for free in self.room.free
-            )
+            allocated = self.room.capacity_milli - sum(sum(free) for free in self.room.free)
             if self.gpu_watch is not None:
                 allocated -= self.gpu_watch.held_milli  # drained, not allocated
             self.stats.allocated_area += allocated * (now - last)

@@ -34,7 +34,7 @@ class Recorder:
     def __init__(self, sim: Simulator) -> None:
         self.sim = sim
         self.events: list[dict[str, Any]] = []
-        self.capacity = sum(n.gpus for n in sim.nodes) * GPU_MILLI
+        self.capacity = sum(n.capacity_milli for n in sim.nodes)  # MIG slices included
         self.allocated = 0
         self.useful = 0
         self.releasing = 0

@@ -41,6 +41,7 @@ from caldera.model import (
     parse_cpu,
     parse_gpu_milli,
     parse_memory_mib,
+    parse_profile,
     time_share,
 )
 
@@ -54,6 +55,26 @@ __all__ = [
 ]
 
 
+def _check_profile(value: str | None) -> str | None:
+    if value is not None:
+        parse_profile(value)
+    return value
+
+
+class MigModel(StrictModel):
+    """`gpus` of a group's GPUs in MIG mode, each split into `slices` (profile → count)."""
+
+    gpus: int = Field(ge=1)
+    slices: dict[str, Annotated[int, Field(ge=1)]] = Field(min_length=1)
+
+    @field_validator("slices")
+    @classmethod
+    def _profiles(cls, value: dict[str, int]) -> dict[str, int]:
+        for profile in value:
+            parse_profile(profile)  # a ValueError naming the profile; pydantic adds where
+        return value
+
+
 class NodeGroupModel(StrictModel):
     prefix: str = Field(min_length=1)
     count: int = Field(ge=1)
@@ -65,6 +86,7 @@ class NodeGroupModel(StrictModel):
     nodes_per_tier1: int = Field(default=0, ge=0)
     tier1_per_tier2: int = Field(default=0, ge=0)
     gpu_memory: Quantity | None = None
+    mig: list[MigModel] = Field(default_factory=list)  # GPUs in MIG mode (docs/gpus.md)
 
 
 class ClusterModel(StrictModel):
@@ -94,6 +116,12 @@ class JobModel(StrictModel):
     max_retries: int = Field(default=0, ge=0)
     cancel_at: Number | None = None  # extension: the user cancels the job at this time
     user: str = ""
+    gpu_profile: str | None = None  # one MIG slice of this profile per task (docs/gpus.md)
+
+    @field_validator("gpu_profile")
+    @classmethod
+    def _profile(cls, value: str | None) -> str | None:
+        return _check_profile(value)
 
     @field_validator("labels", mode="before")
     @classmethod
@@ -130,6 +158,12 @@ class StreamModel(StrictModel):
     namespace: str = "default"
     cpu_per_task: Quantity = 0
     memory_per_task: Quantity = 0
+    gpu_profile: str | None = None
+
+    @field_validator("gpu_profile")
+    @classmethod
+    def _profile(cls, value: str | None) -> str | None:
+        return _check_profile(value)
 
 
 class OtherGeneratorModel(BaseModel):
@@ -212,6 +246,9 @@ def job_spec_from_model(model: JobModel | StreamModel, name: str, submit: float)
         if model.topology
         else None
     )
+    profile = getattr(model, "gpu_profile", None)
+    if profile is not None and "gpus_per_task" in model.model_fields_set:
+        problems.append("give gpu_profile or gpus_per_task, not both")
     spec = JobSpec(
         id=name,
         name=name,
@@ -235,6 +272,7 @@ def job_spec_from_model(model: JobModel | StreamModel, name: str, submit: float)
         duration=model.duration,
         max_retries=getattr(model, "max_retries", 0),
         user=getattr(model, "user", ""),
+        gpu_profile=profile,
     )
     cancel = getattr(model, "cancel_at", None)
     return Submission(spec, "; ".join(problems) or None, cancel)
@@ -311,6 +349,11 @@ def _expand(model: ScenarioModel, base: Path, name: str) -> Scenario:
                         nodes_per_tier1=group.nodes_per_tier1,
                         tier1_per_tier2=group.tier1_per_tier2,
                         gpu_memory=parse_memory_mib(group.gpu_memory) if group.gpu_memory else 0,
+                        mig=tuple(
+                            tuple(p for p, n in layout.slices.items() for _ in range(n))
+                            for layout in group.mig
+                            for _ in range(layout.gpus)
+                        ),
                     )
                 )
             except ValueError as error:
