@@ -112,7 +112,7 @@ def write_outputs(
     console = Console() if sys.stdout.isatty() else Console(width=160)
     jobs = len(runs[0].result["jobs"]) if runs else 0
     gpus = runs[0].gpus if runs else 0
-    console.print(comparison_table(runs, f"{scenario.name}: {jobs} jobs on {gpus} GPUs"))
+    console.print(comparison_table(runs, f"{scenario.name}: {jobs} jobs on {gpus:g} GPUs"))
     if report is not None and not quiet:
         console.print(f"report: {index}")
 

@@ -39,7 +39,7 @@ _DPI = 110
 
 
 def hourly_utilization(
-    series: Sequence[tuple[float, float]], gpus: int, bin_seconds: float = _HOUR
+    series: Sequence[tuple[float, float]], gpus: float, bin_seconds: float = _HOUR
 ) -> tuple[np.ndarray, np.ndarray]:
     """Bin starts (seconds) and the time-weighted mean share of GPUs allocated in each bin.
 

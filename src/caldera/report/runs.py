@@ -29,7 +29,7 @@ class PolicyRun:
     policy: str
     result: dict[str, Any]
     series: tuple[tuple[float, float], ...]  # (t, allocated GPUs) at every change
-    gpus: int
+    gpus: float  # GPUs, MIG slices counted by their GPU-equivalent (caldera.model.mig)
     wall_seconds: float
     warmup: float = 0.0  # seconds at the start the metrics leave out
 
@@ -64,7 +64,7 @@ def run_policies(
             policy=name,
             result=result,
             series=tuple(simulator.recorder.series),
-            gpus=sum(node.gpus for node in variant.nodes),
+            gpus=sum(node.capacity_milli for node in variant.nodes) / 1000,
             wall_seconds=time.perf_counter() - began,
             warmup=variant.warmup,
         )

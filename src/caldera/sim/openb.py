@@ -38,6 +38,12 @@ beside it); pods not found there take them from a pod drawn at random (seeded by
 among those found, so the extra pods follow the trace's arrivals, lifetimes and QoS mix.
 
 All pods go to one queue (`queue`, default `openb`), created unless the scenario declares it.
+
+MIG (the trace has none; seed 004 runs inference on MIG slices): `mig: [{model: G2, nodes: 100,
+layout: [{gpus: 4, slices: {1g.10gb: 7}}]}]` puts the first 100 `G2` nodes' last 4 GPUs in
+MIG mode, and `share_profiles: true` replays each GPU-share pod (`num_gpu` 1, `gpu_milli` below
+1000) as a request for the smallest declared profile whose GPU-equivalent holds its share
+(caldera.model.mig), when there is one — the rest stay shares.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ from caldera.model import (
     JobType,
     NodeGroup,
     Queue,
+    slice_milli,
 )
 from caldera.sim.workload import Workload
 
@@ -234,6 +241,36 @@ def _gpu_milli(pod: OpenBPod) -> int:
     return pod.num_gpu * 1000
 
 
+def _with_mig(groups: tuple[NodeGroup, ...], model: TraceModel) -> tuple[NodeGroup, ...]:
+    """Split off the nodes `model.mig` puts in MIG mode into groups of their own."""
+    from caldera.sim.scenario import mig_layouts
+
+    result = list(groups)
+    for entry in model.mig:
+        wanted = entry.nodes
+        layouts = mig_layouts(entry.layout)
+        for i, group in enumerate(result):
+            if wanted == 0 or group.gpu_model != entry.model or group.mig:
+                continue
+            take = min(wanted, group.count)
+            mig = replace(
+                group,
+                prefix=f"{group.prefix}-mig",
+                count=take,
+                names=group.names[:take],
+                mig=layouts,
+            )
+            rest = replace(group, count=group.count - take, names=group.names[take:])
+            result[i : i + 1] = [mig, rest] if rest.count else [mig]
+            wanted -= take
+        if wanted:
+            raise ValueError(
+                f"workload.trace.mig: {entry.nodes} nodes of model {entry.model!r} asked, "
+                f"{entry.nodes - wanted} in the trace"
+            )
+    return tuple(result)
+
+
 def load_openb(model: TraceModel, base: Path) -> Workload:
     """Read the trace's nodes (if given) and pods into node groups, a queue and submissions."""
     qos_types = {**QOS_TYPES, **(model.qos_map or {})}
@@ -241,6 +278,10 @@ def load_openb(model: TraceModel, base: Path) -> Workload:
     groups: tuple[NodeGroup, ...] = ()
     if model.nodes is not None:
         groups = tuple(read_nodes(base / model.nodes, model.nodes_per_tier1, model.tier1_per_tier2))
+    groups = _with_mig(groups, model)
+    profiles = sorted(
+        {p for g in groups for layout in g.mig for p in layout}, key=lambda p: (slice_milli(p), p)
+    )
     pods_path = base / model.pods
     pods: list[OpenBPod] = _complete(read_pods(pods_path), model, pods_path, base)
     checkpoint = Checkpointing(
@@ -255,6 +296,9 @@ def load_openb(model: TraceModel, base: Path) -> Workload:
             continue
         duration = max(deletion - creation, 0.0) * scale
         models = frozenset(m.strip() for m in pod.gpu_spec.split("|") if m.strip()) or None
+        profile = None
+        if model.share_profiles and 0 < gpu < 1000:
+            profile = next((p for p in profiles if slice_milli(p) >= gpu), None)
         spec = JobSpec(
             id=pod.name,
             name=pod.name,
@@ -269,6 +313,7 @@ def load_openb(model: TraceModel, base: Path) -> Workload:
             expected_duration=duration if model.expected_duration and duration > 0 else None,
             gpu_models=models,
             duration=duration,
+            gpu_profile=profile,
         )
         submissions.append(Submission(spec))
         if model.limit is not None and len(submissions) >= model.limit:

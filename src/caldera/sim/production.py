@@ -25,6 +25,11 @@ Arrivals are Poisson per kind with a daily cycle: the rate at hour h of a weekda
 drawn from `gpus` with `weights`; durations are log-normal (`median_hours`, `sigma`, clipped to
 [`min_hours`, `max_hours`]) except research run times, which come from the trace.
 
+MIG (seed 004: production inference on MIG slices): `mig_nodes` of the pool's nodes carry
+GPUs in MIG mode laid out as `mig` (`[{gpus: 2, slices: {1g.10gb: 7}}]`, the scenario's key),
+and a kind's `profile_share` of its jobs ask for one slice of a profile drawn from `profiles`
+instead of whole GPUs. Both default to none, which leaves every draw as it was.
+
 Every parameter can be set in the scenario file, per kind (`research: {per_day: 300}`) or for
 the pool (`nodes`, `gpus_per_node`, …). `scale` multiplies every arrival rate. The default
 rates offer about 99 % of the pool's GPU-hours (`offered_load()` says how much exactly): a
@@ -47,6 +52,7 @@ import math
 import os
 import zlib
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -64,8 +70,11 @@ from caldera.model import (
     TopologyMode,
     TopologySpec,
     parse_memory_mib,
+    parse_profile,
+    slice_milli,
 )
 from caldera.sim.generators import register_generator
+from caldera.sim.scenario import MigModel, mig_layouts
 from caldera.sim.workload import Workload
 
 __all__ = [
@@ -113,9 +122,15 @@ class KindModel(_Strict):
     wide_topology: Literal["hard", "soft", "none"] = "soft"  # larger gangs, within a spine
     checkpoint_after_hours: Positive | None = None  # jobs at least this long always checkpoint
     expected_duration: bool = False  # tell the scheduler the job's length (progress weight)
+    profile_share: Share = 0.0  # jobs asking for one MIG slice instead (docs/gpus.md)
+    profiles: list[str] = Field(default_factory=list)  # drawn uniformly for those jobs
 
     @model_validator(mode="after")
     def _check(self) -> KindModel:
+        for profile in self.profiles:
+            parse_profile(profile)
+        if self.profile_share > 0 and not self.profiles:
+            raise ValueError("profile_share needs profiles")
         if len(self.gpus) != len(self.weights) or not self.gpus:
             raise ValueError("gpus and weights must be non-empty lists of the same length")
         if sum(self.weights) <= 0:
@@ -219,6 +234,8 @@ class ProductionModel(_Strict):
     tier1_per_tier2: Annotated[int, Field(ge=0)] = 4
     cpu: Annotated[int, Field(ge=1)] = 128
     memory: str | int = "2048Gi"
+    mig_nodes: Annotated[int, Field(ge=0)] = 0  # nodes of the pool with GPUs in MIG mode
+    mig: list[MigModel] = Field(default_factory=list)  # their layout (the scenario's key)
     # The work.
     production: KindModel = Field(default_factory=_production)
     research: ResearchModel = Field(default_factory=_research)
@@ -243,6 +260,14 @@ class ProductionModel(_Strict):
             if isinstance(given, dict):
                 merged[name] = {**factory().model_dump(), **given}
         return merged
+
+    @model_validator(mode="after")
+    def _check_mig(self) -> ProductionModel:
+        if self.mig_nodes > self.nodes:
+            raise ValueError("mig_nodes exceeds nodes")
+        if self.mig_nodes and not self.mig:
+            raise ValueError("mig_nodes needs a mig layout")
+        return self
 
     @property
     def gpus(self) -> int:
@@ -346,9 +371,12 @@ def _spec(
     gpus: float,
     checkpoints: bool,
     model: ProductionModel,
+    profile: str | None = None,
 ) -> JobSpec:
     per_task = kind.gpus_per_task
     duration = round(duration, 3)
+    if profile is not None:  # one MIG slice
+        gpus, per_task = 1.0, None
     if per_task is not None and gpus > per_task:
         tasks = max(round(gpus / per_task), 1)
         milli = round(per_task * 1000)
@@ -383,13 +411,26 @@ def _spec(
         expected_duration=duration if kind.expected_duration else None,
         topology=topology,
         duration=duration,
+        gpu_profile=profile,
     )
 
 
-def _pool(model: ProductionModel) -> NodeGroup:
+def _pools(model: ProductionModel) -> tuple[NodeGroup, ...]:
+    whole = _pool(model, model.nodes - model.mig_nodes)
+    if not model.mig_nodes:
+        return (whole,)
+    mig = replace(
+        _pool(model, model.mig_nodes),
+        prefix=f"{model.gpu_model.lower()}-mig",
+        mig=mig_layouts(model.mig),
+    )
+    return (whole, mig) if whole.count else (mig,)
+
+
+def _pool(model: ProductionModel, count: int) -> NodeGroup:
     return NodeGroup(
         prefix=model.gpu_model.lower(),
-        count=model.nodes,
+        count=count,
         gpus=model.gpus_per_node,
         gpu_model=model.gpu_model,
         cpu=model.cpu * 1000,
@@ -454,6 +495,9 @@ def offered_load(model: ProductionModel, base: Path) -> dict[str, float]:
     for name, (kind, _) in model.kinds().items():
         weights = np.asarray(kind.weights, dtype=float)
         mean_gpus = float(np.dot(np.asarray(kind.gpus, dtype=float), weights / weights.sum()))
+        if kind.profile_share > 0:  # MIG slices count by their GPU-equivalent
+            slices = sum(slice_milli(p) for p in kind.profiles) / len(kind.profiles) / 1000
+            mean_gpus += kind.profile_share * (slices - mean_gpus)
         if isinstance(kind, ResearchModel):
             runtimes = load_runtimes(_runtime_path(kind, base))
             hours = float(
@@ -504,6 +548,13 @@ def generate_production(params: dict[str, Any], base: Path) -> Workload:
             checkpoints = rng.uniform(0.0, 1.0, n) < kind.checkpoint_share
             if kind.checkpoint_after_hours is not None:
                 checkpoints |= durations >= kind.checkpoint_after_hours * _HOUR
+            profiles: list[str | None] = [None] * n
+            if kind.profile_share > 0:  # drawn last: without MIG the draws stay as they were
+                sliced = rng.uniform(0.0, 1.0, n) < kind.profile_share
+                chosen = rng.integers(0, len(kind.profiles), n)
+                profiles = [
+                    kind.profiles[c] if s else None for s, c in zip(sliced, chosen, strict=True)
+                ]
             for i in range(n):
                 job = _spec(
                     f"{model.prefix}{name}-{count}",
@@ -514,10 +565,11 @@ def generate_production(params: dict[str, Any], base: Path) -> Workload:
                     float(sizes[i]),
                     bool(checkpoints[i]),
                     model,
+                    profiles[i],
                 )
                 submissions.append(Submission(job))
                 count += 1
-    return Workload(tuple(submissions), (_pool(model),), _queues(model))
+    return Workload(tuple(submissions), _pools(model), _queues(model))
 
 
 register_generator("production")(generate_production)

@@ -47,10 +47,12 @@ from caldera.model import (
 
 __all__ = [
     "JobModel",
+    "MigModel",
     "ScenarioError",
     "ScenarioModel",
     "job_spec_from_model",
     "load_scenario",
+    "mig_layouts",
     "parse_scenario",
 ]
 
@@ -73,6 +75,15 @@ class MigModel(StrictModel):
         for profile in value:
             parse_profile(profile)  # a ValueError naming the profile; pydantic adds where
         return value
+
+
+def mig_layouts(models: Iterable[MigModel]) -> tuple[tuple[str, ...], ...]:
+    """The MIG GPUs of a node group, each as its slices' profiles (NodeGroup.mig)."""
+    return tuple(
+        tuple(p for p, n in layout.slices.items() for _ in range(n))
+        for layout in models
+        for _ in range(layout.gpus)
+    )
 
 
 class NodeGroupModel(StrictModel):
@@ -173,6 +184,14 @@ class OtherGeneratorModel(BaseModel):
     kind: str
 
 
+class TraceMigModel(StrictModel):
+    """The first `nodes` trace nodes of GPU model `model` carry GPUs in MIG mode, as `layout`."""
+
+    model: str = Field(min_length=1)
+    nodes: int = Field(ge=1)
+    layout: list[MigModel] = Field(min_length=1)
+
+
 class TraceModel(StrictModel):
     """`workload.trace`: a real cluster trace replayed as jobs (see `caldera.sim.openb`).
 
@@ -196,6 +215,8 @@ class TraceModel(StrictModel):
     checkpoint_on_sigterm: bool = False
     expected_duration: bool = False
     seed: int = 0
+    mig: list[TraceMigModel] = Field(default_factory=list)  # MIG nodes (caldera.sim.openb)
+    share_profiles: bool = False  # GPU-share pods ask for the smallest MIG slice that holds them
 
 
 class WorkloadModel(StrictModel):
@@ -349,11 +370,7 @@ def _expand(model: ScenarioModel, base: Path, name: str) -> Scenario:
                         nodes_per_tier1=group.nodes_per_tier1,
                         tier1_per_tier2=group.tier1_per_tier2,
                         gpu_memory=parse_memory_mib(group.gpu_memory) if group.gpu_memory else 0,
-                        mig=tuple(
-                            tuple(p for p, n in layout.slices.items() for _ in range(n))
-                            for layout in group.mig
-                            for _ in range(layout.gpus)
-                        ),
+                        mig=mig_layouts(group.mig),
                     )
                 )
             except ValueError as error:
