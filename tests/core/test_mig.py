@@ -14,6 +14,7 @@ from invariant_checks import violations
 
 from builders import cluster, decided_evictions, decided_starts, job, queue, snapshot
 from caldera.core import (
+    CALDERA,
     CapacityError,
     JobView,
     PolicyConfig,
@@ -196,7 +197,7 @@ def test_slices_count_in_the_cluster_a_weight_splits() -> None:
     snap = snapshot(a100(), queues=[queue("a").weight(1), queue("b").weight(1)])
     assert snap.free_room.capacity_milli == 6000 + 994 + 856
     jobs = [job(f"s{i}").profile("1g.10gb").queue("a") for i in range(7)]
-    decisions = run(snapshot(a100(), queues=[queue("a"), queue("b")], jobs=jobs))
+    decisions = run(snapshot(a100(), queues=[queue("a"), queue("b")], jobs=jobs), CALDERA)
     assert len(decisions.starts) == 7
 
 
@@ -204,7 +205,7 @@ def test_capability_counts_gpu_equivalents() -> None:
     capped = queue("a").capability(gpu=0.5)  # 500 milli: three 1g slices (426), not four
     jobs = [job(f"s{i}").profile("1g.10gb").queue("a").submitted(i) for i in range(4)]
     snap = snapshot(a100(), queues=[capped], jobs=jobs)
-    assert sorted(decided_starts(snap, run(snap))) == ["s0", "s1", "s2"]
+    assert sorted(decided_starts(snap, run(snap, CALDERA))) == ["s0", "s1", "s2"]
 
 
 def test_a_critical_job_preempts_a_slice_of_its_profile_only() -> None:
@@ -216,7 +217,7 @@ def test_a_critical_job_preempts_a_slice_of_its_profile_only() -> None:
     ]
     critical = job("c").critical().profile("3g.40gb").submitted(NOW)
     snap = snapshot(nodes, queues=[queue("default")], jobs=[*running, critical], now=NOW)
-    decisions = run(snap)
+    decisions = run(snap, CALDERA)
     # The least lost, then the most recently started: s1 gives way; w and s0 keep running.
     assert decided_evictions(decisions) == {"s1": ("preempt", "c", ())}
     assert violations(snap, decisions) == []
@@ -232,7 +233,7 @@ def test_a_queue_reclaims_slices_lent_to_another() -> None:
     wants = job("p").profile("3g.40gb").queue("prod").submitted(NOW)
     queues = [queue("prod").deserved(gpu=8), queue("dev").deserved(gpu=0.1).reclaimable()]
     snap = snapshot(nodes, queues=queues, jobs=[*lent, wants], now=NOW)
-    decisions = run(snap)
+    decisions = run(snap, CALDERA)
     assert decided_evictions(decisions) == {"b1": ("reclaim", "p", ())}
     assert violations(snap, decisions) == []
 
@@ -309,6 +310,6 @@ def _view(
 @given(mig_worlds())
 def test_cycles_on_mig_clusters_decide_only_what_design_allows(world: World) -> None:
     snap = world.snap
-    decisions = run(snap)
+    decisions = run(snap, CALDERA)
     assert violations(snap, decisions) == []
-    assert run(snap) == decisions  # deterministic, and the snapshot unchanged by the first
+    assert run(snap, CALDERA) == decisions  # deterministic, the snapshot unchanged
