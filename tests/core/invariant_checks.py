@@ -211,9 +211,14 @@ def violations(snapshot: Snapshot, decisions: Decisions) -> list[str]:
             problems.append(f"queue {name}: reclaimed below max(deserved, guarantee)")
 
     # Budget: 30 % of the GPUs (at least one node's worth), or one indivisible unit alone.
+    # MIG slices count by their GPU-equivalent (caldera.model.mig).
     capacity = sum(n.gpus for n in nodes)
+    slices = sum(n.capacity_milli for n in nodes) - capacity * GPU_MILLI
     budget = max(config.eviction_budget * capacity, max((n.gpus for n in nodes), default=0))
+    budget_milli = budget * GPU_MILLI + config.eviction_budget * slices
     units = [e for e in decisions.evictions if e.reason in ("preempt", "reclaim")]
-    if budget_gpu > budget * GPU_MILLI + 1e-9 and len(units) > 1:
-        problems.append(f"evicted {budget_gpu / 1000} GPUs in one cycle, budget {budget}")
+    if budget_gpu > budget_milli + 1e-9 and len(units) > 1:
+        problems.append(
+            f"evicted {budget_gpu / 1000} GPUs in one cycle, budget {budget_milli / 1000:g}"
+        )
     return problems
