@@ -99,15 +99,23 @@ def test_discovery_of_real_machine_shapes(case: Shape) -> None:
     for gpu in inventory.gpus:
         assert all(s.uuid.startswith("MIG-") for s in gpu.slices)
         assert gpu.lost or gpu.uuid.startswith("GPU-")
-    assert all(uuid.startswith("GPU-") for uuid in host.ids)
-    assert len(set(host.ids)) == node.gpus
+    assert all(uuid.startswith("GPU-") for uuid in host.ids[: node.gpus])
+    assert all(uuid.startswith("MIG-") for uuid in host.ids[node.gpus :])
+    assert len(set(host.ids)) == node.devices == node.gpus + sum(map(len, case.want_mig.values()))
 
 
-def test_a_gpu_in_mig_mode_is_never_a_whole_device() -> None:
-    _, host = local_node(nvml=SHAPES["a100-mig"]())
-    assert host.physical == (4, 5, 6, 7)
+def test_a_gpu_in_mig_mode_is_never_a_whole_device_but_its_slices_are() -> None:
+    node, host = local_node(nvml=SHAPES["a100-mig"]())
+    assert host.physical[:4] == (4, 5, 6, 7) and node.gpus == 4
     mig_uuids = {g.uuid for g in host.inventory.gpus if g.mig}
     assert not mig_uuids & set(host.ids)
+    # The slices follow, GPU by GPU: their profiles in the node, their MIG UUIDs here.
+    slices = [(g.index, s) for g in host.inventory.gpus if g.mig for s in g.slices]
+    assert node.slices == tuple(s.profile for _, s in slices) and len(node.slices) == 20
+    assert host.ids[4:] == tuple(s.uuid for _, s in slices)
+    assert host.physical[4:] == tuple(i for i, _ in slices)
+    assert host.devices_of(2) == (18, 19, 20, 21)  # the all-balanced GPU's four slices
+    assert [host.instance_of(d) for d in host.devices_of(2)] == [2, 5, 13, 14]
 
 
 def test_cuda_visible_devices_carries_the_uuids_of_the_placed_devices() -> None:
@@ -548,3 +556,92 @@ def test_a_time_sharing_queue_puts_two_tasks_on_one_gpu_and_says_so(tmp_path: Pa
     again.recover()
     assert again.jobs[ids[0]].spec.time_shared == 2 and again.jobs[ids[0]].spec.gpu == 500
     store.close()
+
+
+# -- MIG slices in the service -----------------------------------------------------------------
+
+
+@pytest.fixture
+def mig_world(tmp_path: Path) -> Any:
+    store = Store(database_url_for(tmp_path))
+    store.migrate()
+    launcher, clock = FakeLauncher(), Clock()
+    fake = SHAPES["a100-mig"]()
+    node, host = local_node(nvml=fake)
+    config = parse_config({**CONFIG, "gpu_health": {"interval": 1}})
+    watch = GpuWatch.for_host(host, config.gpu_health)
+    runtime = Runtime(config, store, tmp_path, (node,), launcher, clock, host=host, gpu_watch=watch)
+    runtime.recover()
+    yield runtime, launcher, clock, fake, host
+    store.close()
+
+
+def test_a_job_asking_for_a_profile_gets_a_slice_by_its_mig_uuid(mig_world: Any) -> None:
+    runtime, launcher, _, fake, _ = mig_world
+    request_3g = request(gpu=428, gpu_profile="3g.40gb", tasks=2, min_available=2)
+    job_id = runtime.submit(request_3g, "ops")["id"]
+    whole = runtime.submit(request(gpu=2000, name="whole"), "ops")["id"]
+    runtime.cycle()
+    assert runtime.jobs[job_id].state is JobState.RUNNING
+    seen = {launch.job: [] for launch in launcher.launches}
+    for launch in launcher.launches:
+        seen[launch.job].append(launch.env["CUDA_VISIBLE_DEVICES"])
+    three_g = {s.uuid for g in fake.gpus if g.mig for s in g.mig if s.profile == "3g.40gb"}
+    assert len(seen[job_id]) == 2 and set(seen[job_id]) <= three_g  # two distinct slices
+    assert len(set(seen[job_id])) == 2
+    assert all(v.count("GPU-") == 2 and "MIG-" not in v for v in seen[whole])
+    # The stored request keeps the profile: a restarted server rebuilds the same job.
+    assert runtime.store.job(job_id)["request"]["gpu_profile"] == "3g.40gb"
+
+
+def test_an_xid_on_one_mig_instance_moves_only_the_job_on_that_slice(mig_world: Any) -> None:
+    runtime, _, clock, fake, host = mig_world
+    ids = [
+        runtime.submit(request(gpu=142, gpu_profile="1g.10gb", name=f"s{i}"), "ops")["id"]
+        for i in range(2)
+    ]
+    runtime.cycle()
+    (first,) = runtime.jobs[ids[0]].running
+    device = first.placement.devices[0]
+    gpu, instance = host.physical[device], host.instance_of(device)
+    fake.xid(gpu, 94, gpu_instance=instance, compute=0)  # a contained ECC error
+    clock.now += 2
+    runtime.step()
+    assert runtime.jobs[ids[0]].state is JobState.RELEASING
+    assert runtime.jobs[ids[1]].state is JobState.RUNNING  # the other slice is fine
+    assert set(runtime.gpu_watch.sick) == {device}
+
+
+def test_the_service_runs_a_job_on_a_fake_mig_slice(tmp_path: Path) -> None:
+    server = Server(tmp_path, None, BASE_CONFIG, gpu_args=("--fake-gpus", "a100-mig"))
+    server.start()
+    try:
+        job = server.cli(
+            "submit", "--queue", "team-a", "--gpu-profile", "2g.20gb", "--",
+            "sh", "-c", "echo on $CUDA_VISIBLE_DEVICES",
+        )  # fmt: skip
+        job_id = job.stdout.strip()
+        wait_for("the job to finish", lambda: job_state(server, job_id) == "Succeeded")
+        fake = SHAPES["a100-mig"]()
+        (two_g,) = [s.uuid for g in fake.gpus if g.mig for s in g.mig if s.profile == "2g.20gb"]
+        assert job_log(server, job_id) == f"on {two_g}\n"  # the slice's own MIG UUID
+        status = server.cli("status", job_id, token=OPS).stdout
+        assert "tasks: 1 × one MIG 2g.20gb slice (0.285 GPU-equivalent)" in status
+        queues = server.cli("queues", token=OPS).stdout
+        assert "GPUs: 4 of 4 healthy" in queues and "MIG slices: 20 of 20 healthy" in queues
+        refused = server.cli(
+            "submit", "--queue", "team-a", "--gpu-profile", "4g.40gb", "--", "true", check=False
+        )
+        assert refused.returncode == 1
+        assert "no node in the cluster can host this request" in refused.stderr
+        bogus = server.cli(
+            "submit", "--queue", "team-a", "--gpu-profile", "9g", "--", "true", check=False
+        )
+        assert bogus.returncode == 1 and "invalid MIG profile '9g'" in bogus.stderr
+        both = ("--gpus", "2", "--gpu-profile", "1g.10gb", "--", "true")
+        twice = server.cli("submit", "--queue", "team-a", *both, check=False)
+        assert twice.returncode == 2 and "not both" in twice.stderr
+    finally:
+        server.stop()
+        server.kill_tasks()
+        server.close_clients()

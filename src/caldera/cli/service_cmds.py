@@ -61,9 +61,13 @@ def _short(text: str | None) -> str:
     return "-" if text is None else text.replace("T", " ").removesuffix("Z")
 
 
-def _sharing(job: dict[str, Any]) -> str:
+def _per_task(job: dict[str, Any]) -> str:
+    """What each task holds: whole GPUs, a share, a time-shared GPU or a MIG slice."""
+    if job.get("gpu_profile"):
+        return f"one MIG {job['gpu_profile']} slice ({job['gpus_per_task']:g} GPU-equivalent)"
     ways = job.get("time_shared") or 0
-    return f" (time-shared {ways} ways, no memory isolation)" if ways else ""
+    shared = f" (time-shared {ways} ways, no memory isolation)" if ways else ""
+    return f"{job['gpus_per_task']:g} GPU{shared}"
 
 
 def register(app: typer.Typer) -> None:
@@ -112,6 +116,12 @@ def register(app: typer.Typer) -> None:
         ] = "normal",
         tasks: Annotated[int, typer.Option(help="Tasks (replicas) in the gang.")] = 1,
         gpus: Annotated[float, typer.Option(help="GPUs per task (0.5: half a GPU).")] = 1.0,
+        gpu_profile: Annotated[
+            str | None,
+            typer.Option(
+                help="One MIG slice of this profile per task (1g.10gb) instead of --gpus."
+            ),
+        ] = None,
         name: Annotated[str | None, typer.Option(help="A name for the job.")] = None,
         min_available: Annotated[
             int | None, typer.Option(help="Gang size needed to run [default: tasks].")
@@ -139,6 +149,10 @@ def register(app: typer.Typer) -> None:
         }
         if min_available is not None:
             body["min_available"] = min_available
+        if gpu_profile is not None:
+            if gpus != 1.0:
+                fail("give --gpus or --gpu-profile, not both", EXIT_BAD_INPUT)
+            body["gpu_profile"] = gpu_profile
         if expected_duration is not None:
             body["expected_duration"] = expected_duration
         if checkpoint_interval is not None or checkpoint_cost:
@@ -175,7 +189,7 @@ def register(app: typer.Typer) -> None:
                 "state",
                 found["state"] + (f" ({found['hold_reason']})" if found["hold_reason"] else ""),
             ),
-            ("tasks", f"{found['tasks']} × {found['gpus_per_task']:g} GPU" + _sharing(found)),
+            ("tasks", f"{found['tasks']} × {_per_task(found)}"),
             ("submitted", _short(found["submit_time"])),
             ("started", _short(found["start_time"])),
             ("ended", _short(found["end_time"])),
@@ -326,15 +340,14 @@ def register(app: typer.Typer) -> None:
             )
         console = Console(highlight=False, soft_wrap=True)
         console.print(table)
-        drained = [
-            (node["name"], gpu)
-            for node in cluster["nodes"]
-            for gpu in node["gpus"]
-            if gpu["drained"]
-        ]
-        healthy = cluster["gpus"] - len(drained)
-        console.print(f"GPUs: {healthy} of {cluster['gpus']} healthy")
-        for name, gpu in drained:
-            console.print(
-                f"  drained: {name} GPU {gpu['index']} {gpu['uuid'] or ''} — {gpu['drained']}"
-            )
+        devices = [(node["name"], gpu) for node in cluster["nodes"] for gpu in node["gpus"]]
+        for kind, mig in (("GPUs", False), ("MIG slices", True)):
+            mine = [(name, gpu) for name, gpu in devices if bool(gpu.get("profile")) == mig]
+            sick = sum(1 for _, gpu in mine if gpu["drained"])
+            if mine or not mig:
+                console.print(f"{kind}: {len(mine) - sick} of {len(mine)} healthy")
+        for name, gpu in devices:
+            if gpu["drained"]:
+                what = f"MIG {gpu['profile']} device" if gpu.get("profile") else "GPU"
+                where = f"{name} {what} {gpu['index']} {gpu['uuid'] or ''}".rstrip()
+                console.print(f"  drained: {where} — {gpu['drained']}")

@@ -8,6 +8,22 @@ from GPU feature discovery's labels, the NVLink island size from `caldera.io/nvl
 is a tier-1 domain of its own and one without a spine label a tier-2 domain of its own
 (keyed by its tier-1 domain): a hard-topology gang never spans nodes nobody said were close.
 
+MIG: with the device plugin's `mixed` strategy a node's MIG slices are their own resources,
+`nvidia.com/mig-<profile>` in allocatable (one count per profile); they become the node's
+slices, and `nvidia.com/gpu` counts only the GPUs not in MIG mode.
+
+GPU health comes from the usual agents, never from caldera itself on Kubernetes:
+- NVIDIA's device plugin marks a GPU with a critical XID unhealthy, and the kubelet drops it
+  from `allocatable`: caldera, which reads allocatable, no longer offers it;
+- a node cordoned by a remediation agent (NVSentinel's fault-quarantine cordons by default)
+  is closed like any cordoned node;
+- a node tainted NoSchedule/NoExecute with a key matching `HEALTH_TAINTS` (`nvidia.com/*`:
+  NVSentinel's and the GPU operator's convention) or with a condition matching
+  `HEALTH_CONDITIONS` set True (`Gpu*`, `GPU*`: NVSentinel's and node-problem-detector GPU
+  plugins' condition types) is closed and reported in `NodeState.sick` with why.
+A closed node starts nothing new; what runs there is moved off by the agent's drain (a
+NoExecute taint evicts its pods), and the runtime requeues what it loses.
+
 Nodes are ordered by name; a node's index is its position. Room caldera does not own —
 pods it did not create, nodes that are cordoned or not Ready — is reported as `Blocked` so
 the runtime can keep it out of the free-room index without ever offering it as a victim.
@@ -15,16 +31,30 @@ the runtime can keep it out of the free-room index without ever offering it as a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase as fnmatch
 from typing import Any
 
 from caldera.k8s import names
 from caldera.k8s.quantities import parse_capacity_mib, parse_count
 from caldera.k8s.settings import KubeSettings
-from caldera.model import Node, parse_cpu, parse_memory_mib
+from caldera.model import Node, parse_cpu, parse_memory_mib, parse_profile
 
-__all__ = ["Blocked", "NodeState", "foreign_usage", "pod_requests", "read_nodes"]
+__all__ = [
+    "HEALTH_CONDITIONS",
+    "HEALTH_TAINTS",
+    "Blocked",
+    "NodeState",
+    "foreign_usage",
+    "pod_requests",
+    "read_nodes",
+]
+
+HEALTH_TAINTS = ("nvidia.com/*",)
+"""Taint keys (fnmatch patterns) that health agents set on nodes with sick GPUs."""
+HEALTH_CONDITIONS = ("Gpu*", "GPU*")
+"""Node condition types (fnmatch patterns) that say, when True, that a GPU is sick."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +63,7 @@ class NodeState:
 
     nodes: tuple[Node, ...]
     closed: frozenset[str]  # cordoned or not Ready: hold what runs there, start nothing new
+    sick: Mapping[str, str] = field(default_factory=dict)  # node → why its GPUs are sick
 
     @property
     def index(self) -> dict[str, int]:
@@ -62,7 +93,45 @@ def _ready(node: Mapping[str, Any]) -> bool:
     return False
 
 
-def read_nodes(items: Iterable[Mapping[str, Any]], settings: KubeSettings) -> NodeState:
+def _sick(node: Mapping[str, Any], taints: Sequence[str], conditions: Sequence[str]) -> str:
+    """Why a health agent says this node's GPUs are sick ("" when none does)."""
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        key = str(taint.get("key", ""))
+        effect = taint.get("effect")
+        if effect in ("NoSchedule", "NoExecute") and any(fnmatch(key, p) for p in taints):
+            value = taint.get("value")
+            return f"taint {key}{'=' + str(value) if value else ''}:{effect}"
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        kind = str(condition.get("type", ""))
+        if condition.get("status") == "True" and any(fnmatch(kind, p) for p in conditions):
+            detail = condition.get("reason") or condition.get("message") or ""
+            return f"condition {kind}" + (f" ({detail})" if detail else "")
+    return ""
+
+
+def _slices(allocatable: Mapping[str, Any], gpu_resource: str) -> tuple[str, ...]:
+    """MIG slices the device plugin's mixed strategy offers: nvidia.com/mig-<profile>: N."""
+    prefix = gpu_resource.rsplit("/", 1)[0] + "/mig-"
+    found: list[str] = []
+    for key in sorted(allocatable):
+        if not key.startswith(prefix):
+            continue
+        profile = key[len(prefix) :]
+        try:
+            parse_profile(profile)
+            count = int(parse_count(allocatable[key]))
+        except ValueError:
+            continue  # a resource this reader does not understand: not caldera's to offer
+        found.extend([profile] * count)
+    return tuple(found)
+
+
+def read_nodes(
+    items: Iterable[Mapping[str, Any]],
+    settings: KubeSettings,
+    health_taints: Sequence[str] = HEALTH_TAINTS,
+    health_conditions: Sequence[str] = HEALTH_CONDITIONS,
+) -> NodeState:
     """Node objects (as the API returns them) into caldera's nodes, ordered by name."""
     keys = settings.labels
     rows = sorted(items, key=lambda n: str(n["metadata"]["name"]))
@@ -70,6 +139,7 @@ def read_nodes(items: Iterable[Mapping[str, Any]], settings: KubeSettings) -> No
     tier2_ids: dict[tuple[str, str], int] = {}
     nodes: list[Node] = []
     closed: set[str] = set()
+    sick: dict[str, str] = {}
     for row in rows:
         name = str(row["metadata"]["name"])
         labels = row["metadata"].get("labels") or {}
@@ -99,11 +169,15 @@ def read_nodes(items: Iterable[Mapping[str, Any]], settings: KubeSettings) -> No
                 tier1=tier1,
                 tier2=tier2,
                 gpu_memory=_int_label(labels, keys.gpu_memory),
+                slices=_slices(allocatable, settings.gpu_resource),
             )
         )
-        if (row.get("spec") or {}).get("unschedulable") or not _ready(row):
+        why = _sick(row, health_taints, health_conditions)
+        if why:
+            sick[name] = why
+        if (row.get("spec") or {}).get("unschedulable") or not _ready(row) or why:
             closed.add(name)
-    return NodeState(tuple(nodes), frozenset(closed))
+    return NodeState(tuple(nodes), frozenset(closed), sick)
 
 
 def pod_requests(pod: Mapping[str, Any], gpu_resource: str) -> tuple[int, int, int]:

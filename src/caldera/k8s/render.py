@@ -24,9 +24,10 @@ caldera decided is the only node Volcano may choose.
 
 GPUs: whole devices are requested as `gpu_resource` (default `nvidia.com/gpu`); a share of
 one device (gpu_milli < 1000) as `settings.gpu_share` (default `volcano.sh/gpu-memory` in MiB
-of the node's per-GPU memory). The device plugin picks the physical devices; caldera's device
-choice (which keeps multi-GPU tasks inside one NVLink island) is recorded on the pod in
-`caldera.io/placement` and is what caldera accounts.
+of the node's per-GPU memory); a MIG slice as one of the device plugin's `mixed`-strategy
+resource for its profile (`nvidia.com/mig-1g.10gb: 1`, `mig_resource`). The device plugin
+picks the physical devices; caldera's device choice (which keeps multi-GPU tasks inside one
+NVLink island) is recorded on the pod in `caldera.io/placement` and is what caldera accounts.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ __all__ = [
     "Workload",
     "controller_rbac",
     "job_service",
+    "mig_resource",
     "pod_group",
     "priority_classes",
     "queue_from_volcano",
@@ -262,8 +264,10 @@ def pod_group(
         metadata["ownerReferences"] = owner.reference()
     gang = spec.gang_request
     minimum = resource_list(gang, settings.gpu_resource)
-    if 0 < spec.gpu < GPU_MILLI:
+    if 0 < spec.gpu < GPU_MILLI or spec.gpu_profile is not None:
         minimum.pop(settings.gpu_resource, None)  # a share is not a count of devices
+    if spec.gpu_profile is not None:
+        minimum[mig_resource(spec.gpu_profile, settings.gpu_resource)] = str(spec.min_available)
     group_spec: dict[str, Any] = {
         "minMember": spec.min_available,
         "queue": spec.queue,
@@ -342,7 +346,15 @@ def _container_base(
     return metadata, pod_spec, first
 
 
+def mig_resource(profile: str, gpu_resource: str) -> str:
+    """The device plugin's resource for one MIG slice of `profile` (the `mixed` strategy):
+    nvidia.com/gpu → nvidia.com/mig-1g.10gb."""
+    return f"{gpu_resource.rsplit('/', 1)[0]}/mig-{profile}"
+
+
 def _gpu_resources(spec: JobSpec, node: Node, settings: KubeSettings) -> dict[str, str]:
+    if spec.gpu_profile is not None:
+        return {mig_resource(spec.gpu_profile, settings.gpu_resource): "1"}
     if spec.gpu >= GPU_MILLI:
         return {settings.gpu_resource: str(spec.gpu // GPU_MILLI)}
     if spec.gpu <= 0:

@@ -98,6 +98,8 @@ class Client:
         }
         if name is not None:
             body["name"] = name
+        if fields.get("gpu_profile") is not None:
+            del body["gpus"]  # a MIG slice per task instead (docs/gpus.md)
         result: dict[str, Any] = self._json("POST", "/v1/jobs", json=body)
         return result
 

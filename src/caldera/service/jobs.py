@@ -116,6 +116,7 @@ def spec_from_request(job_id: str, request: dict[str, Any], submit: float, user:
         max_retries=int(request.get("max_retries", 0)),
         user=user,
         time_shared=int(request.get("time_shared", 0)),
+        gpu_profile=request.get("gpu_profile"),
     )
 
 

@@ -940,8 +940,10 @@ class Runtime:
                         uuid=host.uuid(d) if host is not None else None,
                         drained=sick.get(d),
                         releasing=(node.index, d) in leaving,
+                        profile=node.profile_of(d),
+                        capacity=self.room.milli_of.get(node.profile_of(d) or "", GPU_MILLI),
                     )
-                    for d in range(node.gpus)
+                    for d in range(node.devices)
                 ),
             )
             for node in self.nodes

@@ -29,6 +29,8 @@ class DeviceView:
     uuid: str | None = None  # what CUDA_VISIBLE_DEVICES names (None: a virtual GPU)
     drained: str | None = None  # why it takes no new work (docs/gpus.md); None: healthy
     releasing: bool = False  # a holder's task on it was signalled to leave
+    profile: str | None = None  # a MIG slice's profile; None: a whole GPU
+    capacity: int = GPU_MILLI  # milli-GPUs: a whole GPU, or a slice's GPU-equivalent
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,17 @@ class ClusterView:
 
     @property
     def gpus(self) -> int:
-        return sum(len(node.devices) for node in self.nodes)
+        """Whole GPUs (MIG slices are counted apart)."""
+        return sum(1 for node in self.nodes for d in node.devices if d.profile is None)
+
+    @property
+    def slices(self) -> int:
+        return sum(1 for node in self.nodes for d in node.devices if d.profile is not None)
+
+    @property
+    def capacity_milli(self) -> int:
+        """Whole GPUs and MIG slices, by GPU-equivalent (caldera.model.mig)."""
+        return sum(d.capacity for node in self.nodes for d in node.devices)
 
     @property
     def free_milli(self) -> int:
@@ -56,8 +68,8 @@ class ClusterView:
 
     @property
     def allocated_gpus(self) -> float:
-        """GPUs held by jobs: neither free nor drained."""
-        return self.gpus - (self.free_milli + self.held) / GPU_MILLI
+        """GPUs held by jobs: neither free nor drained (slices by GPU-equivalent)."""
+        return (self.capacity_milli - self.free_milli - self.held) / GPU_MILLI
 
 
 @dataclass(frozen=True, slots=True)

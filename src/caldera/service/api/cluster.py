@@ -72,6 +72,7 @@ def cluster(who: Caller, request: Request) -> ClusterOut:
                     jobs=list(d.jobs),
                     uuid=d.uuid,
                     drained=d.drained,
+                    profile=d.profile,
                 )
                 for d in node.devices
             ],

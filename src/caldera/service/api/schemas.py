@@ -19,6 +19,7 @@ from caldera.model import (
     parse_gpu_milli,
     parse_memory_mib,
     priority_class,
+    slice_milli,
 )
 
 __all__ = [
@@ -85,11 +86,18 @@ class JobRequest(BaseModel):
     checkpoint: CheckpointIn | None = None
     max_retries: int = Field(default=0, ge=0, le=100)
     gpu_model: list[str] | None = None
+    gpu_profile: str | None = Field(
+        default=None, description="One MIG slice of this profile per task, e.g. 1g.10gb"
+    )
 
     def normalised(self) -> dict[str, Any]:
         """The stored request: units resolved, defaults filled. Raises ValueError."""
         gpu = parse_gpu_milli(self.gpus)
-        if 0 < gpu < GPU_MILLI and self.tasks != 1:
+        if self.gpu_profile is not None:
+            if "gpus" in self.model_fields_set:
+                raise ValueError("give gpus or gpu_profile, not both")
+            gpu = slice_milli(self.gpu_profile)  # raises a one-line ValueError if unknown
+        elif 0 < gpu < GPU_MILLI and self.tasks != 1:
             raise ValueError("fractional GPUs are allowed only for a single task")
         if self.min_available is not None and self.min_available > self.tasks:
             raise ValueError(f"min_available ({self.min_available}) exceeds tasks ({self.tasks})")
@@ -116,6 +124,7 @@ class JobRequest(BaseModel):
             "checkpoint": checkpoint.model_dump(),
             "max_retries": self.max_retries,
             "gpu_model": self.gpu_model,
+            "gpu_profile": self.gpu_profile,
         }
 
 
@@ -157,6 +166,7 @@ class JobOut(BaseModel):
     gpus_per_task: float
     # N: each task is one of N time-sharing a GPU, no memory isolation (docs/gpus.md); 0: not
     time_shared: int = 0
+    gpu_profile: str | None = None  # each task on one MIG slice of this profile
     min_available: int
     command: list[str]
     labels: dict[str, str]
@@ -199,6 +209,7 @@ class GPUOut(BaseModel):
     jobs: list[str]
     uuid: str | None = None  # what CUDA_VISIBLE_DEVICES names (None: a virtual GPU)
     drained: str | None = None  # why the GPU takes no new work (docs/gpus.md), None: healthy
+    profile: str | None = None  # a MIG slice's profile (1g.10gb); None: a whole GPU
 
 
 class NodeOut(BaseModel):
@@ -261,6 +272,7 @@ def job_out(row: dict[str, Any], node_names: list[str]) -> JobOut:
         tasks=request["tasks"],
         gpus_per_task=request["gpu"] / GPU_MILLI,
         time_shared=int(request.get("time_shared", 0)),
+        gpu_profile=request.get("gpu_profile"),
         min_available=request.get("min_available") or request["tasks"],
         command=list(request["command"]),
         labels=dict(request.get("labels") or {}),

@@ -9,8 +9,9 @@ however indexes shift.
 Whole GPUs come first, laid out island by island so that the node's uniform `island_size`
 never joins two real islands: it is the greatest common divisor of the islands' sizes (two
 NVLink islands of 4 give 4; islands of 4 and 2 give 2, which keeps a 2-GPU task inside one
-real island and is conservative for bigger ones). GPUs in MIG mode are not whole devices;
-lost GPUs are not devices at all.
+real island and is conservative for bigger ones). GPUs in MIG mode are not whole devices and
+lost GPUs are not devices at all. Their MIG slices follow the whole GPUs, one device each
+(its profile in `Node.slices`, its `MIG-…` UUID here).
 """
 
 from __future__ import annotations
@@ -87,8 +88,10 @@ def host_gpus(inventory: Inventory, nvml: Nvml | None = None) -> HostGPUs:
     islands.extend((i,) for i in sorted(by_index) if i not in placed)  # never left out
     whole = [by_index[i] for island in islands for i in island]
     size = math.gcd(*(len(island) for island in islands)) if islands else 1
+    # MIG slices follow the whole GPUs, GPU by GPU in NVML order.
+    mig = [(g, piece) for g in inventory.gpus if g.mig and not g.lost for piece in g.slices]
     models = sorted({g.model for g in whole}) or sorted({g.model for g in inventory.usable})
-    memories = [g.memory_mib for g in whole]
+    memories = [g.memory_mib for g in whole] or [g.memory_mib for g, _ in mig]
     node = Node(
         index=0,
         name=name,
@@ -100,13 +103,15 @@ def host_gpus(inventory: Inventory, nvml: Nvml | None = None) -> HostGPUs:
         tier1=0,
         tier2=0,
         gpu_memory=min(memories) if memories else 0,
+        slices=tuple(piece.profile for _, piece in mig),
     )
     return HostGPUs(
         node,
         inventory,
-        tuple(g.uuid for g in whole),
-        tuple(g.index for g in whole),
+        tuple(g.uuid for g in whole) + tuple(piece.uuid for _, piece in mig),
+        tuple(g.index for g in whole) + tuple(g.index for g, _ in mig),
         nvml,
+        (None,) * len(whole) + tuple(piece.gpu_instance for _, piece in mig),
     )
 
 

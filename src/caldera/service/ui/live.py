@@ -35,7 +35,7 @@ def _gpus(value: Resources | None) -> float | None:
 def queue_rows(runtime: ServiceRuntime, viewer: Viewer, now: float) -> list[QueueRow]:
     """Every queue the viewer may use, with what it holds and waits for right now."""
     views = runtime.queue_views()
-    capacity = sum(node.gpus for node in runtime.nodes)
+    capacity = sum(node.capacity_milli for node in runtime.nodes) / GPU_MILLI  # MIG slices too
     weights = sum(max(v.queue.weight, 0) for v in views) or 1
     rows = []
     for view in sorted(views, key=lambda v: v.queue.name):
