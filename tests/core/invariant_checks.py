@@ -23,7 +23,7 @@ from caldera.model import (
     TopologyMode,
 )
 
-__all__ = ["domain_of", "island_ok", "one_domain", "reclaim_floor", "violations"]
+__all__ = ["deserved_gpu", "domain_of", "guarantee_gpu", "island_ok", "one_domain", "violations"]
 
 
 def domain_of(node: Node, tier: int) -> int:
@@ -48,12 +48,20 @@ def island_ok(node: Node, task: TaskPlacement) -> bool:
     return full >= len(task.devices) // size and len(islands) <= -(-len(task.devices) // size)
 
 
-def reclaim_floor(snapshot: Snapshot, queue: str) -> int:
-    """What reclaim must leave a queue: max(deserved, guarantee) GPUs, in milli."""
+def deserved_gpu(snapshot: Snapshot, queue: str) -> int:
+    """A queue's deserved milli-GPUs: its `deserved` quota's (0 included), or its weight's
+    share of the cluster's GPUs when it has none (DESIGN §4.1 step 7)."""
     q = snapshot.queues[queue]
-    deserved = q.deserved.gpu if q.deserved else 0
-    guarantee = q.guarantee.gpu if q.guarantee else 0
-    return max(deserved, guarantee)
+    if q.deserved is not None:
+        return q.deserved.gpu
+    total = sum(n.gpus for n in snapshot.nodes) * GPU_MILLI
+    weights = sum(max(other.weight, 0) for other in snapshot.queues.values()) or 1
+    return total * max(q.weight, 0) // weights
+
+
+def guarantee_gpu(snapshot: Snapshot, queue: str) -> int:
+    q = snapshot.queues[queue]
+    return q.guarantee.gpu if q.guarantee else 0
 
 
 def _protected(job: JobView) -> bool:
@@ -150,6 +158,8 @@ def violations(snapshot: Snapshot, decisions: Decisions) -> list[str]:
     # -- evictions -------------------------------------------------------------------------
     evicted: dict[str, int] = {}
     gone_from: dict[str, int] = {}
+    largest_reclaimed: dict[str, int] = {}
+    reclaimers: set[str] = set()
     budget_gpu = 0
     for evict in decisions.evictions:
         victim = jobs.get(evict.job)
@@ -171,6 +181,9 @@ def violations(snapshot: Snapshot, decisions: Decisions) -> list[str]:
         if evict.reason in (EvictReason.PREEMPT, EvictReason.RECLAIM):
             budget_gpu += gpu
             gone_from[victim.spec.queue] = gone_from.get(victim.spec.queue, 0) + gpu
+            if evict.reason is EvictReason.RECLAIM:
+                largest = largest_reclaimed.get(victim.spec.queue, 0)
+                largest_reclaimed[victim.spec.queue] = max(largest, gpu)
             preemptor = jobs.get(evict.preemptor or "")
             if preemptor is None:
                 problems.append(f"{evict.job}: {evict.reason} without a known preemptor")
@@ -178,37 +191,71 @@ def violations(snapshot: Snapshot, decisions: Decisions) -> list[str]:
             p = preemptor.spec
             if p.type is JobType.DEBUG or not p.priority_class.may_preempt:
                 problems.append(f"{evict.job}: evicted for debug job {p.id}")
-            if victim.spec.priority >= p.priority:
-                problems.append(f"{evict.job}: evicted by {p.id} of no higher priority")
-            if w_eff(victim, config, now) >= p.priority:
-                problems.append(f"{evict.job}: W_eff defends it against {p.id}")
+            weight = w_eff(victim, config, now)
             last = victim.last_evicted_at
             if last is not None and now - last < config.cooldown and p.priority < 1000:
                 problems.append(f"{evict.job}: evicted again within the cooldown by {p.id}")
             same = victim.spec.queue == p.queue
-            if evict.reason is EvictReason.PREEMPT and not same:
-                problems.append(f"{evict.job}: preempt across queues")
+            if evict.reason is EvictReason.PREEMPT:
+                # inside one queue: priorities and effective weights decide
+                if not same:
+                    problems.append(f"{evict.job}: preempt across queues")
+                if victim.spec.priority >= p.priority:
+                    problems.append(f"{evict.job}: evicted by {p.id} of no higher priority")
+                if weight >= p.priority:
+                    problems.append(f"{evict.job}: W_eff defends it against {p.id}")
             if evict.reason is EvictReason.RECLAIM:
+                # across queues: shares decide, whatever the priority; a weight escalated
+                # to the ceiling still defends against non-critical preemptors
                 if same:
                     problems.append(f"{evict.job}: reclaim inside one queue")
                 if not snapshot.queues[victim.spec.queue].reclaimable:
                     problems.append(f"{evict.job}: reclaimed from a non-reclaimable queue")
+                if p.priority < 1000 and victim.spec.priority < config.ceiling <= weight:
+                    problems.append(f"{evict.job}: escalated to the ceiling, reclaimed by {p.id}")
+                reclaimers.add(p.id)
     for job_id, times in evicted.items():
         if times > 1:
             problems.append(f"{job_id}: evicted {times} times in one cycle")
 
-    # Reclaim leaves every victim queue at or above max(deserved, guarantee): what it runs,
-    # plus what it starts this cycle, less everything signalled to leave this cycle.
-    reclaimed = {jobs[e.job].spec.queue for e in decisions.evictions if e.reason == "reclaim"}
-    for name in reclaimed:
-        kept = sum(
-            j.spec.gpu * (len(j.placement) + len(started.get(j.id, ())))
+    # Reclaim's floor (DESIGN §4.1 step 1, as Volcano's proportion plugin): a victim queue is
+    # above its deserved share before each reclaim — so before its last one at least, taken
+    # as the largest — and never ends below its guarantee. What it keeps: its running tasks
+    # (not those started this cycle) less everything signalled to leave this cycle.
+    for name, largest in largest_reclaimed.items():
+        kept = sum(j.spec.gpu * len(j.placement) for j in snapshot.jobs if j.spec.queue == name)
+        kept -= gone_from.get(name, 0)
+        if kept + largest <= deserved_gpu(snapshot, name):
+            problems.append(f"queue {name}: reclaimed while at or below its deserved share")
+        if kept < guarantee_gpu(snapshot, name):
+            problems.append(f"queue {name}: reclaimed below its guarantee")
+
+    # A non-critical reclaimer's queue stays within its deserved share once it starts: what
+    # the queue runs and starts, plus every gang it is promised, less what leaves it. (Extra
+    # elastic tasks grown afterwards, in backfill, borrow idle room: not counted.)
+    gangs = {
+        s.job: min(len(s.placement), jobs[s.job].spec.min_available)
+        for s in decisions.starts
+        if not s.grow and s.job in jobs
+    }
+    promised: dict[str, JobView] = {
+        j.id: j for j in snapshot.jobs if j.nomination is not None and j.state is JobState.PENDING
+    }
+    for nominate in decisions.nominations:
+        if nominate.nomination is None:
+            promised.pop(nominate.job, None)
+        elif nominate.job in jobs:
+            promised[nominate.job] = jobs[nominate.job]
+    for name in {jobs[p].spec.queue for p in reclaimers if jobs[p].spec.priority < 1000}:
+        holds = sum(
+            j.spec.gpu * (len(j.placement) + gangs.get(j.id, 0))
             for j in snapshot.jobs
             if j.spec.queue == name
         )
-        kept -= gone_from.get(name, 0)
-        if kept < reclaim_floor(snapshot, name):
-            problems.append(f"queue {name}: reclaimed below max(deserved, guarantee)")
+        holds += sum(j.spec.gang_request.gpu for j in promised.values() if j.spec.queue == name)
+        holds -= gone_from.get(name, 0)
+        if holds > deserved_gpu(snapshot, name):
+            problems.append(f"queue {name}: reclaimed for, but over its deserved share")
 
     # Budget: 30 % of the GPUs (at least one node's worth), or one indivisible unit alone.
     # MIG slices count by their GPU-equivalent (caldera.model.mig).

@@ -84,6 +84,19 @@ ORDER = [
         preempt("fresh"),
     ),
     Case(
+        # `young` ran 1 h and cannot checkpoint: evicting it loses 8 GPU-hours, though its
+        # W_eff (100 + 100·ln 2 ≈ 169) is lower; `old` ran 10 h (W_eff ≈ 340) and writes an
+        # emergency checkpoint: it loses nothing. Lost work orders first (DESIGN §4.1 step 3).
+        "least work lost first, whatever the weight",
+        nodes(2),
+        [
+            normal("young", since=NOW - HOUR).no_emergency_checkpoint().on("n-1"),
+            normal("old", since=0).on("n-0"),
+            preemptor(),
+        ],
+        preempt("old"),
+    ),
+    Case(
         "normal preempts debug",
         nodes(1),
         # just started: W_eff = 50 + 100·ln(1) = 50 < 100. (After ~40 min, 50 + 100·ln(1 + h)
@@ -450,8 +463,10 @@ RECLAIM = [
         queues=two_teams(queue("a").deserved(gpu=24), queue("b").deserved(gpu=8)),
     ),
     Case(
-        # b holds 24 (deserved 8); reclaim still needs lower priority: normal vs normal
-        "reclaim obeys the priority rule too",
+        # b holds 24 (deserved 8): equal priority is no shield across queues (issue 11;
+        # before, a normal job never reclaimed from a normal borrower). Equal loss, weight
+        # and start: the id decides.
+        "reclaim follows shares, not priorities",
         nodes(4),
         [
             normal("b0").queue("b").on("n-0"),
@@ -460,8 +475,61 @@ RECLAIM = [
             normal("x").protected().queue("a").on("n-3"),
             job("P").gpus(8).queue("a").submitted(NOW),
         ],
-        {},
+        reclaim("b0"),
         queues=two_teams(queue("a").deserved(gpu=24), queue("b").deserved(gpu=8)),
+    ),
+    Case(
+        # b deserves 4 and holds one 8-GPU job: above its share before the eviction, so its
+        # last victim may take it below (Volcano's proportion plugin; before, the floor
+        # max(deserved, guarantee) after the eviction kept such a borrower forever).
+        # a: 8 held + 8 for P = its 16 deserved
+        "the last victim may take a queue below its deserved share",
+        nodes(2),
+        [
+            normal("b0").queue("b").on("n-0"),
+            normal("x").protected().queue("a").on("n-1"),
+            preemptor().queue("a"),
+        ],
+        reclaim("b0"),
+        queues=two_teams(queue("a").deserved(gpu=16), queue("b").deserved(gpu=4)),
+    ),
+    Case(
+        # the same, but b is guaranteed 4: evicting b0 would leave it 0 < 4
+        "never below the guarantee",
+        nodes(2),
+        [
+            normal("b0").queue("b").on("n-0"),
+            normal("x").protected().queue("a").on("n-1"),
+            preemptor().queue("a"),
+        ],
+        {},
+        queues=two_teams(queue("a").deserved(gpu=16), queue("b").deserved(gpu=4).guarantee(gpu=4)),
+    ),
+    Case(
+        # a large job of a borrowing queue is reclaimed by a normal job of a queue below its
+        # share: whatever their priority
+        "a higher-priority borrower is reclaimed too",
+        nodes(2),
+        [
+            job("b0").large().gpus(8).queue("b").running().on("n-0"),
+            normal("x").protected().queue("a").on("n-1"),
+            job("P").gpus(8).queue("a").submitted(NOW),
+        ],
+        {"b0": ("reclaim", "P", ())},
+        queues=two_teams(queue("a").deserved(gpu=16), queue("b").deserved(gpu=0)),
+    ),
+    Case(
+        # 10 h run and 90 % done: W_eff escalated to the 800 ceiling, out of reach of every
+        # non-critical preemptor, reclaim included (DESIGN §4.2)
+        "a job escalated to the ceiling is not reclaimed",
+        nodes(2),
+        [
+            normal("old").progress(0.9).queue("b").on("n-0"),
+            normal("x").protected().queue("a").on("n-1"),
+            preemptor().queue("a"),
+        ],
+        {},
+        queues=two_teams(queue("a").deserved(gpu=16), queue("b").deserved(gpu=0)),
     ),
     Case(
         # victims of another queue are never taken by preempt, only by reclaim
@@ -470,6 +538,64 @@ RECLAIM = [
         [normal("b0").queue("b").on("n-0"), preemptor().queue("a")],
         {},
         queues=two_teams(queue("a").deserved(gpu=0.001), queue("b").deserved(gpu=8)),
+    ),
+]
+
+BORROWERS_FIRST = [
+    Case(
+        # a deserves 16 and holds 8 (`mine`, normal, a legitimate victim of the large P); b
+        # deserves nothing and borrows 8. a + P = 16 stays within its share: P takes the
+        # lent room back before it evicts its own queue's work (Kueue: borrowers first)
+        "borrowers first: reclaim before preempting the own queue",
+        nodes(2),
+        [
+            normal("mine").queue("a").on("n-0"),
+            normal("b0").queue("b").on("n-1"),
+            preemptor().queue("a"),
+        ],
+        reclaim("b0"),
+        queues=two_teams(queue("a").deserved(gpu=16), queue("b").deserved(gpu=0)),
+    ),
+    Case(
+        # the same, but b0 cannot checkpoint and has run 10 h: reclaiming it loses work,
+        # preempting `mine` (emergency checkpoint) loses none — least work lost comes first
+        "least work lost before borrowers first",
+        nodes(2),
+        [
+            normal("mine").queue("a").on("n-0"),
+            normal("b0").no_emergency_checkpoint().queue("b").on("n-1"),
+            preemptor().queue("a"),
+        ],
+        preempt("mine"),
+        queues=two_teams(queue("a").deserved(gpu=16), queue("b").deserved(gpu=0)),
+    ),
+    Case(
+        # P needs two whole nodes (2 × 8): its own queue's `mine` frees one, b's borrowed job
+        # the other; neither kind alone places P, so the plan takes both. a ends at
+        # 8 - 8 + 16 = its 16 deserved.
+        "a plan may combine its own queue's victims and borrowers",
+        nodes(2),
+        [
+            normal("mine").queue("a").on("n-0"),
+            normal("b0").queue("b").on("n-1"),
+            job("P").large().gang(2, gpus=8).queue("a").submitted(NOW),
+        ],
+        {"mine": ("preempt", "P", ()), "b0": ("reclaim", "P", ())},
+        queues=two_teams(queue("a").deserved(gpu=16), queue("b").deserved(gpu=0)),
+        config=PolicyConfig(eviction_budget=1.0),
+    ),
+    Case(
+        # the same with a deserving only 8: 8 - 8 + 16 = 16 > 8, a would become a borrower
+        "a combined plan still keeps the preemptor's queue within its share",
+        nodes(2),
+        [
+            normal("mine").queue("a").on("n-0"),
+            normal("b0").queue("b").on("n-1"),
+            job("P").large().gang(2, gpus=8).queue("a").submitted(NOW),
+        ],
+        {},
+        queues=two_teams(queue("a").deserved(gpu=8), queue("b").deserved(gpu=0)),
+        config=PolicyConfig(eviction_budget=1.0),
     ),
 ]
 
@@ -526,6 +652,7 @@ CASES = [
     *COOLDOWN,
     *BUDGET,
     *RECLAIM,
+    *BORROWERS_FIRST,
     *CAPPED,
 ]
 

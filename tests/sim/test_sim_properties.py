@@ -262,7 +262,13 @@ def event_log_problems(
             else:
                 if p["type"] == "debug":
                     problems.append(f"t={t}: debug job {preemptor} caused an eviction")
-                if priority[p["type"]] <= priority[victim["type"]]:
+                same_queue = p["queue"] == victim["queue"]
+                if event["reason"] == "preempt" and not same_queue:
+                    problems.append(f"t={t}: {preemptor} preempted {name} of another queue")
+                if event["reason"] == "reclaim" and same_queue:
+                    problems.append(f"t={t}: {preemptor} reclaimed {name} of its own queue")
+                # inside a queue priorities decide; across queues shares (DESIGN §4.1)
+                if event["reason"] == "preempt" and priority[p["type"]] <= priority[victim["type"]]:
                     problems.append(f"t={t}: {preemptor} evicted {name}, not lower")
                 before = last_evicted.get(name)
                 if before is not None and t - before < cooldown and p["type"] != "critical":

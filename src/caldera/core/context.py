@@ -54,8 +54,8 @@ class QueueUsage:
     queue: Queue
     deserved: Resources
     allocated: Resources = field(default_factory=Resources)
-    releasing: int = 0  # milli-GPUs of `allocated` already signalled to leave
-    held_at_start: int = 0  # milli-GPUs held when the cycle began (not counting its starts)
+    releasing: Resources = field(default_factory=Resources)  # of `allocated`, signalled to leave
+    held_at_start: Resources = field(default_factory=Resources)  # when the cycle began
     promised: Resources = field(default_factory=Resources)  # room nominated to preemptors
 
     @property
@@ -70,6 +70,36 @@ class QueueUsage:
         if self.deserved.memory > 0:
             share = max(share, self.allocated.memory / self.deserved.memory)
         return share
+
+    @property
+    def kept(self) -> Resources:
+        """What the queue keeps once everything signalled has left, not counting jobs started
+        in this cycle: room is not taken back from one job to start another."""
+        return self.held_at_start - self.releasing
+
+    def holds(self, extra: Resources) -> Resources:
+        """What the queue will hold once `extra` starts: everything running or started this
+        cycle, plus the room promised to its preemptors, less what is leaving."""
+        return self.allocated - self.releasing + self.promised + extra
+
+    def over_deserved(self, held: Resources) -> bool:
+        """Is `held` above the deserved share in some resource that has a deserved value?
+        (GPUs always have one; CPU and memory when the queue sets them.)"""
+        deserved = self.deserved
+        return (
+            held.gpu > deserved.gpu
+            or 0 < deserved.cpu < held.cpu
+            or 0 < deserved.memory < held.memory
+        )
+
+    def below_guarantee(self, held: Resources) -> bool:
+        """Would `held` take the queue below its guarantee in some resource?"""
+        guarantee = self.queue.guarantee
+        if guarantee is None:
+            return False
+        return (
+            held.gpu < guarantee.gpu or held.cpu < guarantee.cpu or held.memory < guarantee.memory
+        )
 
     def within_capability(self, extra: Resources) -> bool:
         """Would `extra` keep the queue within its cap, counting room promised to its
@@ -129,10 +159,10 @@ class CycleContext:
         held = snapshot.job_index.usage
         self.usage = {}
         for name, queue in snapshot.queues.items():
-            gpu, cpu, memory, leaving = held.get(name, (0, 0, 0, 0))
-            self.usage[name] = QueueUsage(
-                queue, deserved[name], Resources(gpu, cpu, memory), leaving, gpu
-            )
+            gpu, cpu, memory, gpu_out, cpu_out, memory_out = held.get(name, (0, 0, 0, 0, 0, 0))
+            holding = Resources(gpu, cpu, memory)
+            leaving = Resources(gpu_out, cpu_out, memory_out)
+            self.usage[name] = QueueUsage(queue, deserved[name], holding, leaving, holding)
         for job in snapshot.job_index.nominated.values():
             self.promise(job, 1)
             assert job.nomination is not None
@@ -205,7 +235,8 @@ class CycleContext:
         self.evicted_gpu += evict.gpu
         usage = self.usage.get(victim.spec.queue)
         if usage is not None:
-            usage.releasing += evict.gpu
+            tasks = len(evict.tasks) if evict.tasks else len(victim.placement)
+            usage.releasing = usage.releasing + victim.spec.task_request.scaled(tasks)
 
     def block(self, job_id: str, placement: tuple[TaskPlacement, ...]) -> None:
         """Keep the free part of a reserved placement away from everyone else this cycle."""

@@ -2,37 +2,49 @@
 
 For each job allocate could not place, highest priority first: if it already holds a
 nomination, keep signalling the victims its plan still needs (within the budget); otherwise
-look for a plan among the victims the phase allows, evict it (two-phase, graceful) and
-nominate the room for the preemptor. Debug jobs (policy Never) never get here.
+ask the phase for a plan, evict it (two-phase, graceful) and nominate the room for the
+preemptor. Debug jobs (policy Never) never get here.
+
+`VictimPools` builds, once per phase and preemptor group, the two kinds of candidates of
+DESIGN §4.1 step 1: the preemptor's own queue's lower-priority work (preempt) and the room
+other queues borrowed (reclaim), each as a `VictimIndex`.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from caldera.core.allocate import job_order
 from caldera.core.context import CycleContext, QueueUsage
 from caldera.core.decisions import Evict, EvictReason, Nominate
 from caldera.core.snapshot import JobView, Nomination, PendingVictim
-from caldera.core.victims import Plan, Unit, VictimIndex, find_plan, is_protected, victim_units
+from caldera.core.victims import (
+    Enough,
+    Plan,
+    Unit,
+    VictimIndex,
+    find_plan,
+    is_protected,
+    victim_units,
+)
 from caldera.core.weight import effective_weight
 from caldera.model import CRITICAL_PRIORITY, JobState, Resources
 
-__all__ = ["VictimPool", "VictimsByQueue", "continue_nominations", "give_way", "lower_priority"]
+__all__ = [
+    "Planner",
+    "VictimPools",
+    "VictimsByQueue",
+    "continue_nominations",
+    "give_way",
+    "over_capability",
+]
 
 VictimsByQueue = dict[str, dict[int, dict[str, JobView]]]
 """Running jobs that could ever be victims: queue -> base priority -> id -> job."""
 
-VictimPool = Callable[[JobView, VictimsByQueue], list[Collection[JobView]]]
-"""(preemptor, victims) -> the groups of running jobs this phase may consider for it."""
-
-
-def lower_priority(
-    by_priority: dict[int, dict[str, JobView]], priority: int
-) -> list[Collection[JobView]]:
-    """The groups strictly below `priority`: equal priorities never preempt each other."""
-    return [jobs.values() for value, jobs in by_priority.items() if value < priority]
+Planner = Callable[[JobView, "VictimPools"], Plan | None]
+"""(preemptor, the phase's pools) -> the phase's best plan for it, or None."""
 
 
 def _wait_for_a_cheaper_plan(cycle: CycleContext, job: JobView, plan: Plan) -> bool:
@@ -42,12 +54,12 @@ def _wait_for_a_cheaper_plan(cycle: CycleContext, job: JobView, plan: Plan) -> b
     patience = cycle.config.lossy_patience
     if patience <= 0 or job.spec.priority >= CRITICAL_PRIORITY:
         return False
-    if not any(unit.lost > 0 for unit in plan.units):
+    if plan.cost.lost <= 0:
         return False
     return cycle.now - job.spec.submit < patience
 
 
-def _patience(cycle: CycleContext, job: JobView) -> float | None:
+def patience(cycle: CycleContext, job: JobView) -> float | None:
     """How long a critical preemptor can wait for its victims and still start within its
     SLO ("critical work starts fast"); None for other jobs or once the SLO is missed."""
     if job.spec.priority < CRITICAL_PRIORITY:
@@ -59,7 +71,7 @@ def _patience(cycle: CycleContext, job: JobView) -> float | None:
     return left if left >= 0 else None
 
 
-def _over_capability(usage: QueueUsage, extra: Resources) -> Resources | None:
+def over_capability(usage: QueueUsage, extra: Resources) -> Resources | None:
     """By how much `extra` would take the queue over its capability (None: it would not)."""
     cap = usage.queue.capability
     if cap is None or usage.within_capability(extra):
@@ -77,52 +89,155 @@ def _over_capability(usage: QueueUsage, extra: Resources) -> Resources | None:
     )
 
 
-def _frees(queue: str, need: Resources) -> Callable[[Sequence[Unit]], bool]:
-    """Do victims of `queue` among these units free at least `need`?"""
+def freed_by(units: Sequence[Unit], queue: str) -> Resources:
+    """What the units of `queue` give back to its quotas."""
+    freed = Resources()
+    for unit in units:
+        if unit.queue == queue:
+            freed = freed + unit.resources
+    return freed
+
+
+def frees(queue: str, need: Resources) -> Enough:
+    """Do victims of `queue` among the units free at least `need`?"""
 
     def enough(units: Sequence[Unit]) -> bool:
-        freed = Resources()
-        for unit in units:
-            if unit.job.spec.queue == queue:
-                freed = freed + unit.job.spec.task_request.scaled(len(unit.tasks))
+        freed = freed_by(units, queue)
         return freed.gpu >= need.gpu and freed.cpu >= need.cpu and freed.memory >= need.memory
 
     return enough
 
 
-def _eligible(cycle: CycleContext, preemptor: JobView, victim: JobView) -> bool:
-    """The preemptor-dependent rules (DESIGN §4.1 step 1, §4.5)."""
-    if victim.id in cycle.evicted or victim.id in cycle.claimed:
-        return False  # signalled this cycle, or promised to another preemptor's plan
-    priority = preemptor.spec.priority
-    if victim.spec.priority >= priority:  # equal priorities never preempt each other
-        return False
-    last = victim.last_evicted_at
-    if (
-        last is not None
-        and cycle.now - last < cycle.config.cooldown
-        and priority < CRITICAL_PRIORITY
-    ):
-        return False
-    weights: dict[str, float] = cycle.memo("weights", dict)
-    weight = weights.get(victim.id)
-    if weight is None:
-        weight = weights[victim.id] = effective_weight(victim, cycle.config, cycle.now)
-    return weight < priority
+class VictimPools:
+    """Candidate victims of one phase, per preemptor group (queue, priority), cheapest first.
+
+    - `own(P)`: running jobs of P's queue with base priority and effective weight below P's
+      priority (preempt; equal priorities never preempt each other);
+    - `borrowers(P)`: running jobs of other queues that are reclaimable and above their
+      deserved share, whatever their priority (reclaim) — but a job whose effective weight
+      escalated to the ceiling stays out of a non-critical preemptor's reach (DESIGN §4.2);
+    - `combined(P)`: both, borrowers first.
+    Never: jobs signalled this cycle or promised to another plan, jobs evicted within the
+    cooldown (unless P is critical); `VictimIndex` skips jobs evicted meanwhile on reading.
+    """
+
+    def __init__(self, cycle: CycleContext) -> None:
+        self.cycle = cycle
+        self._indexes: dict[tuple[str, str, int], VictimIndex] = {}
+
+    def own(self, job: JobView) -> VictimIndex:
+        return self._index("own", job)
+
+    def borrowers(self, job: JobView) -> VictimIndex:
+        return self._index("borrowers", job)
+
+    def combined(self, job: JobView) -> VictimIndex:
+        key = ("combined", job.spec.queue, job.spec.priority)
+        index = self._indexes.get(key)
+        if index is None:
+            queue = job.spec.queue
+            units = [*self.own(job).units, *self.borrowers(job).units]
+            index = self._indexes[key] = VictimIndex(units, lambda u: int(u.queue == queue))
+        return index
+
+    def _index(self, kind: str, job: JobView) -> VictimIndex:
+        key = (kind, job.spec.queue, job.spec.priority)
+        index = self._indexes.get(key)
+        if index is None:
+            jobs = self._own_jobs(job) if kind == "own" else self._borrowed_jobs(job)
+            index = self._indexes[key] = VictimIndex(
+                [unit for victim in jobs for unit in self._units(victim)]
+            )
+        return index
+
+    def _own_jobs(self, job: JobView) -> list[JobView]:
+        cycle, priority = self.cycle, job.spec.priority
+        by_priority = cycle.snapshot.job_index.victims.get(job.spec.queue, {})
+        return [
+            victim
+            for value, jobs in by_priority.items()
+            if value < priority
+            for victim in jobs.values()
+            if self._free_to_go(job, victim) and self.weight(victim) < priority
+        ]
+
+    def _borrowed_jobs(self, job: JobView) -> list[JobView]:
+        cycle = self.cycle
+        critical = job.spec.priority >= CRITICAL_PRIORITY
+        ceiling = cycle.config.ceiling
+        found: list[JobView] = []
+        for queue, by_priority in cycle.snapshot.job_index.victims.items():
+            usage = cycle.usage.get(queue)
+            if queue == job.spec.queue or usage is None or not usage.queue.reclaimable:
+                continue
+            if not usage.over_deserved(usage.kept):
+                continue
+            for jobs in by_priority.values():
+                for victim in jobs.values():
+                    if not self._free_to_go(job, victim):
+                        continue
+                    if not critical and victim.spec.priority < ceiling <= self.weight(victim):
+                        continue  # escalated to the ceiling: nearly done or long running
+                    found.append(victim)
+        return found
+
+    def _free_to_go(self, preemptor: JobView, victim: JobView) -> bool:
+        """Not signalled or promised to another plan already, not in its cooldown."""
+        cycle = self.cycle
+        if victim.id in cycle.evicted or victim.id in cycle.claimed:
+            return False
+        last = victim.last_evicted_at
+        return (
+            last is None
+            or cycle.now - last >= cycle.config.cooldown
+            or preemptor.spec.priority >= CRITICAL_PRIORITY
+        )
+
+    def weight(self, victim: JobView) -> float:
+        weights: dict[str, float] = self.cycle.memo("weights", dict)
+        weight = weights.get(victim.id)
+        if weight is None:
+            weight = weights[victim.id] = effective_weight(
+                victim, self.cycle.config, self.cycle.now
+            )
+        return weight
+
+    def _units(self, victim: JobView) -> list[Unit]:
+        units_of: dict[str, list[Unit]] = self.cycle.memo("victim_units", dict)
+        units = units_of.get(victim.id)
+        if units is None:
+            units = units_of[victim.id] = victim_units(
+                victim, self.cycle.config, self.cycle.now, self.weight(victim)
+            )
+        return units
+
+    def floor_veto(self, own: str) -> Callable[[Unit, Mapping[str, Resources]], bool]:
+        """Reclaim's floor, as Volcano's proportion plugin: a queue may lose a unit while it is
+        above its deserved share before that eviction (its last victim may take it below),
+        never below its guarantee. Units of the preemptor's own queue `own` pass."""
+        usage = self.cycle.usage
+
+        def allow(unit: Unit, taken: Mapping[str, Resources]) -> bool:
+            if unit.queue == own:
+                return True
+            entry = usage[unit.queue]
+            before = entry.kept - taken.get(unit.queue, Resources())
+            return entry.over_deserved(before) and not entry.below_guarantee(
+                before - unit.resources
+            )
+
+        return allow
 
 
 def give_way(
     cycle: CycleContext,
     reason: EvictReason,
-    pool: VictimPool,
-    allow: Callable[[JobView, Unit, Mapping[str, int]], bool] | None = None,
+    planner: Planner,
     may_try: Callable[[JobView], bool] | None = None,
-    frees_quota: bool = False,
 ) -> None:
     """Work through the waiting groups in rank order; a group whose head finds no plan is
-    settled for this phase (its jobs would search the same victims for the same shape).
-    `frees_quota`: the pool holds the preemptor's own queue, so its victims can make room
-    under that queue's capability too."""
+    settled for this phase (its jobs would search the same victims for the same shape), and
+    so is a group the phase leaves to another (`may_try` false)."""
     heads: list[tuple[tuple[int, float, str], int, int]] = []
     groups = [group for group, _ in cycle.waiting]
     seen = cycle.waiting_seen.get(reason.value, 0)
@@ -133,9 +248,7 @@ def give_way(
     if not heads:
         return
     heapq.heapify(heads)
-    by_queue = cycle.snapshot.job_index.victims
-    units_of: dict[str, list[Unit]] = cycle.memo("victim_units", dict)
-    indexes: dict[tuple[str, int], VictimIndex] = {}
+    pools = VictimPools(cycle)
     started, blocked = cycle.started, cycle.blocked
     while heads:
         if cycle.eviction_budget <= 0 and cycle.evicted_gpu > 0:
@@ -151,19 +264,8 @@ def give_way(
             if following is not None:
                 heapq.heappush(heads, following)
             continue
-        if may_try is not None and not may_try(job):
+        if queue not in cycle.usage or (may_try is not None and not may_try(job)):
             continue  # the whole group asks the same of the same queue
-        usage = cycle.usage.get(queue)
-        if usage is None:
-            continue
-        # Quota its own queue's victims must free for it to stay within the capability
-        # (jobs of its queue may also have started, or been promised room, since allocate).
-        over = _over_capability(usage, job.spec.gang_request)
-        enough = None
-        if over is not None:
-            if not frees_quota:
-                continue  # other queues' victims free room, never this queue's quota
-            enough = _frees(queue, over)
         failed_at = job.preempt_failed_at
         if (
             failed_at is not None
@@ -174,27 +276,7 @@ def give_way(
             # the same search. Back off until the timer, unless something else wakes us.
             cycle.wakeups.append(failed_at + cycle.config.preempt_backoff)
             continue
-        group = (queue, priority)
-        index = indexes.get(group)
-        if index is None:
-            units: list[Unit] = []
-            for victims in pool(job, by_queue):
-                for victim in victims:
-                    if _eligible(cycle, job, victim):
-                        if victim.id not in units_of:
-                            weights: dict[str, float] = cycle.memo("weights", dict)
-                            weight = weights.get(victim.id)
-                            units_of[victim.id] = victim_units(
-                                victim, cycle.config, cycle.now, weight
-                            )
-                        units.extend(units_of[victim.id])
-            index = indexes[group] = VictimIndex(units)
-        veto = None if allow is None else (lambda unit, taken, p=job: allow(p, unit, taken))
-        plan = None
-        if index.units:
-            plan = find_plan(
-                cycle.room, job.spec, index, cycle.evicted, veto, _patience(cycle, job), enough
-            )
+        plan = planner(job, pools)
         if plan is not None and _wait_for_a_cheaper_plan(cycle, job, plan):
             plan = None
         if plan is None:
@@ -202,9 +284,24 @@ def give_way(
             if priority >= CRITICAL_PRIORITY:  # look again soon, even if nothing happens
                 cycle.wakeups.append(cycle.now + cycle.config.preempt_backoff)
             continue
-        _execute(cycle, job, plan, reason)
+        _execute(cycle, job, plan)
         if following is not None:
             heapq.heappush(heads, following)
+
+
+def search(
+    cycle: CycleContext,
+    job: JobView,
+    index: VictimIndex,
+    allow: Callable[[Unit, Mapping[str, Resources]], bool] | None = None,
+    enough: Enough | None = None,
+) -> Plan | None:
+    """One victim search for `job` among `index`'s units on the cycle's working room."""
+    if not index.units:
+        return None
+    return find_plan(
+        cycle.room, job.spec, index, cycle.evicted, allow, patience(cycle, job), enough
+    )
 
 
 def _by_victim(plan: Plan) -> list[tuple[JobView, tuple[int, ...]]]:
@@ -221,16 +318,23 @@ def _by_victim(plan: Plan) -> list[tuple[JobView, tuple[int, ...]]]:
     ]
 
 
-def _execute(cycle: CycleContext, job: JobView, plan: Plan, reason: EvictReason) -> None:
+def _reason(holder: JobView, victim: JobView) -> EvictReason:
+    """Inside the preemptor's queue: preempt; another queue's: reclaim."""
+    return EvictReason.PREEMPT if victim.spec.queue == holder.spec.queue else EvictReason.RECLAIM
+
+
+def _execute(cycle: CycleContext, job: JobView, plan: Plan) -> None:
     pending: list[PendingVictim] = []
     for victim, tasks in _by_victim(plan):
         gpu = victim.spec.gpu * (len(tasks) if tasks else len(victim.placement))
         if gpu <= cycle.eviction_budget or cycle.evicted_gpu == 0:
-            cycle.evict(Evict(victim.id, reason, job.id, tasks, gpu), victim)
+            cycle.evict(Evict(victim.id, _reason(job, victim), job.id, tasks, gpu), victim)
         else:
             placements = tuple(victim.placement[i] for i in tasks)
             pending.append(PendingVictim(victim.id, placements))
     victims = tuple(dict.fromkeys(unit.job.id for unit in plan.units))
+    reclaims = any(unit.queue != job.spec.queue for unit in plan.units)
+    reason = EvictReason.RECLAIM if reclaims else EvictReason.PREEMPT
     nomination = Nomination(plan.placement, victims, tuple(pending), cycle.now, reason.value)
     cycle.nominations.append(Nominate(job.id, nomination))
     cycle.claimed.update(victim.job for victim in pending)
@@ -267,7 +371,6 @@ def continue_nominations(cycle: CycleContext) -> None:
         if job.id not in cycle.blocked:
             continue  # the nomination was dropped this cycle
         still: list[PendingVictim] = []
-        reason = EvictReason(nomination.reason)
         if any(_no_longer_a_victim(cycle, job, pending) for pending in nomination.pending):
             # The plan no longer holds (a victim gained protection or was evicted since):
             # give the promise up and plan afresh in a later cycle.
@@ -291,7 +394,7 @@ def continue_nominations(cycle: CycleContext) -> None:
             count = len(tasks) if tasks else len(victim.placement)
             gpu = victim.spec.gpu * count
             if gpu <= cycle.eviction_budget or cycle.evicted_gpu == 0:
-                cycle.evict(Evict(victim.id, reason, job.id, tasks, gpu), victim)
+                cycle.evict(Evict(victim.id, _reason(job, victim), job.id, tasks, gpu), victim)
             else:
                 still.append(pending)
         if tuple(still) != nomination.pending:

@@ -39,7 +39,8 @@ class JobIndex:
         self.views: dict[str, JobView] = {}
         self.by_state: dict[JobState, dict[str, JobView]] = {state: {} for state in JobState}
         self.pending: dict[GroupKey, list[JobView]] = {}
-        # queue -> [milli-GPUs, millicores, MiB held (running + releasing), milli-GPUs releasing]
+        # queue -> [milli-GPUs, millicores, MiB held (running + releasing),
+        #           milli-GPUs, millicores, MiB releasing]
         self.usage: dict[str, list[int]] = {}
         self.growable: dict[str, JobView] = {}  # running elastic jobs short of their tasks
         self.nominated: dict[str, JobView] = {}  # pending preemptors holding reserved room
@@ -105,8 +106,11 @@ class JobIndex:
     def _count(self, job: JobView, sign: int) -> None:
         spec = job.spec
         tasks = len(job.placement) + len(job.releasing)
-        totals = self.usage.setdefault(spec.queue, [0, 0, 0, 0])
+        leaving = len(job.releasing)
+        totals = self.usage.setdefault(spec.queue, [0, 0, 0, 0, 0, 0])
         totals[0] += sign * spec.gpu * tasks
         totals[1] += sign * spec.cpu * tasks
         totals[2] += sign * spec.memory * tasks
-        totals[3] += sign * spec.gpu * len(job.releasing)
+        totals[3] += sign * spec.gpu * leaving
+        totals[4] += sign * spec.cpu * leaving
+        totals[5] += sign * spec.memory * leaving

@@ -4,26 +4,46 @@ May: evict running jobs of the preemptor's own queue that the victim rules allow
 priority, lower effective weight, unprotected, out of cooldown), whole gangs or tasks above
 `min_available`, only when the resulting room lets the preemptor actually be placed and keeps
 its queue within its capability (a job held back only by that capability preempts too);
-nominate that room. May not: exceed the per-cycle eviction budget, evict for a debug job, or evict
-anything when no feasible set exists.
+nominate that room.
+May not: exceed the per-cycle eviction budget, evict for a debug job, or evict anything when
+no feasible set exists. A preemptor whose queue is below its deserved share while other
+queues borrow is left to reclaim, which takes the lent room back first (borrowers first).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
-
 from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
-from caldera.core.eviction import VictimsByQueue, continue_nominations, give_way, lower_priority
+from caldera.core.eviction import (
+    VictimPools,
+    continue_nominations,
+    frees,
+    give_way,
+    over_capability,
+    search,
+)
+from caldera.core.reclaim import borrowers_first
 from caldera.core.snapshot import JobView
+from caldera.core.victims import Plan
 
 __all__ = ["preempt"]
 
 
-def _same_queue(preemptor: JobView, by_queue: VictimsByQueue) -> list[Collection[JobView]]:
-    return lower_priority(by_queue.get(preemptor.spec.queue, {}), preemptor.spec.priority)
-
-
 def preempt(cycle: CycleContext) -> None:
     cycle.memo("nominations_continued", lambda: continue_nominations(cycle))
-    give_way(cycle, EvictReason.PREEMPT, _same_queue, frees_quota=True)
+    deferred: set[str] = cycle.memo("borrowers_first", set)
+
+    def may_try(job: JobView) -> bool:
+        if borrowers_first(cycle, job):
+            deferred.add(job.id)
+            return False
+        return True
+
+    def planner(job: JobView, pools: VictimPools) -> Plan | None:
+        queue = job.spec.queue
+        over = over_capability(cycle.usage[queue], job.spec.gang_request)
+        return search(
+            cycle, job, pools.own(job), enough=None if over is None else frees(queue, over)
+        )
+
+    give_way(cycle, EvictReason.PREEMPT, planner, may_try)

@@ -1,68 +1,100 @@
 """Phase 4, reclaim: across queues, take back lent room for a queue below its deserved share.
 
-May: evict jobs of other queues that are reclaimable and hold more than they deserve, under
-the same victim rules as preempt, and only while the preemptor's queue stays within its
-deserved share (a critical preemptor: within its queue's capability). May not: take from a
-queue marked `reclaimable: false`, push any queue below its deserved share or its guarantee,
-or take more than the preemptor needs.
+Reclaim follows shares, not priorities (DESIGN §4.1 step 1). For a preemptor P:
+1. **borrowers alone** — if P's queue stays within its deserved share once P starts (a
+   critical P: within its queue's capability): running jobs of other queues that are
+   reclaimable and above their deserved share, whatever their priority;
+2. **its own queue alone** — for a P that preempt left to this phase (borrowers first):
+   lower-priority work of P's queue, as preempt would take it; the cheaper of 1 and 2 wins
+   (least work lost, then fewest victims of P's own queue), and a lossless plan of 1 is
+   taken at once;
+3. **both kinds**, borrowers first, only when neither alone places P: its own queue's
+   victims must then keep that queue within its deserved share (critical: its capability).
+
+May: evict under those rules, graceful, only what lets P actually be placed; a victim queue
+may lose a job while it is above its deserved share before that eviction (so its last victim
+may take it below, as Volcano's proportion plugin does), never below its guarantee.
+May not: take from a queue marked `reclaimable: false`, reclaim for a debug job, or take a
+job whose effective weight escalated to the ceiling for a non-critical preemptor.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Sequence
 
 from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
-from caldera.core.eviction import VictimsByQueue, give_way, lower_priority
+from caldera.core.eviction import (
+    VictimPools,
+    freed_by,
+    frees,
+    give_way,
+    over_capability,
+    search,
+)
 from caldera.core.snapshot import JobView
-from caldera.core.victims import Unit
+from caldera.core.victims import Plan, Unit
 from caldera.model import CRITICAL_PRIORITY
 
-__all__ = ["reclaim"]
+__all__ = ["borrowers_first", "may_reclaim", "reclaim"]
+
+
+def may_reclaim(cycle: CycleContext, job: JobView) -> bool:
+    """May `job` take borrowed room back on its own? Its queue stays within its deserved
+    share once it starts (a critical job: within its capability)."""
+    usage = cycle.usage.get(job.spec.queue)
+    if usage is None or not job.spec.may_preempt:
+        return False
+    gang = job.spec.gang_request
+    if over_capability(usage, gang) is not None:
+        return False
+    return job.spec.priority >= CRITICAL_PRIORITY or not usage.over_deserved(usage.holds(gang))
+
+
+def _others_borrow(cycle: CycleContext, queue: str) -> bool:
+    return any(
+        name != queue and usage.queue.reclaimable and usage.over_deserved(usage.kept)
+        for name, usage in cycle.usage.items()
+    )
+
+
+def borrowers_first(cycle: CycleContext, job: JobView) -> bool:
+    """Should `job` reclaim before it preempts its own queue's lower-priority work? (Kueue's
+    candidate order: borrowers first.)"""
+    return may_reclaim(cycle, job) and _others_borrow(cycle, job.spec.queue)
 
 
 def reclaim(cycle: CycleContext) -> None:
-    usage = cycle.usage
+    deferred: set[str] = cycle.memo("borrowers_first", set)
 
-    def floor(queue: str) -> int:
-        entry = usage[queue]
-        guarantee = entry.queue.guarantee.gpu if entry.queue.guarantee else 0
-        return max(entry.deserved.gpu, guarantee)
+    def planner(job: JobView, pools: VictimPools) -> Plan | None:
+        queue = job.spec.queue
+        usage = cycle.usage[queue]
+        gang = job.spec.gang_request
+        over = over_capability(usage, gang)
+        best = None
+        if may_reclaim(cycle, job):
+            best = search(cycle, job, pools.borrowers(job), pools.floor_veto(queue))
+            if best is not None and best.cost.lost == 0 and not best.cost.late:
+                return best
+        if job.id in deferred:
+            own = search(
+                cycle, job, pools.own(job), enough=None if over is None else frees(queue, over)
+            )
+            if own is not None and (best is None or own.cost < best.cost):
+                best = own
+        if best is not None:
+            return best
+        if not pools.own(job).units or not pools.borrowers(job).units:
+            return None
+        critical = job.spec.priority >= CRITICAL_PRIORITY
 
-    def kept(queue: str) -> int:
-        """GPUs the queue keeps once what is already leaving has left. Jobs started in this
-        very cycle do not count: room is not taken back from one job to start another."""
-        entry = usage[queue]
-        return entry.held_at_start - entry.releasing
+        def enough(units: Sequence[Unit]) -> bool:
+            freed = freed_by(units, queue)
+            if over is not None and not frees(queue, over)(units):
+                return False
+            return critical or not usage.over_deserved(usage.holds(gang) - freed)
 
-    def lender(preemptor: JobView) -> bool:
-        """Does the preemptor's queue, with everything it starts this cycle, stay within what
-        it deserves once the preemptor runs? A critical job only needs to stay within its
-        queue's capability: critical work may preempt everything below it (DESIGN §2), and
-        must not wait because its team is at its share while others borrow."""
-        queue = preemptor.spec.queue
-        entry = usage.get(queue)
-        if entry is None:
-            return False
-        holds = entry.allocated.gpu - entry.releasing
-        if preemptor.spec.priority >= CRITICAL_PRIORITY:
-            return entry.within_capability(preemptor.spec.gang_request)
-        return holds + preemptor.spec.gang_request.gpu <= floor(queue)
+        return search(cycle, job, pools.combined(job), pools.floor_veto(queue), enough)
 
-    def borrowers(preemptor: JobView, by_queue: VictimsByQueue) -> list[Collection[JobView]]:
-        """Running jobs of other queues that are reclaimable and hold more than their floor."""
-        return [
-            group
-            for queue, by_priority in by_queue.items()
-            if queue != preemptor.spec.queue
-            and queue in usage
-            and usage[queue].queue.reclaimable
-            and kept(queue) > floor(queue)
-            for group in lower_priority(by_priority, preemptor.spec.priority)
-        ]
-
-    def stays_above_floor(preemptor: JobView, unit: Unit, taken: Mapping[str, int]) -> bool:
-        queue = unit.job.spec.queue
-        return kept(queue) - taken.get(queue, 0) - unit.gpu >= floor(queue)
-
-    give_way(cycle, EvictReason.RECLAIM, borrowers, stays_above_floor, lender)
+    give_way(cycle, EvictReason.RECLAIM, planner)

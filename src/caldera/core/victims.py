@@ -1,32 +1,36 @@
-"""Victim selection (DESIGN §4.1): the fewest, cheapest victims that let a preemptor be placed.
+"""Victim selection (DESIGN §4.1): the cheapest victims that let a preemptor be placed.
 
-Candidates for a preemptor P are running jobs with base priority < P's and effective weight
-< P's, never protected, never critical (>= 1000), never conformance-protected, never evicted
-within the cooldown (unless P is critical). A victim gives up all its tasks, or — if it runs
-more than `min_available` — tasks above that, each its own unit; never a gang below its
+Which running jobs a preemptor P may take is the phases' business (preempt: lower priority in
+P's queue; reclaim: other queues' borrowed room, whatever the priority). Never a protected,
+critical (>= 1000) or conformance-protected job. A victim gives up all its tasks, or — when it
+runs more than `min_available` — tasks above that, each its own unit; never a gang below its
 minimum.
 
-Order of victims (ties broken by the next criterion):
-  1. lowest effective weight;
-  2. least work lost (GPU-seconds since the last checkpoint that would survive);
-  3. a gang's extra tasks, one at a time and the last started first, before a whole gang
-     (the job goes on);
+Order of victims (`VictimKey`, ties broken by the next criterion):
+  1. least work lost (GPU-seconds since the last checkpoint that would survive; 0 when the
+     emergency checkpoint fits in the grace period);
+  2. a gang's extra tasks before a whole gang (nothing lost, the job goes on);
+  3. lowest effective weight;
   4. most recently started;
-  5. job id (determinism), then the task.
+  5. job id, then the task (an elastic job's last started task first).
 
 Search: for every candidate domain (each node for a single-task preemptor; each tier-N domain
 for a topology-constrained gang, plus the whole cluster unless the constraint is hard), add
-victims in that order on a working copy until P can actually be placed there, then drop every
-victim P can do without. The cheapest set over all domains wins:
-  (too late for a critical preemptor's start SLO, highest victim weight, number of victims,
-   work lost, GPUs evicted, the victims' own keys, domain order).
-If no domain yields a set, nothing is evicted.
+victims in order on a working copy until P can actually be placed there (and they free what
+else P needs, e.g. its queue's capability), then drop every victim P can do without. The
+cheapest plan over all domains wins (`PlanCost`): too late for a critical preemptor's start
+SLO, work lost, victims of P's own queue, victims, the victims' own keys (the most valuable
+first), GPUs evicted, domain order. If no domain yields a plan, nothing is evicted.
+
+Everything here is a function of the room, the preemptor's spec and the candidate units: a
+search can be memoised on them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from caldera.core.config import PolicyConfig
 from caldera.core.jobindex import _never_a_victim
@@ -34,10 +38,11 @@ from caldera.core.placement import can_host, place_job
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView
 from caldera.core.weight import effective_weight
-from caldera.model import GPU_MILLI, JobSpec, TopologyMode
+from caldera.model import GPU_MILLI, JobSpec, Resources, TopologyMode
 
 __all__ = [
     "Plan",
+    "PlanCost",
     "Unit",
     "VictimIndex",
     "VictimKey",
@@ -48,10 +53,20 @@ __all__ = [
     "victim_units",
 ]
 
-VictimKey = tuple[float, float, int, float, str, int]
 
-Veto = Callable[["Unit", Mapping[str, int]], bool]
-"""(unit, milli-GPUs already chosen per queue) -> may this unit join the plan?"""
+class VictimKey(NamedTuple):
+    """Victim order (DESIGN §4.1 step 3): the smallest key goes first."""
+
+    lost: float  # 1. GPU-seconds its eviction would lose
+    whole: int  # 2. 0: a task above min_available (the job goes on), 1: the whole gang
+    weight: float  # 3. effective weight
+    newest: float  # 4. minus its start time: the most recently started first
+    job: str  # 5. determinism
+    task: int  # 6. minus the task index: an elastic job's last started task first
+
+
+Veto = Callable[["Unit", Mapping[str, Resources]], bool]
+"""(unit, resources already chosen per queue) -> may this unit join the plan?"""
 
 Enough = Callable[[Sequence["Unit"]], bool]
 """(victims) -> do they free what the preemptor needs besides room? Monotone: more victims
@@ -95,6 +110,15 @@ class Unit:
     def placements(self) -> tuple[TaskPlacement, ...]:
         return tuple(self.job.placement[i] for i in self.tasks)
 
+    @property
+    def queue(self) -> str:
+        return self.job.spec.queue
+
+    @property
+    def resources(self) -> Resources:
+        """What its eviction gives back to its queue's quotas."""
+        return self.job.spec.task_request.scaled(len(self.tasks))
+
 
 def victim_units(
     job: JobView, config: PolicyConfig, now: float, weight: float | None = None
@@ -104,25 +128,25 @@ def victim_units(
     `weight`: its effective weight now, when the caller already has it."""
     if weight is None:
         weight = effective_weight(job, config, now)
-    since = job.running_since if job.running_since is not None else 0.0
+    newest = -(job.running_since if job.running_since is not None else 0.0)
     running = len(job.placement)
-    banded = _banded(weight, config)
     delay = release_delay(job, config)
     units = [
-        Unit(job, (task,), False, weight, 0.0, (banded, 0.0, 0, -since, job.id, -task), delay)
+        Unit(
+            job,
+            (task,),
+            False,
+            weight,
+            0.0,
+            VictimKey(0.0, 0, weight, newest, job.id, -task),
+            delay,
+        )
         for task in range(running - 1, job.spec.min_available - 1, -1)
     ]
     lost = expected_loss(job, config, now)
-    key = (banded, lost, 1, -since, job.id, 0)
+    key = VictimKey(lost, 1, weight, newest, job.id, 0)
     units.append(Unit(job, tuple(range(running)), True, weight, lost, key, delay))
     return units
-
-
-def _banded(weight: float, config: PolicyConfig) -> float:
-    """The effective weight as victim order compares it: in bands of `weight_band` points
-    (0: exactly), so that inside a band the work an eviction would lose decides."""
-    band = config.weight_band
-    return weight if band <= 0 else (weight // band) * band
 
 
 def release_delay(job: JobView, config: PolicyConfig) -> float:
@@ -134,13 +158,25 @@ def release_delay(job: JobView, config: PolicyConfig) -> float:
     return config.grace_period
 
 
+class PlanCost(NamedTuple):
+    """Plan order (DESIGN §4.1 step 7): the smallest cost wins."""
+
+    late: int  # 1. a critical preemptor: some victim releases after its start SLO
+    lost: float  # 2. GPU-seconds lost
+    own: int  # 3. victims of the preemptor's own queue (borrowers first)
+    victims: int  # 4. victims (jobs)
+    keys: tuple[VictimKey, ...]  # 5. the victims' own keys, the most valuable first
+    gpus: int  # 6. milli-GPUs evicted
+    order: int  # 7. domain order
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """A feasible victim set and where the preemptor will run once they are gone."""
 
     units: tuple[Unit, ...]
     placement: tuple[TaskPlacement, ...]
-    cost: tuple[int, float, int, float, int, tuple[VictimKey, ...], int]
+    cost: PlanCost
 
 
 class VictimIndex:
@@ -149,12 +185,17 @@ class VictimIndex:
     Built once per cycle and group; units of jobs evicted meanwhile are skipped on reading.
     """
 
-    def __init__(self, units: Sequence[Unit]) -> None:
-        self.units = sorted(units, key=lambda u: u.key)
+    def __init__(self, units: Sequence[Unit], first: Callable[[Unit], int] | None = None) -> None:
+        """`first(unit)`: an optional criterion before the victim key (e.g. borrowers first)."""
+        self.first = first
+        self.units = sorted(units, key=self._order)
         self.by_node: dict[int, list[Unit]] = {}
         for unit in self.units:
             for node in dict.fromkeys(t.node for t in unit.placements):
                 self.by_node.setdefault(node, []).append(unit)
+
+    def _order(self, unit: Unit) -> tuple[int, VictimKey]:
+        return (0 if self.first is None else self.first(unit), unit.key)
 
     def on(self, nodes: Sequence[int] | None, gone: set[str]) -> list[Unit]:
         """Live units touching `nodes` (None: all), cheapest first, each once."""
@@ -167,7 +208,7 @@ class VictimIndex:
             for unit in self.by_node.get(node, ()):
                 if unit.job.id not in gone:
                     seen[id(unit)] = unit
-        return sorted(seen.values(), key=lambda u: u.key)
+        return sorted(seen.values(), key=self._order)
 
 
 def candidate_domains(
@@ -320,8 +361,8 @@ def find_plan(
     """The cheapest feasible victim set over all candidate domains, or None.
 
     `index` holds the eligible victims; `gone` names jobs already evicted this cycle;
-    `allow(unit, taken)` may veto a unit given the milli-GPUs already chosen per queue
-    (reclaim keeps queues at their deserved share with it). `patience`: seconds the preemptor
+    `allow(unit, taken)` may veto a unit given the resources already chosen per queue
+    (reclaim keeps victim queues above their floors with it). `patience`: seconds the preemptor
     can still wait for room and start within its SLO — plans whose victims all release in
     time come first. `enough(units)`: do these victims free the quota the preemptor needs
     besides room (its own queue's capability)? Adding victims never makes it false.
@@ -334,7 +375,7 @@ def find_plan(
         # Victims for quota need not make room: the preemptor may fit anywhere (placement
         # honours its topology), while its queue's victims run elsewhere.
         domains.append(None)
-    options: list[tuple[float, int, Sequence[int] | None, list[Unit]]] = []
+    options: list[tuple[float, VictimKey, int, Sequence[int] | None, list[Unit]]] = []
     for order, nodes in enumerate(domains):
         local = index.on(nodes, gone)
         if not local:
@@ -342,17 +383,20 @@ def find_plan(
         shortest = _counted_prefix(room, spec, nodes, local)
         if shortest is None:
             continue
-        # No plan here can take fewer victims than the counting bound, so none can have a
-        # lower highest weight than that prefix's last victim: a lower bound on its cost.
-        options.append((local[max(shortest, 1) - 1].key[0], order, nodes, local))
-    options.sort(key=lambda option: (option[0], option[1]))
+        # Every plan here keeps the last victim of its shortest feasible prefix, which lies at
+        # or after the counting bound's position: its key bounds the plan's lost work and its
+        # most valuable victim from below.
+        tail = local[max(shortest, 1) - 1 :]
+        lowest = tail[0].key if index.first is None else min(unit.key for unit in tail)
+        options.append((lowest.lost, lowest, order, nodes, local))
+    options.sort(key=lambda option: (option[0], option[1], option[2]))
     best: Plan | None = None
     # Bounded domains first; the cluster-wide search (None) only if none of them works.
     for cluster_wide in (False, True):
-        for lowest, order, nodes, local in options:
+        for lost, lowest, order, nodes, local in options:
             if (nodes is None) != cluster_wide:
                 continue
-            if best is not None and best.cost[0] == 0 and lowest > best.cost[1]:
+            if best is not None and _cannot_beat(best.cost, lost, lowest):
                 break
             plan = _plan_in_domain(room, spec, nodes, local, allow, order, patience, enough)
             if plan is not None and (best is None or plan.cost < best.cost):
@@ -360,6 +404,18 @@ def find_plan(
         if best is not None:
             break
     return best
+
+
+def _cannot_beat(best: PlanCost, lost: float, lowest: VictimKey) -> bool:
+    """Could no plan whose lost work is at least `lost` and whose most valuable victim's key
+    is at least `lowest` cost less than `best`?"""
+    if best.late:
+        return False
+    if lost != best.lost:
+        return lost > best.lost
+    # Equal loss at best: only a single victim outside the preemptor's queue beats nothing
+    # but a smaller key.
+    return best.own == 0 and best.victims == 1 and lowest > best.keys[0]
 
 
 def _give_units(
@@ -439,15 +495,20 @@ def _plan_in_domain(
         # The cheapest prefix of the ordered candidates that lets the preemptor fit.
         chosen: list[Unit] = []
         whole_jobs: set[str] = set()
-        taken: dict[str, int] = {}
+        counted: dict[str, int] = {}  # tasks of each job already chosen (its extras)
+        taken: dict[str, Resources] = {}
         for unit in ordered:
             if unit.job.id in whole_jobs:
                 continue
-            queue = unit.job.spec.queue
             if allow is not None and not allow(unit, taken):
                 continue
             chosen.append(unit)
-            taken[queue] = taken.get(queue, 0) + unit.gpu
+            # A whole gang after some of its extras gives back only the rest.
+            tasks = len(unit.tasks) - (counted.get(unit.job.id, 0) if unit.whole else 0)
+            counted[unit.job.id] = counted.get(unit.job.id, 0) + tasks
+            taken[unit.queue] = taken.get(unit.queue, Resources()) + (
+                unit.job.spec.task_request.scaled(tasks)
+            )
             if unit.whole:
                 whole_jobs.add(unit.job.id)
         at_least = _counted_prefix(room, spec, nodes, chosen)
@@ -458,8 +519,10 @@ def _plan_in_domain(
             return None
         length, placement = found
         chosen = chosen[:length]
-        # Prune: drop each victim the preemptor can do without, most expensive first.
-        for unit in sorted(chosen, key=lambda u: u.key, reverse=True):
+        # Prune: drop each victim the preemptor can do without — its own queue's first, then
+        # the others', each most expensive first.
+        own = spec.queue
+        for unit in sorted(chosen, key=lambda u: (u.queue == own, u.key), reverse=True):
             trial = [c for c in chosen if c is not unit]
             room.rollback(mark)
             if not trial or not _could_fit(room, spec, nodes, trial):
@@ -474,14 +537,15 @@ def _plan_in_domain(
         wholes = {c.job.id for c in chosen if c.whole}
         chosen = [c for c in chosen if c.whole or c.job.id not in wholes]
         late = patience is not None and max(c.delay for c in chosen) > patience
-        cost = (
-            int(late),
-            max(c.key[0] for c in chosen),
-            len({c.job.id for c in chosen}),
-            sum(c.lost for c in chosen),
-            sum(c.gpu for c in chosen),
-            tuple(sorted(c.key for c in chosen)),  # equal so far: the victims' own order
-            order,
+        jobs = {c.job.id: c.job for c in chosen}
+        cost = PlanCost(
+            late=int(late),
+            lost=sum(c.lost for c in chosen),
+            own=sum(1 for job in jobs.values() if job.spec.queue == spec.queue),
+            victims=len(jobs),
+            keys=tuple(sorted((c.key for c in chosen), reverse=True)),
+            gpus=sum(c.gpu for c in chosen),
+            order=order,
         )
         return Plan(tuple(sorted(chosen, key=lambda u: u.key)), placement, cost)
     finally:
