@@ -257,6 +257,34 @@ def violations(snapshot: Snapshot, decisions: Decisions) -> list[str]:
         if holds > deserved_gpu(snapshot, name):
             problems.append(f"queue {name}: reclaimed for, but over its deserved share")
 
+    # Every victim helps place its preemptor (DESIGN §4.1 step 4): the room it frees is part
+    # of the preemptor's nominated placement, or it is a job of the preemptor's own queue
+    # (whose quota a capped preemptor, or a combined plan, needs).
+    freed: dict[str, set[tuple[int, int]]] = {}
+    for evict in decisions.evictions:
+        victim = jobs.get(evict.job)
+        if victim is None or evict.reason not in (EvictReason.PREEMPT, EvictReason.RECLAIM):
+            continue
+        tasks = [victim.placement[i] for i in evict.tasks] if evict.tasks else victim.placement
+        freed[evict.job] = {(t.node, d) for t in tasks for d in t.devices}
+    for nominate in decisions.nominations:
+        nomination = nominate.nomination
+        holder = jobs.get(nominate.job)
+        if nomination is None or holder is None:
+            continue
+        uses = {(t.node, d) for t in nomination.placement for d in t.devices}
+        for pending in nomination.pending:
+            tasks = pending.tasks or jobs[pending.job].placement
+            freed.setdefault(pending.job, set()).update(
+                (t.node, d) for t in tasks for d in t.devices
+            )
+        for name in nomination.victims:
+            victim = jobs.get(name)
+            if victim is None or name not in freed or freed[name] & uses:
+                continue
+            if victim.spec.queue != holder.spec.queue:
+                problems.append(f"{name}: evicted for {holder.id} but frees none of its room")
+
     # Budget: 30 % of the GPUs (at least one node's worth), or one indivisible unit alone.
     # MIG slices count by their GPU-equivalent (caldera.model.mig).
     capacity = sum(n.gpus for n in nodes)

@@ -367,3 +367,18 @@ def test_elastic_extras_never_keep_another_queue_below_its_share() -> None:
         "late",
     )
     assert job(EXTRAS, "late")["start"] == 600.0
+
+
+PING_PONG = "no-ping-pong.yaml"
+
+
+def test_equal_priority_borrowers_are_reclaimed_once_and_never_take_it_back() -> None:
+    evictions = [
+        (e["job"], e["reason"], e["preemptor"], e["t"]) for e in events(PING_PONG, "evict")
+    ]
+    assert evictions == [("a1", "reclaim", "b0", 600.0)]
+    assert job(PING_PONG, "b0")["start"] == 600.0
+    assert [e["t"] for e in events(PING_PONG, "start", "a1")] == [1.0, 36000.0]
+    # while a1 waits (until a0 ends and hands it the room at 36000)
+    held = _held_by_queue_over_time(PING_PONG, "a")
+    assert all(gpus >= 8 for t, gpus in held if 1.0 <= t < 36000)

@@ -32,11 +32,13 @@ class PolicyConfig:
     # A preemptor whose victim search failed does not search again before this many seconds
     # (critical jobs always search): the search is the cycle's most expensive step.
     preempt_backoff: float = 30.0
-    # Victim order compares effective weights in bands of this many points; inside a band
-    # the work an eviction would lose decides. 0: exactly, as DESIGN §4.1 orders them.
+    # Deprecated, no effect: victims are ordered by the work an eviction would lose first,
+    # then by effective weight (DESIGN §4.1 step 3), which is what a band of 1000 did.
+    # Accepted so that existing files keep loading.
     weight_band: float = 0.0
     # A non-critical preemptor whose every plan would lose work waits up to this long after
-    # its submission for one that loses nothing. 0: never waits.
+    # its submission for one that loses nothing: a deployment's trade between start latency
+    # and lost work. 0 (default): never waits; the defaults meet the seeds' table without it.
     lossy_patience: float = 0.0
     # Seconds to add to `now` to get seconds since a Monday 00:00 UTC, for time windows.
     # The simulator's t = 0 is a Monday; a runtime on Unix time uses UNIX_WEEK_OFFSET.
