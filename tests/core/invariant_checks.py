@@ -257,27 +257,35 @@ def violations(snapshot: Snapshot, decisions: Decisions) -> list[str]:
         if holds > deserved_gpu(snapshot, name):
             problems.append(f"queue {name}: reclaimed for, but over its deserved share")
 
-    # Every victim helps place its preemptor (DESIGN §4.1 step 4): the room it frees is part
-    # of the preemptor's nominated placement, or it is a job of the preemptor's own queue
-    # (whose quota a capped preemptor, or a combined plan, needs).
-    freed: dict[str, set[tuple[int, int]]] = {}
+    # Every victim helps place its preemptor (DESIGN §4.1 step 4): it frees devices, CPU or
+    # memory the preemptor's nominated placement uses, or it is a job of the preemptor's own
+    # queue (whose quota a capped preemptor, or a combined plan, needs).
+    def frees(tasks: Iterable[TaskPlacement]) -> set[tuple[int, int | str]]:
+        spots: set[tuple[int, int | str]] = set()
+        for t in tasks:
+            spots.update((t.node, d) for d in t.devices)
+            if t.cpu:
+                spots.add((t.node, "cpu"))
+            if t.memory:
+                spots.add((t.node, "memory"))
+        return spots
+
+    freed: dict[str, set[tuple[int, int | str]]] = {}
     for evict in decisions.evictions:
         victim = jobs.get(evict.job)
         if victim is None or evict.reason not in (EvictReason.PREEMPT, EvictReason.RECLAIM):
             continue
         tasks = [victim.placement[i] for i in evict.tasks] if evict.tasks else victim.placement
-        freed[evict.job] = {(t.node, d) for t in tasks for d in t.devices}
+        freed[evict.job] = frees(tasks)
     for nominate in decisions.nominations:
         nomination = nominate.nomination
         holder = jobs.get(nominate.job)
         if nomination is None or holder is None:
             continue
-        uses = {(t.node, d) for t in nomination.placement for d in t.devices}
+        uses = frees(nomination.placement)
         for pending in nomination.pending:
             tasks = pending.tasks or jobs[pending.job].placement
-            freed.setdefault(pending.job, set()).update(
-                (t.node, d) for t in tasks for d in t.devices
-            )
+            freed.setdefault(pending.job, set()).update(frees(tasks))
         for name in nomination.victims:
             victim = jobs.get(name)
             if victim is None or name not in freed or freed[name] & uses:
