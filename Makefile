@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HTMX := src/caldera/service/ui/static/vendor/htmx.min.js
 
-.PHONY: demo test lint typecheck unit install clean bench system-deps ui-assets
+.PHONY: demo test lint typecheck unit install clean bench system-deps ui-assets cluster-bins cluster-bins-if-go
 
 # The dashboard's front-end files, from the npm registry (ui/package-lock.json pins them).
 $(HTMX): ui/package.json ui/package-lock.json scripts/ui-assets.sh
@@ -34,7 +34,7 @@ typecheck: $(STAMP)
 system-deps:
 	./scripts/system-deps.sh
 
-unit: $(STAMP) system-deps
+unit: $(STAMP) system-deps cluster-bins-if-go
 	$(BIN)/pytest
 
 test: lint typecheck unit
@@ -44,3 +44,14 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache ui/node_modules src/caldera/service/ui/static/vendor
+
+# The real control plane of tests/k8s_real and `caldera k8s dev-cluster`: kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl, etcd and KWOK built from Go modules into
+# ~/.cache/caldera/cluster-bins (CALDERA_CLUSTER_BINS); cached, so only the first run builds.
+cluster-bins:
+	./scripts/cluster-bins.sh
+
+cluster-bins-if-go:
+	@if command -v go >/dev/null 2>&1; then ./scripts/cluster-bins.sh >/dev/null; \
+	elif [ "$$CI" = "true" ]; then echo "make: CI needs Go to build the real control plane" >&2; exit 1; \
+	else echo "make: Go not found: the real-control-plane tests (tests/k8s_real) will skip" >&2; fi

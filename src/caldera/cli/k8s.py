@@ -2,6 +2,7 @@
 
     caldera k8s render FILE [--image IMAGE] [--rbac]       manifests as YAML, for review/GitOps
     caldera k8s run [--kubeconfig PATH] [--namespace NS] [--config FILE] [--dry-run] [--once]
+    caldera k8s dev-cluster start|kubeconfig|stop [--dir DIR]   a real control plane on 127.0.0.1
 
 Every failure is one line on stderr and a non-zero exit: 2 for a bad file or command line,
 1 when the cluster cannot be used (unreachable, Volcano missing, RBAC).
@@ -163,3 +164,75 @@ def _run(
         "controller running: %d queue(s), namespace %s", len(queues), settings.namespace or "*"
     )
     Controller(runtime, resync=settings.resync).run(stop)
+
+
+dev_cluster_app = typer.Typer(
+    name="dev-cluster",
+    help="A real control plane on 127.0.0.1 (etcd, API server, controller-manager, "
+    "kube-scheduler, KWOK GPU nodes) for trying the controller locally.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+k8s_app.add_typer(dev_cluster_app)
+
+_DEV_DIR = Path.home() / ".cache" / "caldera" / "dev-cluster"
+_DirOption = Annotated[Path, typer.Option("--dir", help="The cluster's folder.")]
+
+
+@dev_cluster_app.command("start")
+def dev_cluster_start(
+    folder: _DirOption = _DEV_DIR,
+    nodes: Annotated[int, typer.Option(min=1, max=1000, help="Fake GPU nodes.")] = 4,
+    gpus: Annotated[int, typer.Option(min=1, max=64, help="GPUs per node.")] = 8,
+    build: Annotated[
+        bool, typer.Option(help="Build the binaries (scripts/cluster-bins.sh) if missing.")
+    ] = True,
+) -> None:
+    """Start the cluster in the background and print how to reach it."""
+    from caldera.k8s.devcluster import DevCluster, DevClusterError, NodeShape, find_bins
+
+    try:
+        bins = find_bins(build=build)
+        folder.mkdir(parents=True, exist_ok=True)
+        cluster = DevCluster(folder=folder, bins=bins, nodes=NodeShape(count=nodes, gpus=gpus))
+        cluster.start()
+    except DevClusterError as error:
+        fail(str(error), EXIT_FAILURE)
+    sys.stdout.write(
+        f"dev cluster up in {cluster.started_in} s: {nodes} KWOK node(s) x {gpus} GPUs, "
+        f"API server {cluster.server}\n"
+        f"export KUBECONFIG={cluster.kubeconfig()}\n"
+        f"users without rights: {', '.join(cluster.users)} "
+        f"(caldera k8s dev-cluster kubeconfig --user NAME)\n"
+    )
+
+
+@dev_cluster_app.command("kubeconfig")
+def dev_cluster_kubeconfig(
+    folder: _DirOption = _DEV_DIR,
+    user: Annotated[str, typer.Option(help="admin, or a user without rights.")] = "admin",
+) -> None:
+    """Print the path of a user's kubeconfig for the running cluster."""
+    from caldera.k8s.devcluster import DevCluster, DevClusterError
+
+    try:
+        cluster = DevCluster.attach(folder)
+    except DevClusterError as error:
+        fail(str(error), EXIT_FAILURE)
+    if user not in cluster.tokens:
+        fail(f"no user {user!r}: one of {', '.join(sorted(cluster.tokens))}", EXIT_BAD_INPUT)
+    sys.stdout.write(f"{cluster.kubeconfig(user)}\n")
+
+
+@dev_cluster_app.command("stop")
+def dev_cluster_stop(folder: _DirOption = _DEV_DIR) -> None:
+    """Stop every process of the cluster and forget it (its folder is kept for the logs)."""
+    from caldera.k8s.devcluster import DevCluster, DevClusterError
+
+    try:
+        cluster = DevCluster.attach(folder)
+    except DevClusterError as error:
+        fail(str(error), EXIT_FAILURE)
+    cluster.stop()
+    sys.stdout.write(f"dev cluster in {folder} stopped\n")

@@ -1,0 +1,79 @@
+"""The real control plane for tests: one `DevCluster` per session, a fresh namespace per test.
+
+The binaries come from `make cluster-bins` (scripts/cluster-bins.sh, cached). Without them
+the tests skip with one line, except under CI=true, where they are built here if `make` did
+not, and a failure to build fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+from real_support import NODES, wait_for
+
+from caldera.k8s.client import load_api_client
+from caldera.k8s.devcluster import DevCluster, DevClusterError, find_bins
+
+CI = os.environ.get("CI") == "true"
+
+k8s: Any = kubernetes
+
+
+@pytest.fixture(scope="session")
+def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+    try:
+        bins = find_bins(build=CI)
+    except DevClusterError as error:
+        if CI:
+            pytest.fail(f"real control plane: {error}")
+        if shutil.which("go") is None:
+            pytest.skip("real control plane: Go is not installed (make cluster-bins needs it)")
+        pytest.skip(f"real control plane: {error}")
+    cluster = DevCluster(folder=tmp_path_factory.mktemp("dev-cluster"), bins=bins, nodes=NODES)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def api_client(dev_cluster: DevCluster) -> Callable[[str], Any]:
+    """`api_client(user)`: an ApiClient for admin or a user without rights; closed after."""
+    opened: list[Any] = []
+
+    def make(user: str = "admin") -> Any:
+        client = load_api_client(str(dev_cluster.kubeconfig(user)))
+        opened.append(client)
+        return client
+
+    yield make
+    for client in opened:
+        client.close()
+
+
+@pytest.fixture
+def core(api_client: Callable[[str], Any]) -> Any:
+    """CoreV1Api as admin."""
+    return k8s.client.CoreV1Api(api_client("admin"))
+
+
+@pytest.fixture
+def namespace(core: Any) -> Iterator[str]:
+    """A new namespace whose `default` service account exists (pods need it to be admitted)."""
+    name = f"t-{secrets.token_hex(4)}"
+    core.create_namespace({"metadata": {"name": name}})
+    wait_for(
+        f"the default service account in {name}",
+        lambda: any(
+            sa.metadata.name == "default" for sa in core.list_namespaced_service_account(name).items
+        ),
+    )
+    yield name
+    core.delete_namespace(name)
