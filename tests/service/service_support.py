@@ -15,8 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ import yaml
 
 from caldera.sdk import Client
 from caldera.service.procs import signal_group
+from polling import wait_for
 
 CALDERA = str(Path(sys.executable).parent / "caldera")
 TRAINER = str(Path(__file__).with_name("trainer.py"))
@@ -55,20 +54,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def wait_for(
-    what: str, check: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1
-) -> Any:
-    """Poll `check` until it returns something truthy; fail the test with `what` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(interval)
 
 
 @dataclass
