@@ -103,7 +103,7 @@ def test_a_submitted_gang_runs_on_the_nodes_caldera_chose_and_succeeds(
         return "\n".join(controller.read_text(errors="replace").splitlines()[-20:])
 
     try:
-        wait_for("the job Running", lambda: state(core, namespace, "train") == "Running", 45)
+        wait_for("the job Running", lambda: state(core, namespace, "train") == "Running", 60)
         # the record is written first, then the pods are created one by one
         pods = wait_for("both pods created", lambda: _pods(core, namespace, 2))
         for p in pods:
@@ -119,7 +119,7 @@ def test_a_submitted_gang_runs_on_the_nodes_caldera_chose_and_succeeds(
             "scheduling.volcano.sh", "v1beta1", namespace, "podgroups"
         )["items"]
         assert [g["spec"]["minMember"] for g in groups] == [2]
-        wait_for("the job Succeeded", lambda: state(core, namespace, "train") == "Succeeded", 45)
+        wait_for("the job Succeeded", lambda: state(core, namespace, "train") == "Succeeded", 60)
     except BaseException:
         sys.stderr.write(f"controller log:\n{log_tail()}\n")
         raise
@@ -143,17 +143,17 @@ def test_a_large_job_preempts_a_normal_one_which_is_requeued_after_its_grace_per
     filler = {"queue": "team", "type": "normal", "tasks": 4, "gpus": 8}
     core.create_namespaced_config_map(namespace, record("filler", filler))
     try:
-        wait_for("filler Running", lambda: state(core, namespace, "filler") == "Running", 45)
-        wait_for("filler's 4 pods Running", lambda: _running(core, namespace, "filler") == 4, 45)
+        wait_for("filler Running", lambda: state(core, namespace, "filler") == "Running", 60)
+        wait_for("filler's 4 pods Running", lambda: _running(core, namespace, "filler") == 4, 60)
         large = {"queue": "team", "type": "large-job", "tasks": 1, "gpus": 8}
         core.create_namespaced_config_map(namespace, record("large", large))
-        wait_for("filler Releasing", lambda: state(core, namespace, "filler") == "Releasing", 30)
+        wait_for("filler Releasing", lambda: state(core, namespace, "filler") == "Releasing", 60)
         # the record is written first, then the pods are deleted
         evicted = wait_for("filler's pods deleted", lambda: _terminating(core, namespace, "filler"))
         assert {p.metadata.deletion_grace_period_seconds for p in evicted} == {5}
-        wait_for("large Running", lambda: _running(core, namespace, "large") == 1, 45)
+        wait_for("large Running", lambda: _running(core, namespace, "large") == 1, 60)
         assert _pods_of(core, namespace, "filler") == []  # started only once they were gone
-        wait_for("filler Pending again", lambda: state(core, namespace, "filler") == "Pending", 30)
+        wait_for("filler Pending again", lambda: state(core, namespace, "filler") == "Pending", 60)
     except BaseException:
         tail = "\n".join(controller.read_text(errors="replace").splitlines()[-20:])
         sys.stderr.write(f"controller log:\n{tail}\n")
