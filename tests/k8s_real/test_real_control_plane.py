@@ -156,6 +156,22 @@ def test_a_user_without_rights_is_refused_until_rbac_grants_them(
     with pytest.raises(k8s.client.ApiException) as elsewhere:
         alice.list_namespaced_pod("default")
     assert elsewhere.value.status == 403
+    bob = k8s.client.CoreV1Api(api_client("bob"))
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "team-b-reads-pods"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": "pod-reader",
+            },
+            "subjects": [
+                {"kind": "Group", "name": "team-b", "apiGroup": "rbac.authorization.k8s.io"}
+            ],
+        },
+    )
+    wait_for("bob may list pods through his group", lambda: _can_list(bob, namespace))
     unknown = httpx.get(
         f"{dev_cluster.server}/api/v1/nodes",
         headers={"Authorization": "Bearer not-a-token"},

@@ -9,7 +9,8 @@ process listens on 127.0.0.1 only, on ports picked free at start; certificates (
 API server's serving certificate, the service-account signing key) are generated with
 `cryptography` into the cluster's folder. Users are static bearer tokens: `admin` (group
 `system:masters`) for the components and the tests' set-up, and users with no rights at all
-(`alice`, `bob` by default) whom tests grant exactly what they need with RBAC.
+(`alice` in group `team-a`, `bob` in group `team-b` by default: `DevCluster.users`) whom
+tests grant exactly what they need with RBAC, to the user or to the group.
 
 KWOK manages the nodes this module creates (label `caldera.io/kwok=true`): the node shape
 (GPUs, topology labels caldera reads, see `caldera.k8s.nodes`) comes from `NodeShape`, and the
@@ -41,7 +42,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -295,7 +296,10 @@ class DevCluster:
     folder: Path | None = None
     bins: Path | None = None
     nodes: NodeShape = field(default_factory=NodeShape)
-    users: Sequence[str] = ("alice", "bob")
+    # user → groups; none of them has any right until a test binds a role
+    users: Mapping[str, Sequence[str]] = field(
+        default_factory=lambda: {"alice": ("team-a",), "bob": ("team-b",)}
+    )
     start_timeout: float = 90.0
     _owns_folder: bool = field(default=False, repr=False)
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
@@ -409,7 +413,8 @@ class DevCluster:
         tokens = {"admin": secrets.token_hex(16)}
         tokens.update({user: secrets.token_hex(16) for user in self.users})
         lines = [f'{tokens["admin"]},admin,uid-admin,"system:masters"']
-        lines += [f"{tokens[user]},{user},uid-{user}" for user in self.users]
+        for user, groups in self.users.items():
+            lines.append(f'{tokens[user]},{user},uid-{user},"{",".join(groups)}"')
         token_file = folder / "pki" / "tokens.csv"
         token_file.write_text("\n".join(lines) + "\n")
         token_file.chmod(0o600)
