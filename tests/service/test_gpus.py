@@ -20,7 +20,7 @@ from test_runtime import CONFIG, Clock, FakeLauncher, request
 
 from caldera.model import JobState
 from caldera.service.config import ConfigError, parse_config
-from caldera.service.gpus import SHAPES, FakeNvml, local_node
+from caldera.service.gpus import SHAPES, FakeNvml, HostGPUs, local_node
 from caldera.service.gpus.fake import FakeGpu, FakeMig, fake_uuid
 from caldera.service.gpus.health import (
     Finding,
@@ -333,21 +333,47 @@ def test_health_settings_come_from_the_config() -> None:
 # -- the runtime drains a sick GPU -------------------------------------------------------------
 
 
-@pytest.fixture
-def sick_world(tmp_path: Path) -> Any:
+@dataclass
+class FakeHost:
+    """A runtime on a fake NVML, with the in-memory launcher and a fake clock."""
+
+    runtime: Runtime
+    launcher: FakeLauncher
+    clock: Clock
+    fake: FakeNvml
+    host: HostGPUs
+    store: Store
+
+    def world(self) -> tuple[Runtime, FakeLauncher, Clock, FakeNvml, HostGPUs]:
+        return self.runtime, self.launcher, self.clock, self.fake, self.host
+
+    def again(self) -> Runtime:
+        """A second server on the same database (a restart)."""
+        config = self.runtime.config
+        nodes = self.runtime.nodes
+        runtime = Runtime(config, self.store, self.runtime.data_dir, nodes, self.launcher,
+                          self.clock, host=self.host)  # fmt: skip
+        runtime.recover()
+        return runtime
+
+
+def fake_host(tmp_path: Path, fake: FakeNvml, **config: Any) -> FakeHost:
     store = Store(database_url_for(tmp_path))
     store.migrate()
-    launcher = FakeLauncher()
-    clock = Clock()
-    fake = SHAPES["h100-sxm"]()
+    launcher, clock = FakeLauncher(), Clock()
     node, host = local_node(nvml=fake)
-    config = parse_config({**CONFIG, "gpu_health": {"interval": 1}})
-    watch = GpuWatch.for_host(host, config.gpu_health)
-    assert watch is not None
-    runtime = Runtime(config, store, tmp_path, (node,), launcher, clock, host=host, gpu_watch=watch)
+    parsed = parse_config({**CONFIG, "gpu_health": {"interval": 1}, **config})
+    watch = GpuWatch.for_host(host, parsed.gpu_health)
+    runtime = Runtime(parsed, store, tmp_path, (node,), launcher, clock, host=host, gpu_watch=watch)
     runtime.recover()
-    yield runtime, launcher, clock, fake, host
-    store.close()
+    return FakeHost(runtime, launcher, clock, fake, host, store)
+
+
+@pytest.fixture
+def sick_world(tmp_path: Path) -> Any:
+    world = fake_host(tmp_path, SHAPES["h100-sxm"]())
+    yield world.world()
+    world.store.close()
 
 
 def placed_gpus(runtime: Runtime, job_id: str) -> set[int]:
@@ -526,15 +552,10 @@ def test_the_service_drains_a_gpu_that_reports_an_xid_error(fake_server: Any) ->
 
 
 def test_a_time_sharing_queue_puts_two_tasks_on_one_gpu_and_says_so(tmp_path: Path) -> None:
-    store = Store(database_url_for(tmp_path))
-    store.migrate()
-    launcher, clock = FakeLauncher(), Clock()
     fake = SHAPES["h100-sxm"]()
     fake.gpus = fake.gpus[:1]  # one GPU
-    node, host = local_node(nvml=fake)
-    config = parse_config({**CONFIG, "queues": [{"name": "dev", "time_sharing": 2}]})
-    runtime = Runtime(config, store, tmp_path, (node,), launcher, clock, host=host)
-    runtime.recover()
+    world = fake_host(tmp_path, fake, queues=[{"name": "dev", "time_sharing": 2}])
+    runtime, launcher, clock, store = world.runtime, world.launcher, world.clock, world.store
     ids = [
         runtime.submit(request(queue="dev", gpu=1000, name=f"d{i}"), "ops")["id"] for i in range(2)
     ]
@@ -552,8 +573,7 @@ def test_a_time_sharing_queue_puts_two_tasks_on_one_gpu_and_says_so(tmp_path: Pa
     # The request keeps it, so a restarted server rebuilds the same job.
     row = store.job(ids[0])
     assert row is not None and row["request"]["time_shared"] == 2
-    again = Runtime(config, store, tmp_path, (node,), launcher, clock, host=host)
-    again.recover()
+    again = world.again()
     assert again.jobs[ids[0]].spec.time_shared == 2 and again.jobs[ids[0]].spec.gpu == 500
     store.close()
 
@@ -563,17 +583,9 @@ def test_a_time_sharing_queue_puts_two_tasks_on_one_gpu_and_says_so(tmp_path: Pa
 
 @pytest.fixture
 def mig_world(tmp_path: Path) -> Any:
-    store = Store(database_url_for(tmp_path))
-    store.migrate()
-    launcher, clock = FakeLauncher(), Clock()
-    fake = SHAPES["a100-mig"]()
-    node, host = local_node(nvml=fake)
-    config = parse_config({**CONFIG, "gpu_health": {"interval": 1}})
-    watch = GpuWatch.for_host(host, config.gpu_health)
-    runtime = Runtime(config, store, tmp_path, (node,), launcher, clock, host=host, gpu_watch=watch)
-    runtime.recover()
-    yield runtime, launcher, clock, fake, host
-    store.close()
+    world = fake_host(tmp_path, SHAPES["a100-mig"]())
+    yield world.world()
+    world.store.close()
 
 
 def test_a_job_asking_for_a_profile_gets_a_slice_by_its_mig_uuid(mig_world: Any) -> None:
