@@ -68,6 +68,7 @@ from caldera.model import (
 from caldera.policies import get_policy
 from caldera.service.config import ServiceConfig
 from caldera.service.gpus import HostGPUs
+from caldera.service.gpus.health import Finding, Recovered
 from caldera.service.gpus.watch import Drain, GpuWatch
 from caldera.service.jobs import LiveJob, TaskRun, spec_from_request
 from caldera.service.launcher import JobFiles, Launch, Launcher, ProcessLauncher, environment
@@ -188,9 +189,12 @@ class Runtime:
     def step(self) -> None:
         """One turn of the loop: look at the processes, then run the cycle if needed."""
         now = self.clock()
+        # GPU health is I/O (NVML, or an nvidia-smi run): asked without holding the lock.
+        health = self.gpu_watch.read(now) if self.gpu_watch is not None else None
         with self.lock:
             self._poll(now)
-            self._check_gpus(now)
+            if health is not None:
+                self._gpu_health(health, now)
             self._flush()
             wakeup = self._next_wakeup
             since = now - self._last_cycle
@@ -523,13 +527,12 @@ class Runtime:
             **detail,
         )
 
-    def _check_gpus(self, now: float) -> None:
-        """Poll GPU health when due: drain sick devices, move their tasks off, give back the
-        ones that recovered (caller holds the lock)."""
+    def _gpu_health(self, health: list[Finding | Recovered], now: float) -> None:
+        """Drain sick devices and move their tasks off; give back the ones that recovered
+        (caller holds the lock)."""
         watch = self.gpu_watch
-        if watch is None or not watch.due(now):
-            return
-        drains, restored = watch.poll(now)
+        assert watch is not None
+        drains, restored = watch.apply(health)
         for devices in restored:
             watch.release(self.room, devices)
             self._event(now, "gpu_restore", None, devices=list(devices))

@@ -114,12 +114,25 @@ class GpuWatch:
     def due(self, now: float) -> bool:
         return now >= self._next
 
-    def poll(self, now: float) -> tuple[list[Drain], list[tuple[int, ...]]]:
-        """New drains and the devices that came back since the last poll."""
+    def read(self, now: float) -> list[Finding | Recovered] | None:
+        """Ask the GPUs, when due (None when not): I/O — NVML calls, or an nvidia-smi run —
+        so the runtime calls it without holding its lock."""
+        if not self.due(now):
+            return None
         self._next = now + self.interval
+        return self.source.poll()
+
+    def poll(self, now: float) -> tuple[list[Drain], list[tuple[int, ...]]]:
+        """`read` then `apply`: new drains and the devices that came back."""
+        return self.apply(self.read(now) or [])
+
+    def apply(
+        self, changes: list[Finding | Recovered]
+    ) -> tuple[list[Drain], list[tuple[int, ...]]]:
+        """New drains and the devices that came back, from what `read` found."""
         drains: list[Drain] = []
         restored: list[tuple[int, ...]] = []
-        for change in self.source.poll():
+        for change in changes:
             devices = self._devices(change)
             if isinstance(change, Recovered):
                 back = tuple(d for d in devices if d in self.sick and not self.sick[d].sticky)
