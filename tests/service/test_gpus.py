@@ -106,6 +106,8 @@ def test_discovery_of_real_machine_shapes(case: Shape) -> None:
 
 def test_a_gpu_in_mig_mode_is_never_a_whole_device_but_its_slices_are() -> None:
     node, host = local_node(nvml=SHAPES["a100-mig"]())
+    assert host.describe() == "4 GPU(s), 20 MIG slice(s) (fake)"
+    assert local_node(nvml=SHAPES["h100-lost"]())[1].describe() == "7 GPU(s), 1 lost (fake)"
     assert host.physical[:4] == (4, 5, 6, 7) and node.gpus == 4
     mig_uuids = {g.uuid for g in host.inventory.gpus if g.mig}
     assert not mig_uuids & set(host.ids)

@@ -206,8 +206,8 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="caldera: %(message)s", stream=sys.stderr)
     where = "SQLite in the data dir" if service.store.is_sqlite else "PostgreSQL"
     sys.stderr.write(
-        f"caldera: serving on http://{host}:{port} — {service.gpus.count} GPU(s) "
-        f"({service.gpus.source}), state in {where}, data dir {service.data_dir}\n"
+        f"caldera: serving on http://{host}:{port} — {service.gpus.describe()}, "
+        f"state in {where}, data dir {service.data_dir}\n"
         f"caldera: dashboard at http://{host}:{port}/ui (log in with your token)\n"
     )
     if service.admin_token is not None:

@@ -49,6 +49,15 @@ class HostGPUs:
     def source(self) -> str:
         return self.inventory.source
 
+    def describe(self) -> str:
+        """One line for people: "8 GPU(s) (nvml)", with MIG slices and lost GPUs if any."""
+        parts = [f"{self.count} GPU(s)"]
+        if self.node.slices:
+            parts.append(f"{len(self.node.slices)} MIG slice(s)")
+        if self.inventory.lost:
+            parts.append(f"{len(self.inventory.lost)} lost")
+        return f"{', '.join(parts)} ({self.source})"
+
     def visible(self, devices: Iterable[int]) -> str:
         """CUDA_VISIBLE_DEVICES for these devices of the node."""
         return ",".join(self.ids[d] for d in devices)
