@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from caldera.core import Decisions, EvictReason, JobView, Room, Snapshot, TaskPlacement
+from caldera.core import (
+    Decisions,
+    EvictReason,
+    JobView,
+    Nomination,
+    Room,
+    Snapshot,
+    TaskPlacement,
+)
 from caldera.core import effective_weight as w_eff
 from caldera.core.room import CapacityError
 from caldera.model import (
@@ -50,11 +58,12 @@ def island_ok(node: Node, task: TaskPlacement) -> bool:
 
 def deserved_gpu(snapshot: Snapshot, queue: str) -> int:
     """A queue's deserved milli-GPUs: its `deserved` quota's (0 included), or its weight's
-    share of the cluster's GPUs when it has none (DESIGN §4.1 step 7)."""
+    share of the cluster's GPUs when it has none (DESIGN §4.1 step 7). MIG slices count by
+    their GPU-equivalent (caldera.model.mig), like a MIG job's `gpu`."""
     q = snapshot.queues[queue]
     if q.deserved is not None:
         return q.deserved.gpu
-    total = sum(n.gpus for n in snapshot.nodes) * GPU_MILLI
+    total = sum(n.capacity_milli for n in snapshot.nodes)
     weights = sum(max(other.weight, 0) for other in snapshot.queues.values()) or 1
     return total * max(q.weight, 0) // weights
 
@@ -159,6 +168,8 @@ def violations(snapshot: Snapshot, decisions: Decisions) -> list[str]:
     evicted: dict[str, int] = {}
     gone_from: dict[str, int] = {}
     largest_reclaimed: dict[str, int] = {}
+    # per victim queue, at its last reclaim: what had left it so far (that reclaim included)
+    gone_at_reclaim: dict[str, int] = {}
     reclaimers: set[str] = set()
     budget_gpu = 0
     for evict in decisions.evictions:
@@ -184,6 +195,7 @@ def violations(snapshot: Snapshot, decisions: Decisions) -> list[str]:
             if evict.reason is EvictReason.RECLAIM:
                 largest = largest_reclaimed.get(victim.spec.queue, 0)
                 largest_reclaimed[victim.spec.queue] = max(largest, gpu)
+                gone_at_reclaim[victim.spec.queue] = gone_from[victim.spec.queue]
             preemptor = jobs.get(evict.preemptor or "")
             if preemptor is None:
                 problems.append(f"{evict.job}: {evict.reason} without a known preemptor")
@@ -220,40 +232,56 @@ def violations(snapshot: Snapshot, decisions: Decisions) -> list[str]:
 
     # Reclaim's floor (DESIGN §4.1 step 1, as Volcano's proportion plugin): a victim queue is
     # above its deserved share before each reclaim — so before its last one at least, taken
-    # as the largest — and never ends below its guarantee. What it keeps: its running tasks
-    # (not those started this cycle) less everything signalled to leave this cycle.
+    # as the largest — and a reclaim never takes it below its guarantee. What it keeps: its
+    # running tasks (not those started this cycle) less what was signalled to leave it up to
+    # that last reclaim. Evictions decided after it (a preemption inside the queue, whose
+    # preemptor takes the room back) do not count: the floor holds when a reclaim is decided.
     for name, largest in largest_reclaimed.items():
         kept = sum(j.spec.gpu * len(j.placement) for j in snapshot.jobs if j.spec.queue == name)
-        kept -= gone_from.get(name, 0)
+        kept -= gone_at_reclaim[name]
         if kept + largest <= deserved_gpu(snapshot, name):
             problems.append(f"queue {name}: reclaimed while at or below its deserved share")
         if kept < guarantee_gpu(snapshot, name):
             problems.append(f"queue {name}: reclaimed below its guarantee")
 
     # A non-critical reclaimer's queue stays within its deserved share once it starts: what
-    # the queue runs and starts, plus every gang it is promised, less what leaves it. (Extra
+    # the queue runs and starts, plus every gang it is promised, less what leaves it — the
+    # victims signalled this cycle and those its promised plans have yet to signal (the
+    # budget can spread a plan over cycles; the preemptor starts once they are gone). (Extra
     # elastic tasks grown afterwards, in backfill, borrow idle room: not counted.)
     gangs = {
         s.job: min(len(s.placement), jobs[s.job].spec.min_available)
         for s in decisions.starts
         if not s.grow and s.job in jobs
     }
-    promised: dict[str, JobView] = {
-        j.id: j for j in snapshot.jobs if j.nomination is not None and j.state is JobState.PENDING
+    promised: dict[str, tuple[JobView, Nomination]] = {
+        j.id: (j, j.nomination)
+        for j in snapshot.jobs
+        if j.nomination is not None and j.state is JobState.PENDING
     }
     for nominate in decisions.nominations:
         if nominate.nomination is None:
             promised.pop(nominate.job, None)
         elif nominate.job in jobs:
-            promised[nominate.job] = jobs[nominate.job]
+            promised[nominate.job] = (jobs[nominate.job], nominate.nomination)
+    to_leave: dict[str, int] = {}
+    for _, nomination in promised.values():
+        for pending in nomination.pending:
+            victim = jobs.get(pending.job)
+            if victim is None or pending.job in evicted:
+                continue
+            tasks = len(pending.tasks) if pending.tasks else len(victim.placement)
+            to_leave[victim.spec.queue] = to_leave.get(victim.spec.queue, 0) + (
+                victim.spec.gpu * tasks
+            )
     for name in {jobs[p].spec.queue for p in reclaimers if jobs[p].spec.priority < 1000}:
         holds = sum(
             j.spec.gpu * (len(j.placement) + gangs.get(j.id, 0))
             for j in snapshot.jobs
             if j.spec.queue == name
         )
-        holds += sum(j.spec.gang_request.gpu for j in promised.values() if j.spec.queue == name)
-        holds -= gone_from.get(name, 0)
+        holds += sum(j.spec.gang_request.gpu for j, _ in promised.values() if j.spec.queue == name)
+        holds -= gone_from.get(name, 0) + to_leave.get(name, 0)
         if holds > deserved_gpu(snapshot, name):
             problems.append(f"queue {name}: reclaimed for, but over its deserved share")
 
