@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "caldera"
 
 # package -> the caldera packages it must never import (directly, at any place in a module).
 RUNTIMES = {"sim", "service", "k8s"}
-ABOVE = {"cli", "report", "bench"}  # the commands and tools on top of everything
+ABOVE = {"cli", "report", "bench", "replay"}  # the commands and tools on top of everything
 # The bottom layers may import only these caldera packages.
 ONLY: dict[str, set[str]] = {"errors": set(), "model": {"errors"}}
 FORBIDDEN: dict[str, set[str]] = {

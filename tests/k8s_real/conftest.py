@@ -11,6 +11,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -26,16 +27,24 @@ k8s: Any = kubernetes
 
 
 @pytest.fixture(scope="session")
-def dev_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
+def cluster_bins() -> Path:
+    """The control plane's binaries (built here under CI=true)."""
     try:
-        bins = find_bins(build=CI)
+        return find_bins(build=CI)
     except DevClusterError as error:
         if CI:
             pytest.fail(f"real control plane: {error}")
         if shutil.which("go") is None:
             pytest.skip("real control plane: Go is not installed (make cluster-bins needs it)")
         pytest.skip(f"real control plane: {error}")
-    cluster = DevCluster(folder=tmp_path_factory.mktemp("dev-cluster"), bins=bins, nodes=NODES)
+
+
+@pytest.fixture(scope="session")
+def dev_cluster(
+    tmp_path_factory: pytest.TempPathFactory, cluster_bins: Path
+) -> Iterator[DevCluster]:
+    folder = tmp_path_factory.mktemp("dev-cluster")
+    cluster = DevCluster(folder=folder, bins=cluster_bins, nodes=NODES)
     cluster.start()
     try:
         yield cluster

@@ -136,12 +136,48 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="Write an HTML report with PNG figures into this folder."),
         ] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+        runtime: Annotated[
+            str,
+            typer.Option(
+                help="sim: the simulator (default). k8s: replay on a real control plane "
+                "(dev cluster, KWOK nodes) beside the simulator's prediction "
+                "(docs/evaluation.md, Against the real Volcano)."
+            ),
+        ] = "sim",
+        modes: Annotated[
+            str | None,
+            typer.Option(
+                help="--runtime k8s: volcano, caldera-volcano, caldera (default: those that "
+                "can run; the first two need CALDERA_VOLCANO_SCHEDULER)."
+            ),
+        ] = None,
+        compress: Annotated[
+            float,
+            typer.Option(help="--runtime k8s: divide the scenario's time by this factor."),
+        ] = 60.0,
+        until: Annotated[
+            float | None,
+            typer.Option(help="--runtime k8s: replay only up to this scenario time (seconds)."),
+        ] = None,
+        volcano_period: Annotated[
+            float,
+            typer.Option(help="--runtime k8s: seconds between vc-scheduler's cycles (wall)."),
+        ] = 1.0,
     ) -> None:
         """Run the same job list through several policies and print the seeds' table."""
-        chosen = parse_policies(policies)
+        if runtime not in ("sim", "k8s"):
+            fail(f"unknown runtime {runtime!r} (sim or k8s)", EXIT_BAD_INPUT)
+        chosen = parse_policies(policies) if runtime == "sim" else []
         try:
             scenario = load_scenario(file)
         except ScenarioError as error:
             fail(str(error), EXIT_BAD_INPUT)
+        if runtime == "k8s":
+            from caldera.cli.compare_k8s import run_k8s_comparison
+
+            run_k8s_comparison(
+                scenario, modes, compress, until, json_output, report, quiet, volcano_period
+            )
+            return
         runs = run_comparison(scenario, chosen, quiet)
         write_outputs(scenario, runs, json_output, report, quiet)

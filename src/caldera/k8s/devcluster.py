@@ -17,9 +17,16 @@ KWOK manages the nodes this module creates (label `caldera.io/kwok=true`): the n
 pod lifecycle from `devcluster_stages.yaml` (bound → Running; an annotation completes or fails
 a pod after a duration; a deleted pod goes when its grace period ends).
 
-Volcano is not part of it: its module is not served by the Go module proxy here, so the
+Volcano is optional: its module is not served by the Go module proxy here, so by default the
 scheduler is kube-scheduler (pods bind one by one, no gang) and the Queue/PodGroup CRDs are
-caldera's schema-less stand-ins (`devcluster_crds.yaml`). docs/kubernetes.md says more.
+caldera's schema-less stand-ins (`devcluster_crds.yaml`). Given a Volcano built by hand
+(`DevCluster.volcano`, or the CALDERA_VOLCANO_* variables: `caldera.k8s.devcluster_volcano`),
+vc-scheduler (configured as seed 001) and vc-controller-manager run beside kube-scheduler and
+Volcano's own CRDs replace the stand-ins. docs/kubernetes.md and docs/evaluation.md
+("Against the real Volcano") say more.
+
+The nodes are either a uniform `NodeShape` or `ScenarioNodes`: a scenario's nodes, named so
+that their order by name (the order caldera's controller reads them in) is the scenario's.
 
 A cluster lives in one folder (`state.json`, kubeconfigs, certificates, etcd data, logs), so
 `caldera k8s dev-cluster stop` can end what `start` left running in the background.
@@ -32,6 +39,7 @@ import datetime as dt
 import ipaddress
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -46,15 +54,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
+
+from caldera.k8s.devcluster_errors import DevClusterError
+from caldera.k8s.devcluster_volcano import (
+    SEED_001,
+    VolcanoBins,
+    conf_text,
+    controllers_args,
+    scheduler_args,
+    volcano_crds,
+)
+
+if TYPE_CHECKING:
+    from caldera.model import Node
 
 __all__ = [
     "COMPONENTS",
     "DevCluster",
     "DevClusterError",
     "NodeShape",
+    "ScenarioNodes",
     "find_bins",
 ]
 
@@ -62,10 +84,6 @@ COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-schedul
 KWOK_LABEL = "caldera.io/kwok"
 STATE_FILE = "state.json"
 _SERVICE_CIDR = "10.96.0.0/16"
-
-
-class DevClusterError(RuntimeError):
-    """The dev cluster could not be built, started or reached. The message is one line."""
 
 
 # -- binaries ------------------------------------------------------------------------------------
@@ -112,6 +130,39 @@ def find_bins(build: bool = False) -> Path:
 # -- nodes ---------------------------------------------------------------------------------------
 
 
+class Nodes(Protocol):
+    """What the cluster needs of its nodes: how many, and their Node objects."""
+
+    @property
+    def count(self) -> int: ...
+
+    def manifests(self) -> list[dict[str, Any]]: ...
+
+
+def _node_manifest(
+    name: str,
+    room: Mapping[str, str],
+    labels: Mapping[str, str],
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                KWOK_LABEL: "true",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                **labels,
+            },
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+        },
+        "status": {"capacity": dict(room), "allocatable": dict(room)},
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class NodeShape:
     """The fake GPU nodes: `count` nodes `kwok-gpu-00`…, grouped `per_hypernode` to a leaf
@@ -132,38 +183,71 @@ class NodeShape:
         for i in range(self.count):
             leaf = i // self.per_hypernode
             spine = leaf // self.hypernodes_per_spine
-            name = f"kwok-gpu-{i:02d}"
             room = {
                 "cpu": self.cpu,
                 "memory": self.memory,
                 "nvidia.com/gpu": str(self.gpus),
                 "pods": "110",
             }
-            nodes.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {
-                        "name": name,
-                        "labels": {
-                            KWOK_LABEL: "true",
-                            "kubernetes.io/hostname": name,
-                            "kubernetes.io/os": "linux",
-                            "kubernetes.io/arch": "amd64",
-                            "type": "kwok",
-                            "nvidia.com/gpu.product": self.gpu_model,
-                            "nvidia.com/gpu.memory": str(self.gpu_memory_mib),
-                            "nvidia.com/gpu.count": str(self.gpus),
-                            "caldera.io/nvlink-island": str(self.nvlink_island),
-                            "caldera.io/hypernode": f"leaf-{leaf}",
-                            "caldera.io/spine": f"spine-{spine}",
-                        },
-                        "annotations": {"kwok.x-k8s.io/node": "fake"},
-                    },
-                    "status": {"capacity": room, "allocatable": room},
-                }
-            )
+            labels = {
+                "nvidia.com/gpu.product": self.gpu_model,
+                "nvidia.com/gpu.memory": str(self.gpu_memory_mib),
+                "nvidia.com/gpu.count": str(self.gpus),
+                "caldera.io/nvlink-island": str(self.nvlink_island),
+                "caldera.io/hypernode": f"leaf-{leaf}",
+                "caldera.io/spine": f"spine-{spine}",
+            }
+            nodes.append(_node_manifest(f"kwok-gpu-{i:02d}", room, labels))
         return nodes
+
+
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioNodes:
+    """A scenario's nodes (`caldera.model.Node`, in the scenario's order) as KWOK nodes.
+
+    Each is named `n<index>-<its name>` (index zero-padded), so that sorting by name — the
+    order caldera's controller reads nodes in — keeps the scenario's order and a node's index
+    is the same in the simulator and on the cluster. Topology: `caldera.io/hypernode`
+    `leaf-<tier1>`, `caldera.io/spine` `spine-<tier2>`, `caldera.io/nvlink-island`; the GPU
+    model, memory and count as GPU feature discovery labels them. MIG slices are not offered
+    (no device plugin advertises them here)."""
+
+    nodes: tuple[Node, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.nodes)
+
+    def names(self) -> list[str]:
+        width = max(len(str(len(self.nodes) - 1)), 3)
+        return [
+            f"n{node.index:0{width}d}-{_NOT_DNS.sub('-', node.name.lower()).strip('-')}"[:63]
+            for node in self.nodes
+        ]
+
+    def manifests(self) -> list[dict[str, Any]]:
+        manifests = []
+        for name, node in zip(self.names(), self.nodes, strict=True):
+            room = {
+                "cpu": f"{node.cpu}m",
+                "memory": f"{node.memory}Mi",
+                "nvidia.com/gpu": str(node.gpus),
+                "pods": "110",
+            }
+            labels = {
+                "nvidia.com/gpu.product": node.gpu_model,
+                "nvidia.com/gpu.count": str(node.gpus),
+                "caldera.io/nvlink-island": str(node.island_size),
+                "caldera.io/hypernode": f"leaf-{node.tier1}",
+                "caldera.io/spine": f"spine-{node.tier2}",
+            }
+            if node.gpu_memory:
+                labels["nvidia.com/gpu.memory"] = str(node.gpu_memory)
+            manifests.append(_node_manifest(name, room, labels))
+        return manifests
 
 
 # -- certificates and kubeconfigs ------------------------------------------------------------------
@@ -295,12 +379,17 @@ class DevCluster:
 
     folder: Path | None = None
     bins: Path | None = None
-    nodes: NodeShape = field(default_factory=NodeShape)
+    nodes: Nodes = field(default_factory=NodeShape)
     # user → groups; none of them has any right until a test binds a role
     users: Mapping[str, Sequence[str]] = field(
         default_factory=lambda: {"alice": ("team-a",), "bob": ("team-b",)}
     )
     start_timeout: float = 90.0
+    # The real Volcano (caldera.k8s.devcluster_volcano.find_volcano), or None: kube-scheduler
+    # alone, with caldera's stand-in CRDs.
+    volcano: VolcanoBins | None = None
+    volcano_conf: Mapping[str, Any] = field(default_factory=lambda: SEED_001)
+    volcano_period: float = 1.0  # seconds between vc-scheduler's cycles (its default: 1 s)
     _owns_folder: bool = field(default=False, repr=False)
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     _state: dict[str, Any] = field(default_factory=dict, repr=False)  # holds the tokens
@@ -361,7 +450,7 @@ class DevCluster:
         pids = {name: proc.pid for name, proc in self._procs.items()}
         if not pids:
             pids = {n: int(p) for n, p in self._state.get("pids", {}).items()}
-        _terminate(pids, self._state.get("bins", ""))
+        _terminate(pids, self._state.get("bins", ""), self._state.get("executables", ()))
         for proc in self._procs.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=1)
@@ -379,7 +468,8 @@ class DevCluster:
     def running(self) -> dict[str, bool]:
         """Whether each component's process is alive."""
         pids = self._state.get("pids", {})
-        return {name: _alive(int(pid), self._state.get("bins", "")) for name, pid in pids.items()}
+        bins, extra = self._state.get("bins", ""), self._state.get("executables", ())
+        return {name: _alive(int(pid), bins, extra) for name, pid in pids.items()}
 
     def log(self, component: str) -> str:
         assert self.folder is not None
@@ -438,14 +528,16 @@ class DevCluster:
             "kubeconfigs": kubeconfigs,
             "nodes": [n["metadata"]["name"] for n in self.nodes.manifests()],
             "pids": {},
+            # Volcano's binaries live outside `bins`: a pid is checked against these too.
+            "executables": [str(p) for p in self.volcano.executables()] if self.volcano else [],
         }
 
-    def _spawn(self, bins: Path, name: str, args: list[str]) -> None:
+    def _spawn(self, bins: Path, name: str, args: list[str], exe: Path | None = None) -> None:
         assert self.folder is not None
         log = (self.folder / "logs" / f"{name}.log").open("ab")
         try:
             proc = subprocess.Popen(
-                [str(bins / name), *args],
+                [str(exe or bins / name), *args],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -537,6 +629,21 @@ class DevCluster:
         self._spawn(
             bins, "kube-scheduler", [f"--config={scheduler_config}", "--secure-port=0", "--v=1"]
         )
+        if self.volcano is not None:
+            conf = folder / "volcano-scheduler.conf"
+            conf.write_text(conf_text(self.volcano_conf))
+            self._spawn(
+                bins,
+                "vc-scheduler",
+                scheduler_args(admin, conf, self.volcano_period),
+                exe=self.volcano.scheduler,
+            )
+            self._spawn(
+                bins,
+                "vc-controller-manager",
+                controllers_args(admin),
+                exe=self.volcano.controllers,
+            )
         (kwok_port,) = _free_ports(1)
         self._spawn(
             bins,
@@ -579,6 +686,9 @@ class DevCluster:
                     return
             except (OSError, urllib.error.URLError):
                 pass
+            except Exception as error:  # the client's ApiException: 404 until it exists
+                if getattr(error, "status", None) != 404:
+                    raise
             if time.monotonic() - started > self.start_timeout:
                 raise DevClusterError(
                     f"dev cluster: timed out after {self.start_timeout:.0f} s waiting for {what}"
@@ -603,9 +713,13 @@ class DevCluster:
             k8s: Any = kubernetes
             core = k8s.client.CoreV1Api(api_client)
             crds = k8s.client.ApiextensionsV1Api(api_client)
-            text = resources.files("caldera.k8s").joinpath("devcluster_crds.yaml").read_text()
+            if self.volcano is not None:
+                docs = volcano_crds(self.volcano)
+            else:
+                text = resources.files("caldera.k8s").joinpath("devcluster_crds.yaml").read_text()
+                docs = list(yaml.safe_load_all(text))
             wanted = []
-            for doc in yaml.safe_load_all(text):
+            for doc in docs:
                 crds.create_custom_resource_definition(doc)
                 wanted.append(doc["metadata"]["name"])
             for node in self.nodes.manifests():
@@ -637,6 +751,17 @@ class DevCluster:
             self._wait("the CRDs to be established", started, established)
             self._wait(f"{self.nodes.count} KWOK nodes to be Ready", started, nodes_ready)
             self._wait("the default service account", started, default_account)
+            if self.volcano is not None:
+                custom = k8s.client.CustomObjectsApi(api_client)
+
+                def default_queue_open() -> bool:
+                    # vc-scheduler creates the `default` queue, vc-controller-manager opens it
+                    queue = custom.get_cluster_custom_object(
+                        "scheduling.volcano.sh", "v1beta1", "queues", "default"
+                    )
+                    return bool((queue.get("status") or {}).get("state") == "Open")
+
+                self._wait("Volcano's default queue to be Open", started, default_queue_open)
         finally:
             api_client.close()
 
@@ -647,37 +772,41 @@ class DevCluster:
         path.chmod(0o600)
 
 
-def _alive(pid: int, bins: str) -> bool:
+def _alive(pid: int, bins: str, extra: Sequence[str] = ()) -> bool:
     """Whether `pid` is still one of this cluster's processes (not a reused pid): its
-    executable is one of the binaries in `bins` (links resolved)."""
+    executable is one of the binaries in `bins`, or one of `extra` (links resolved)."""
     try:
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError:
         return False
     if not bins:
         return False
+    if any(exe == os.path.realpath(path) for path in extra):
+        return True
     return any(exe == os.path.realpath(Path(bins) / name) for name in COMPONENTS)
 
 
 _STOP_WAVES = (
-    ("kwok", "kube-scheduler", "kube-controller-manager"),
+    ("kwok", "kube-scheduler", "kube-controller-manager", "vc-scheduler", "vc-controller-manager"),
     ("kube-apiserver",),
     ("etcd",),
 )
 
 
-def _terminate(pids: dict[str, int], bins: str, grace: float = 10.0) -> None:
+def _terminate(
+    pids: dict[str, int], bins: str, extra: Sequence[str] = (), grace: float = 10.0
+) -> None:
     """Stop the clients first, then the API server, then etcd (so none of them spends its
     shutdown retrying a store that is already gone): SIGTERM each wave, SIGKILL what is left
     of it after `grace` seconds."""
     for wave in _STOP_WAVES:
-        live = [pids[name] for name in wave if name in pids and _alive(pids[name], bins)]
+        live = [pids[name] for name in wave if name in pids and _alive(pids[name], bins, extra)]
         for pid in live:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while live and time.monotonic() < deadline:
-            live = [pid for pid in live if not _reaped(pid) and _alive(pid, bins)]
+            live = [pid for pid in live if not _reaped(pid) and _alive(pid, bins, extra)]
             if live:
                 time.sleep(0.05)
         for pid in live:

@@ -1,0 +1,173 @@
+"""The dev cluster's optional real Volcano (caldera.k8s.devcluster_volcano) and the scenario's
+nodes as KWOK nodes: what is read from the environment, what is refused in one line, what
+vc-scheduler is told. None of this needs Volcano or a control plane."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from caldera.cli.main import app
+from caldera.k8s.devcluster import DevClusterError, ScenarioNodes
+from caldera.k8s.devcluster_volcano import (
+    SEED_001,
+    conf_text,
+    find_volcano,
+    scheduler_args,
+    volcano_crds,
+)
+from caldera.sim import parse_scenario
+
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+}
+
+
+def _exe(path: Path) -> Path:
+    path.write_text("#!/bin/sh\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def _crds(folder: Path, names: list[str]) -> Path:
+    folder.mkdir()
+    for name in names:
+        doc = {**CRD, "metadata": {"name": name}}
+        (folder / f"{name}.yaml").write_text(yaml.safe_dump(doc))
+    return folder
+
+
+def test_without_the_variable_there_is_no_volcano() -> None:
+    assert find_volcano({}) is None
+    assert find_volcano({"CALDERA_VOLCANO_SCHEDULER": "  "}) is None
+
+
+def test_the_controllers_are_found_beside_the_scheduler(tmp_path: Path) -> None:
+    scheduler = _exe(tmp_path / "vc-scheduler")
+    controllers = _exe(tmp_path / "vc-controller-manager")
+    crds = _crds(tmp_path / "crds", ["queues.scheduling.volcano.sh"])
+    found = find_volcano(
+        {"CALDERA_VOLCANO_SCHEDULER": str(scheduler), "CALDERA_VOLCANO_CRDS": str(crds)}
+    )
+    assert found is not None
+    assert (found.scheduler, found.controllers) == (scheduler.resolve(), controllers.resolve())
+    assert [d["metadata"]["name"] for d in found.manifests()] == ["queues.scheduling.volcano.sh"]
+
+
+@pytest.mark.parametrize(
+    ("present", "message"),
+    [
+        ((), "CALDERA_VOLCANO_SCHEDULER=.*: no such file"),
+        (("scheduler",), "CALDERA_VOLCANO_CONTROLLERS=.*vc-controller-manager: no such file"),
+        (("scheduler", "controllers"), "CALDERA_VOLCANO_CRDS is not set"),
+        (("scheduler", "controllers", "empty-crds"), "no CRD manifests there"),
+    ],
+)
+def test_a_missing_piece_is_one_line(
+    tmp_path: Path, present: tuple[str, ...], message: str
+) -> None:
+    env = {"CALDERA_VOLCANO_SCHEDULER": str(tmp_path / "vc-scheduler")}
+    if "scheduler" in present:
+        _exe(tmp_path / "vc-scheduler")
+    if "controllers" in present:
+        _exe(tmp_path / "vc-controller-manager")
+    if "empty-crds" in present:
+        (tmp_path / "crds").mkdir()
+        env["CALDERA_VOLCANO_CRDS"] = str(tmp_path / "crds")
+    with pytest.raises(DevClusterError, match=message) as caught:
+        find_volcano(env)
+    assert "\n" not in str(caught.value)
+
+
+def test_volcanos_crds_must_hold_queue_and_podgroup(tmp_path: Path) -> None:
+    _exe(tmp_path / "vc-scheduler")
+    _exe(tmp_path / "vc-controller-manager")
+    env = {
+        "CALDERA_VOLCANO_SCHEDULER": str(tmp_path / "vc-scheduler"),
+        "CALDERA_VOLCANO_CRDS": str(_crds(tmp_path / "crds", ["queues.scheduling.volcano.sh"])),
+    }
+    bins = find_volcano(env)
+    assert bins is not None
+    with pytest.raises(DevClusterError, match=r"lacks the CRD podgroups\.scheduling\.volcano\.sh"):
+        volcano_crds(bins)
+
+
+def test_vc_scheduler_runs_seed_001_as_written(tmp_path: Path) -> None:
+    conf = yaml.safe_load(conf_text(SEED_001))
+    assert [a.strip() for a in conf["actions"].split(",")] == [
+        "enqueue", "allocate", "preempt", "reclaim", "backfill",
+    ]  # fmt: skip
+    (tier,) = conf["tiers"]
+    assert [p["name"] for p in tier["plugins"]] == [
+        "priority", "gang", "conformance", "drf", "predicates", "proportion", "nodeorder",
+    ]  # fmt: skip
+    args = scheduler_args("/k/admin.kubeconfig", tmp_path / "conf", 0.5)
+    assert "--schedule-period=0.500s" in args and "--scheduler-name=volcano" in args
+    assert "--leader-elect=false" in args
+    # every listener it has stays on the loopback interface
+    listeners = [a for a in args if "address=" in a]
+    assert listeners and all("=127.0.0.1:" in a for a in listeners)
+
+
+def test_scenario_nodes_keep_the_scenarios_order_by_name() -> None:
+    scenario = parse_scenario(
+        {
+            "cluster": {
+                "nodes": [
+                    {"prefix": "Zeta_", "count": 2, "gpus": 8, "gpu_model": "H100"},
+                    {"prefix": "alpha", "count": 11, "gpus": 4, "gpu_model": "A100"},
+                ]
+            },
+            "queues": [{"name": "q"}],
+            "jobs": [],
+        }
+    )
+    nodes = ScenarioNodes(scenario.nodes)
+    names = nodes.names()
+    assert nodes.count == 13 and names == sorted(names) and len(set(names)) == 13
+    assert all(n == n.lower() and "_" not in n for n in names)
+    manifests = nodes.manifests()
+    first = manifests[0]
+    assert first["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    assert first["metadata"]["labels"]["nvidia.com/gpu.product"] == "H100"
+    assert manifests[-1]["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+
+
+def _scenario_file(tmp_path: Path) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "cluster": {"nodes": [{"prefix": "g", "count": 1, "gpus": 8}]},
+                "queues": [{"name": "q"}],
+                "jobs": [
+                    {"name": "a", "queue": "q", "type": "normal", "submit": 0, "duration": 60}
+                ],
+            }
+        )
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--runtime", "moon"], "unknown runtime 'moon'"),
+        (["--runtime", "k8s", "--modes", "volcano"], "mode volcano needs the real Volcano"),
+        (["--runtime", "k8s", "--modes", "nope"], "unknown mode 'nope'"),
+        (["--runtime", "k8s", "--compress", "0.5"], "at least 1"),
+    ],
+)
+def test_compare_on_k8s_refuses_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
+) -> None:
+    monkeypatch.delenv("CALDERA_VOLCANO_SCHEDULER", raising=False)
+    result = CliRunner().invoke(app, ["compare", str(_scenario_file(tmp_path)), *args])
+    assert result.exit_code != 0
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], result.output
