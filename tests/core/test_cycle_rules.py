@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from invariant_checks import violations
 
 from builders import cluster, decided_evictions, decided_starts, job, queue, snapshot
 from caldera.core import (
@@ -524,6 +525,32 @@ def test_a_nominated_preemptor_starts_on_its_room_when_free() -> None:
     )
     decisions = run(snap, CALDERA)
     assert decided_starts(snap, decisions) == {"big": (("n-1", tuple(range(8)), 1000),)}
+
+
+def test_a_nominated_preemptor_placed_elsewhere_starts_its_gang_at_its_minimum() -> None:
+    """Its promised room (n-0) is still held, n-1 is free: it starts there with its gang's
+    `min_available` tasks — all that was promised against its queue's capability — and
+    backfill grows it only as far as the cap allows (3 × 2 GPUs would break the cap of 4)."""
+    nodes = cluster().group("n", count=2).build()
+    reserved = (TaskPlacement(0, (0, 1), 1000),)
+    snap = snapshot(
+        nodes,
+        queues=[queue("team").capability(gpu=4)],
+        jobs=[
+            job("x").gpus(8).protected().running().on("n-0"),
+            job("elastic")
+            .critical()
+            .queue("team")
+            .gang(3, gpus=2, min_available=1)
+            .submitted(NOW)
+            .nominated(Nomination(reserved, ("victim",), (), NOW, "preempt")),
+        ],
+        now=NOW + 120,
+    )
+    decisions = run(snap, CALDERA)
+    starts = decided_starts(snap, decisions)
+    assert [node for node, _, _ in starts["elastic"]] == ["n-1", "n-1"]
+    assert violations(snap, decisions) == []
 
 
 # -- lifecycle ------------------------------------------------------------------------------

@@ -78,7 +78,10 @@ def place_nominated(cycle: CycleContext, job: JobView) -> bool:
         cycle.nominations.append(Nominate(job.id, None))
         cycle.notes.append(f"{job.id}: nomination expired, re-planning")
         return False
-    elsewhere = None if capped else place_job(cycle.room, job.spec)
+    # Its gang at its minimum, as allocate starts every gang: only that much is promised
+    # (counted against its queue's capability); extra tasks grow in backfill.
+    maximum = job.spec.min_available
+    elsewhere = None if capped else place_job(cycle.room, job.spec, maximum=maximum)
     if elsewhere is not None:
         cycle.promise(job, -1)
         cycle.start(job, elsewhere)
