@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HTMX := src/caldera/service/ui/static/vendor/htmx.min.js
 
-.PHONY: demo test lint typecheck unit install clean bench system-deps ui-assets cluster-bins cluster-bins-if-go
+.PHONY: demo test lint typecheck unit install clean bench system-deps ui-assets cluster-bins cluster-bins-if-go replay
 
 # The dashboard's front-end files, from the npm registry (ui/package-lock.json pins them).
 $(HTMX): ui/package.json ui/package-lock.json scripts/ui-assets.sh
@@ -55,3 +55,13 @@ cluster-bins-if-go:
 	@if command -v go >/dev/null 2>&1; then ./scripts/cluster-bins.sh >/dev/null; \
 	elif [ "$$CI" = "true" ]; then echo "make: CI needs Go to build the real control plane" >&2; exit 1; \
 	else echo "make: Go not found: the real-control-plane tests (tests/k8s_real) will skip" >&2; fi
+
+# Issue 14: scenarios replayed on the real control plane beside the simulator's prediction, the
+# reports written to docs/replay/ (docs/evaluation.md, "Against the real Volcano"). Volcano's
+# modes run only with a hand-built Volcano (CALDERA_VOLCANO_SCHEDULER, CALDERA_VOLCANO_CRDS);
+# without it, caldera + kube-scheduler alone. About 15 minutes on 2 cores.
+replay: $(STAMP) cluster-bins
+	$(BIN)/caldera compare ../shared/examples/mixed-small.yaml --runtime k8s --compress 120 \
+		--until 21600 --quiet --report docs/replay/mixed-small
+	$(BIN)/caldera compare ../shared/examples/seed-starvation.yaml --runtime k8s --compress 60 \
+		--until 14400 --quiet --report docs/replay/seed-starvation

@@ -32,6 +32,11 @@ Points V1–V9 are BASELINES.md's numbered points for `volcano`; the phases cite
       reservation across cycles (see `baseline_defaults`; nothing here nominates).
   V9. No throttle, no dynamic weight, no cost- or progress-aware victim order, no cooldown.
 
+`volcano-seed001` (`VOLCANO_SEED_001`) is the same scheduler configured as seed 001 is
+(actions enqueue, allocate, preempt, reclaim, backfill; priority, gang, conformance, drf,
+predicates, proportion and nodeorder in ONE tier): points S1-S3 below `_victims_on` say what
+that changes, each citing Volcano's source. Everything else is as above.
+
 Modelling choices (docs/baselines.md says more):
 - Node score is binpack on GPUs (the configuration GPU clusters run); ties by node index.
 - A hard topology constraint is honoured as Volcano's network-topology (hypernode) mode: a
@@ -66,7 +71,7 @@ from caldera.baselines.common import (
     rerun_after_change,
     running_with_missing,
 )
-from caldera.baselines.proportion import QueueShare, Vector, water_fill
+from caldera.baselines.proportion import EPSILON, QueueShare, Vector, water_fill
 from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
 from caldera.core.enqueue import enqueue
@@ -78,6 +83,7 @@ from caldera.model import GPU_MILLI, JobState, Node
 
 __all__ = [
     "VOLCANO",
+    "VOLCANO_SEED_001",
     "victim_order",
     "volcano_allocate",
     "volcano_close",
@@ -109,6 +115,7 @@ class _Session:
     victim_nodes: dict[tuple[str, str, int], dict[int, int]] = field(default_factory=dict)
     # Starving jobs by (queue, priority): whole groups are skipped when they cannot preempt.
     starving: dict[tuple[str, int], list[JobView]] = field(default_factory=dict)
+    one_tier: bool = False  # seed 001's configuration (`volcano-seed001`), S1-S3
 
     @cached_property
     def on_node(self) -> dict[int, list[Pod]]:
@@ -142,7 +149,7 @@ class _Session:
         self.queue_add(victim, -1)
 
 
-def _open(cycle: CycleContext) -> _Session:
+def _open(cycle: CycleContext, one_tier: bool = False) -> _Session:
     """Open the session: future room, queue attributes with water-filled deserved (V2)."""
     snapshot = cycle.snapshot
     gone = set(cycle.evicted)
@@ -180,7 +187,7 @@ def _open(cycle: CycleContext) -> _Session:
             queues[name] = share
     water_fill(_capacity(snapshot.nodes), queues.values())
     staged = Staged(cycle.room, future)
-    return _Session(cycle, future, staged, StagedEvictions(staged), gone, queues)
+    return _Session(cycle, future, staged, StagedEvictions(staged), gone, queues, one_tier=one_tier)
 
 
 _CAPACITY: dict[int, tuple[tuple[Node, ...], Vector]] = {}
@@ -200,8 +207,9 @@ def _capacity(nodes: tuple[Node, ...]) -> Vector:
     return known[1]
 
 
-def _session(cycle: CycleContext) -> _Session:
-    return cycle.memo(_SESSION, lambda: _open(cycle))
+def _session(cycle: CycleContext, one_tier: bool = False) -> _Session:
+    """The cycle's session, opened by the first phase that asks (with its configuration)."""
+    return cycle.memo(_SESSION, lambda: _open(cycle, one_tier))
 
 
 def volcano_job_order(session: _Session, job: JobView) -> tuple[int, int, float, str]:
@@ -395,7 +403,13 @@ def _victim_nodes(session: _Session, job: JobView, reason: EvictReason) -> dict[
                     continue
                 if reason is EvictReason.PREEMPT:
                     fits_rule = (
-                        victim.spec.queue == spec.queue and victim.spec.priority < spec.priority
+                        victim.spec.queue == spec.queue
+                        and victim.spec.priority < spec.priority
+                        # S1: the gang plugin judges preempt victims too
+                        and (
+                            not session.one_tier
+                            or len(victim.placement) > victim.spec.min_available
+                        )
                     )
                 else:
                     owner = queues.get(victim.spec.queue)
@@ -562,7 +576,9 @@ def _take_room(
                 break  # no longer starving
             if reason is EvictReason.RECLAIM and not share.allows(spec.task_request):
                 break  # V7: only while the queue stays within what it deserves
-            placed, tried = _preempt_task(session, job, scope, reason, rule, order)
+            placed, tried = _preempt_task(
+                session, job, scope, reason, rule, order, ready + pipelined
+            )
             if placed:
                 pipelined += 1
             elif not tried:
@@ -582,8 +598,10 @@ def _preempt_task(
     reason: EvictReason,
     rule: VictimRule,
     order: NodeOrder,
+    holding: int = 0,
 ) -> tuple[bool, bool]:
-    """One task, one node at a time (V6/V7). Returns (pipelined, any node was tried)."""
+    """One task, one node at a time (V6/V7); `holding`: the job's tasks ready or pipelined
+    so far (drf's view of it, S2). Returns (pipelined, any node was tried)."""
     spec = job.spec
     room = session.future.room
     preempting = reason is EvictReason.PREEMPT
@@ -591,7 +609,7 @@ def _preempt_task(
     for node in order(session, job, scope):
         if not can_host(room, node, spec):
             continue
-        victims = _victims_on(session, job, node, rule, reclaiming=not preempting)
+        victims = _victims_on(session, job, node, rule, not preempting, holding)
         if not victims:
             continue  # ValidateVictims: no victims, not a candidate
         free = session.future.free_on(node)
@@ -629,10 +647,17 @@ def _enough(session: _Session, job: JobView, node: int, preempting: bool) -> boo
 
 
 def _victims_on(
-    session: _Session, job: JobView, node: int, rule: VictimRule, reclaiming: bool
+    session: _Session,
+    job: JobView,
+    node: int,
+    rule: VictimRule,
+    reclaiming: bool,
+    holding: int = 0,
 ) -> list[Pod]:
     """Eligible victims on `node` in victim order. For reclaim, each victim job offers only
-    its tasks above `min_available` (the gang plugin counts them down as it lists them)."""
+    its tasks above `min_available` (the gang plugin counts them down as it lists them).
+    Under seed 001's single tier (S1-S3) the plugins of that tier each judge the same list
+    and only the tasks all of them allow are victims."""
     victims = sorted(
         (
             pod
@@ -645,22 +670,131 @@ def _victims_on(
         ),
         key=lambda p: victim_order(session, p),
     )
+    if session.one_tier:
+        allowed = _gang_allows(session, victims)
+        if reclaiming:
+            allowed &= _proportion_allows(session, victims)
+        else:
+            allowed &= _drf_allows(session, job, holding, victims)
+        return [pod for i, pod in enumerate(victims) if i in allowed]
     if not reclaiming:
         return victims
+    return [victims[i] for i in sorted(_gang_allows(session, victims))]
+
+
+# -- seed 001's single tier (`volcano-seed001`) ------------------------------------------------
+#
+# Volcano asks each plugin of a tier for its victims among the same candidates and keeps the
+# tasks every one of them allows (framework/session_plugins.go, Preemptable and Reclaimable:
+# the intersection over the tier's plugins; the first tier with an answer decides). Volcano's
+# CI configuration (`volcano`) puts priority, gang (enablePreemptable: false) and conformance
+# in the first tier, so preempt asks priority and conformance only, and reclaim gang and
+# conformance only. Seed 001 puts all seven plugins in one tier (caldera.k8s.devcluster_volcano
+# SEED_001), so, citing Volcano v1.15.1's pkg/scheduler/plugins:
+#   S1. gang judges preempt victims too (gang/gang.go, preemptableFn, registered for both
+#       preempt and reclaim): a victim job keeps at least `min_available` ready tasks.
+#   S2. drf judges preempt victims (drf/drf.go, preemptableFn): a task is a victim only if
+#       its job's dominant share after losing it (counted down task by task) is not below the
+#       preemptor job's dominant share with one more task (within 1e-6).
+#   S3. proportion judges reclaim victims (proportion/proportion.go, ReclaimableFn): only
+#       while the victim's queue holds more than it deserves in some resource (counted down
+#       as victims are taken). drf judges reclaim only with hierarchy enabled (not here);
+#       priority has no reclaim rule.
+
+
+def _gang_allows(session: _Session, pods: Sequence[Pod]) -> set[int]:
+    """gang's preemptable/reclaimable rule: which of `pods` (by position) it allows."""
     spare: dict[str, int] = {}
-    offered: list[Pod] = []
-    for pod in victims:
-        victim = pod[0]
+    allowed: set[int] = set()
+    for i, (victim, _) in enumerate(pods):
         left = spare.setdefault(victim.id, session.running(victim) - victim.spec.min_available)
         if left > 0:
             spare[victim.id] = left - 1
-            offered.append(pod)
-    return offered
+            allowed.add(i)
+    return allowed
+
+
+def _dominant(vector: Vector, total: Vector) -> float:
+    """drf's calculateShare: the largest share of the cluster's capacity (helpers.Share: a
+    resource the cluster lacks counts 1 when asked for, else 0)."""
+    return max(
+        (v / t if t > 0 else (1.0 if v > 0 else 0.0)) for v, t in zip(vector, total, strict=True)
+    )
+
+
+def _times(request: Vector, count: int) -> Vector:
+    return (request[0] * count, request[1] * count, request[2] * count)
+
+
+def _drf_allows(session: _Session, job: JobView, holding: int, pods: Sequence[Pod]) -> set[int]:
+    """S2: drf's preemptable rule."""
+    total = _capacity(session.cycle.snapshot.nodes)
+    spec = job.spec
+    mine = (float(spec.gpu), float(spec.cpu), float(spec.memory))
+    preemptor = _dominant(_times(mine, holding + 1), total)
+    left: dict[str, int] = {}
+    allowed: set[int] = set()
+    for i, (victim, _) in enumerate(pods):
+        tasks = left.setdefault(victim.id, session.running(victim)) - 1
+        left[victim.id] = tasks
+        theirs = (float(victim.spec.gpu), float(victim.spec.cpu), float(victim.spec.memory))
+        share = _dominant(_times(theirs, tasks), total)
+        if preemptor < share or abs(preemptor - share) <= _DRF_DELTA:
+            allowed.add(i)
+    return allowed
+
+
+_DRF_DELTA = 0.000001  # drf.go shareDelta
+
+
+def _proportion_allows(session: _Session, pods: Sequence[Pod]) -> set[int]:
+    """S3: proportion's reclaimable rule."""
+    allocated: dict[str, list[float]] = {}
+    allowed: set[int] = set()
+    for i, (victim, _) in enumerate(pods):
+        share = session.queues.get(victim.spec.queue)
+        if share is None:
+            continue
+        held = allocated.setdefault(victim.spec.queue, list(share.allocated))
+        if any(a > d + EPSILON for a, d in zip(held, share.deserved, strict=True)):
+            request = victim.spec.task_request
+            held[0] -= request.gpu
+            held[1] -= request.cpu
+            held[2] -= request.memory
+            allowed.add(i)
+    return allowed
 
 
 VOLCANO = Policy(
     name="volcano",
     phases=(enqueue, volcano_allocate, volcano_preempt, volcano_reclaim, volcano_close),
     description="Volcano with preempt and reclaim: proportion, gang, per-task greedy victims",
+    defaults=baseline_defaults,
+)
+
+
+def _seed_001(phase: Callable[[CycleContext], None]) -> Callable[[CycleContext], None]:
+    """`phase` in a session opened with seed 001's single tier (S1-S3)."""
+
+    def run(cycle: CycleContext) -> None:
+        _session(cycle, one_tier=True)
+        phase(cycle)
+
+    run.__name__ = run.__qualname__ = f"{phase.__name__}_seed001"
+    run.__doc__ = phase.__doc__
+    return run
+
+
+VOLCANO_SEED_001 = Policy(
+    name="volcano-seed001",
+    phases=(
+        enqueue,
+        *(
+            _seed_001(p)
+            for p in (volcano_allocate, volcano_preempt, volcano_reclaim, volcano_close)
+        ),
+    ),
+    description="Volcano as seed 001 configures it: one tier, so gang and drf judge preempt "
+    "victims and proportion judges reclaim victims (S1-S3)",
     defaults=baseline_defaults,
 )

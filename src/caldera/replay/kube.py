@@ -102,7 +102,9 @@ class Mode:
 
 
 MODES: dict[str, Mode] = {
-    "volcano": Mode("volcano", "k8s: Volcano", "volcano", "volcano", False, True),
+    # the real vc-scheduler runs seed 001's configuration: its simulator model is the one-tier
+    # variant of the baseline (docs/baselines.md, `volcano-seed001`)
+    "volcano": Mode("volcano", "k8s: Volcano", "volcano-seed001", "volcano", False, True),
     "caldera-volcano": Mode(
         "caldera-volcano", "k8s: caldera + Volcano", "caldera", "volcano", True, True
     ),
