@@ -49,12 +49,12 @@ class CheckedSimulator(Simulator):
         self._last = super().snapshot()
         return self._last
 
-    def _apply(self, decisions: Decisions) -> None:
+    def _apply(self, decisions: Decisions, snapshot: Snapshot) -> None:
         self.cycles += 1
         if self._last is not None:
             for problem in violations(self._last, decisions):
                 self._note(f"cycle: {problem}")
-        super()._apply(decisions)
+        super()._apply(decisions, snapshot)
         self._check_world("after a cycle")
 
     def _apply_event(self, kind: int, job_id: str, data: int) -> None:
@@ -71,7 +71,8 @@ class CheckedSimulator(Simulator):
         held: dict[str, Resources] = {}
         for job in self.active.values():
             spec = job.spec
-            tasks = [*job.placement, *(t for b in job.batches.values() for t in b.tasks)]
+            placement = [t.placement for t in job.running]
+            tasks = [t.placement for t in job.tasks]
             for task in tasks:
                 try:
                     rebuilt.take(task)
@@ -83,16 +84,16 @@ class CheckedSimulator(Simulator):
                 len(tasks)
             )
             if job.state is JobState.RUNNING:
-                if len(job.placement) < spec.min_available:
-                    self._note(f"{when}: {spec.id} runs {len(job.placement)} tasks < min")
+                if len(placement) < spec.min_available:
+                    self._note(f"{when}: {spec.id} runs {len(placement)} tasks < min")
                 topology = spec.topology
                 if (
                     topology is not None
                     and topology.mode is TopologyMode.HARD
-                    and not one_domain(nodes, job.placement, topology.highest_tier)
+                    and not one_domain(nodes, placement, topology.highest_tier)
                 ):
                     self._note(f"{when}: {spec.id} outside one tier-{topology.highest_tier}")
-            elif job.placement:
+            elif placement:
                 self._note(f"{when}: {spec.id} is {job.state} but holds tasks")
         if rebuilt.fingerprint() != self.room.fingerprint():
             self._note(f"{when}: the free-room index differs from the jobs' placements")

@@ -20,6 +20,7 @@ from caldera.config.build import (
 )
 from caldera.config.scenario import Scenario, Submission
 from caldera.config.schema import (
+    CheckpointModel,
     ConfigFileModel,
     DeploymentModel,
     Number,
@@ -34,6 +35,7 @@ from caldera.config.schema import (
 )
 
 __all__ = [
+    "CheckpointModel",
     "ConfigFileModel",
     "Deployment",
     "DeploymentModel",

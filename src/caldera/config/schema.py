@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from caldera.model import MAX_TIME_SHARING, parse_cpu, parse_memory_mib
 
 __all__ = [
+    "CheckpointModel",
     "ConfigFileModel",
     "DeploymentModel",
     "Number",
@@ -100,6 +101,14 @@ class PolicyModel(StrictModel):
 class TopologyModel(StrictModel):
     mode: Literal["hard", "soft"] = "soft"
     highest_tier: Literal[1, 2] = 1
+
+
+class CheckpointModel(StrictModel):
+    """How a job checkpoints (a request's `checkpoint:`; a scenario job's checkpoint_* keys)."""
+
+    interval: float | None = Field(default=None, gt=0, description="Seconds between checkpoints")
+    cost: float = Field(default=0.0, ge=0, description="Seconds one checkpoint takes")
+    on_sigterm: bool = Field(default=True, description="Writes an emergency checkpoint on SIGTERM")
 
 
 class TokenModel(StrictModel):

@@ -12,7 +12,7 @@ keep their own list of jobs they could not place in `unplaced`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar, cast
 
 from caldera.core.config import PolicyConfig
@@ -25,6 +25,7 @@ from caldera.core.decisions import (
     Start,
     ThrottleOff,
     ThrottleOn,
+    release_timing,
 )
 from caldera.core.jobindex import GroupKey
 from caldera.core.room import Room, TaskPlacement
@@ -230,6 +231,9 @@ class CycleContext:
             usage.allocated = usage.allocated + job.spec.task_request.scaled(len(extra))
 
     def evict(self, evict: Evict, victim: JobView) -> None:
+        """Record an eviction, with when its room comes back (`Evict.release_at`)."""
+        delay, saves = release_timing(victim.spec, self.config)
+        evict = replace(evict, release_at=self.now + delay, checkpoint=saves)
         self.evictions.append(evict)
         self.evicted.add(victim.id)
         self.evicted_gpu += evict.gpu

@@ -8,9 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from caldera.core.config import PolicyConfig
 from caldera.core.jobindex import GroupKey
 from caldera.core.room import TaskPlacement
 from caldera.core.snapshot import Nomination
+from caldera.model import JobSpec
 
 __all__ = [
     "Decisions",
@@ -24,7 +26,18 @@ __all__ = [
     "ThrottleOn",
     "WaitReason",
     "Waiting",
+    "release_timing",
 ]
+
+
+def release_timing(spec: JobSpec, config: PolicyConfig) -> tuple[float, bool]:
+    """Seconds from an eviction's signal until the victim's room is free, and whether it
+    saves its work: its emergency checkpoint, when it takes one that fits in the grace period
+    (then it releases as soon as the checkpoint is written); else the whole grace period."""
+    ckpt = spec.checkpoint
+    if config.emergency_checkpoint and ckpt.on_sigterm and ckpt.cost <= config.grace_period:
+        return ckpt.cost, True
+    return config.grace_period, False
 
 
 class EvictReason(StrEnum):
@@ -52,6 +65,12 @@ class Evict:
     applied — after any earlier eviction of the same job in the same decisions (caldera emits
     at most one per job per cycle). Empty means every task: the job is requeued once its room
     is released.
+
+    `release_at` is when the freed room is expected back, and `checkpoint` whether the victim
+    saves its work on the signal: its emergency checkpoint fits in the grace period, so it
+    releases when the checkpoint is written; otherwise at the end of the grace period, keeping
+    its last periodic checkpoint (DESIGN §4.3, §6). The cycle fills both in
+    (`CycleContext.evict`), so no runtime recomputes the rule.
     """
 
     job: str
@@ -59,6 +78,8 @@ class Evict:
     preemptor: str | None = None
     tasks: tuple[int, ...] = ()
     gpu: int = 0  # milli-GPUs this eviction frees
+    release_at: float = field(default=0.0, compare=False)
+    checkpoint: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

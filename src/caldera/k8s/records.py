@@ -29,56 +29,37 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from caldera.core import Nomination, PendingVictim, TaskPlacement
+from caldera.config import CheckpointModel, TopologyModel
+from caldera.core import TaskPlacement
 from caldera.errors import RecordError
 from caldera.k8s import names
 from caldera.model import (
-    GPU_MILLI,
     Checkpointing,
     JobSpec,
     JobState,
     JobType,
-    Node,
-    TopologyMode,
-    TopologySpec,
-    parse_cpu,
-    parse_gpu_milli,
-    parse_memory_mib,
 )
-from caldera.tracking import TrackedJob
+from caldera.runtime import wire
+from caldera.runtime.job import TrackedJob
+from caldera.runtime.requests import job_spec, task_shape, topology_spec
 
 __all__ = [
     "JobRequest",
     "KubeJob",
     "KubeTask",
     "RecordError",
-    "nomination_from_json",
-    "nomination_to_json",
     "parse_request",
-    "placement_from_json",
-    "placement_to_json",
     "spec_from_request",
 ]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class TopologyIn(_Strict):
-    mode: Literal["hard", "soft"] = "soft"
-    highest_tier: Literal[1, 2] = 1
-
-
-class CheckpointIn(_Strict):
-    interval: float | None = Field(default=None, gt=0)
-    cost: float = Field(default=0.0, ge=0)
-    on_sigterm: bool = True
 
 
 class JobRequest(_Strict):
@@ -96,8 +77,8 @@ class JobRequest(_Strict):
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
-    topology: TopologyIn | None = None
-    checkpoint: CheckpointIn | None = None
+    topology: TopologyModel | None = None
+    checkpoint: CheckpointModel | None = None
     expected_duration: float | None = Field(default=None, gt=0)
     max_retries: int = Field(default=0, ge=0, le=100)
     gpu_model: list[str] | str | None = None
@@ -131,103 +112,25 @@ def parse_request(config_map: dict[str, Any]) -> JobRequest:
 
 
 def spec_from_request(request: JobRequest, namespace: str, name: str, submit: float) -> JobSpec:
-    """The cycle's view of a request; RecordError for requests no runtime could run."""
-    try:
-        gpu = parse_gpu_milli(request.gpus)
-        cpu = parse_cpu(request.cpu) if request.cpu is not None else 0
-        memory = parse_memory_mib(request.memory) if request.memory is not None else 0
-    except ValueError as error:
-        raise RecordError(str(error)) from None
-    if 0 < gpu < GPU_MILLI and request.tasks != 1:
-        raise RecordError("fractional gpus are allowed only for a single task")
-    if request.min_available is not None and request.min_available > request.tasks:
-        raise RecordError(
-            f"min_available ({request.min_available}) exceeds tasks ({request.tasks})"
-        )
-    checkpoint = request.checkpoint or CheckpointIn()
-    models = request.gpu_model
-    topology = request.topology
-    return JobSpec(
+    """The cycle's view of a request; RequestError for requests no runtime could run."""
+    checkpoint = request.checkpoint or CheckpointModel()
+    return job_spec(
         id=names.job_id(namespace, name),
         name=name,
         queue=request.queue,
         type=request.type,
         submit=submit,
-        tasks=request.tasks,
-        gpu=gpu,
-        cpu=cpu,
-        memory=memory,
-        min_available=request.min_available or 0,
-        labels=dict(request.labels),
+        shape=task_shape(
+            request.tasks, request.gpus, request.min_available, request.cpu, request.memory
+        ),
+        labels=request.labels,
         namespace=namespace,
         checkpoint=Checkpointing(checkpoint.interval, checkpoint.cost, checkpoint.on_sigterm),
         expected_duration=request.expected_duration,
-        topology=(
-            TopologySpec(TopologyMode(topology.mode), topology.highest_tier) if topology else None
-        ),
-        gpu_models=frozenset([models] if isinstance(models, str) else models) if models else None,
+        topology=topology_spec(request.topology.model_dump() if request.topology else None),
+        gpu_model=request.gpu_model,
         max_retries=request.max_retries,
         user=namespace,
-    )
-
-
-# -- placements with node names --------------------------------------------------------------
-
-
-def placement_to_json(task: TaskPlacement, nodes: tuple[Node, ...]) -> dict[str, Any]:
-    return {
-        "node": nodes[task.node].name,
-        "devices": list(task.devices),
-        "milli": task.milli,
-        "cpu": task.cpu,
-        "memory": task.memory,
-    }
-
-
-def placement_from_json(data: dict[str, Any], index: dict[str, int]) -> TaskPlacement | None:
-    """None when the node is not (or no longer) one caldera schedules on."""
-    node = index.get(str(data["node"]))
-    if node is None:
-        return None
-    return TaskPlacement(
-        node,
-        tuple(int(d) for d in data["devices"]),
-        int(data["milli"]),
-        int(data.get("cpu", 0)),
-        int(data.get("memory", 0)),
-    )
-
-
-def nomination_to_json(nomination: Nomination, nodes: tuple[Node, ...]) -> dict[str, Any]:
-    return {
-        "placement": [placement_to_json(t, nodes) for t in nomination.placement],
-        "victims": list(nomination.victims),
-        "pending": [
-            {"job": v.job, "tasks": [placement_to_json(t, nodes) for t in v.tasks]}
-            for v in nomination.pending
-        ],
-        "since": nomination.since,
-        "reason": nomination.reason,
-    }
-
-
-def nomination_from_json(data: dict[str, Any], index: dict[str, int]) -> Nomination | None:
-    """None when a node it names is gone: the cycle then plans again from what exists."""
-    placement = [placement_from_json(t, index) for t in data["placement"]]
-    pending: list[PendingVictim] = []
-    for victim in data.get("pending", []):
-        tasks = [placement_from_json(t, index) for t in victim["tasks"]]
-        if any(t is None for t in tasks):
-            return None
-        pending.append(PendingVictim(str(victim["job"]), tuple(t for t in tasks if t)))
-    if any(t is None for t in placement):
-        return None
-    return Nomination(
-        tuple(t for t in placement if t),
-        tuple(str(v) for v in data["victims"]),
-        tuple(pending),
-        float(data["since"]),
-        str(data.get("reason", "preempt")),
     )
 
 
@@ -251,11 +154,11 @@ class KubeTask:
     exit_code: int | None = None  # None while running, or when nobody saw how it ended
     counted: bool = field(default=False, compare=False)  # its room is taken in the index
 
-    def to_json(self, nodes: tuple[Node, ...]) -> dict[str, Any]:
+    def to_json(self, keys: wire.NodeKeys) -> dict[str, Any]:
         return {
             "rank": self.rank,
             "attempt": self.attempt,
-            "placement": placement_to_json(self.placement, nodes),
+            "placement": wire.placement_to_wire(self.placement, keys),
             "pod": self.pod,
             "created_at": self.created_at,
             "leaving": self.leaving,
@@ -267,8 +170,8 @@ class KubeTask:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], index: dict[str, int]) -> KubeTask | None:
-        placement = placement_from_json(data["placement"], index)
+    def from_json(cls, data: dict[str, Any], keys: wire.NodeKeys) -> KubeTask | None:
+        placement = wire.placement_from_wire(data["placement"], keys)
         if placement is None:
             return None
         return cls(
@@ -286,35 +189,6 @@ class KubeTask:
         )
 
 
-# Status fields copied as they are between a KubeJob and its record annotation.
-_PLAIN = (
-    "first_start",
-    "start_time",
-    "end_time",
-    "running_since",
-    "work_base",
-    "saved_work",
-    "checkpoint_seen",
-    "reported_progress",
-    "evictions",
-    "last_evicted_at",
-    "evicted_for",
-    "evict_reason",
-    "signalled_at",
-    "work_at_signal",
-    "signal_gpu",
-    "hold_reason",
-    "hold_since",
-    "throttled_once",
-    "preempt_failed_at",
-    "attempts",
-    "retries",
-    "exit_code",
-    "reason",
-    "lost_gpu_seconds",
-)
-
-
 @dataclass(kw_only=True)
 class KubeJob(TrackedJob[KubeTask]):
     """A job of the controller: the common facts and the record (ConfigMap) it lives in."""
@@ -328,23 +202,22 @@ class KubeJob(TrackedJob[KubeTask]):
 
     # -- the record's annotations ------------------------------------------------------------
 
-    def status_json(self, nodes: tuple[Node, ...]) -> str:
+    def status_json(self, keys: wire.NodeKeys) -> str:
         data: dict[str, Any] = {
             "state": self.state.value,
             "submit": self.spec.submit,
             "request": self.request.model_dump(mode="json", exclude_defaults=True),
-            "tasks": [t.to_json(nodes) for t in self.tasks],
+            "tasks": [t.to_json(keys) for t in self.tasks],
             "started_under": self.started_under,
+            **wire.status_to_wire(self),
         }
-        for name in _PLAIN:
-            data[name] = getattr(self, name)
         return json.dumps(data, separators=(",", ":"), sort_keys=True)
 
-    def nomination_json(self, nodes: tuple[Node, ...]) -> str | None:
+    def nomination_json(self, keys: wire.NodeKeys) -> str | None:
         if self.nomination is None:
             return None
         return json.dumps(
-            nomination_to_json(self.nomination, nodes), separators=(",", ":"), sort_keys=True
+            wire.nomination_to_wire(self.nomination, keys), separators=(",", ":"), sort_keys=True
         )
 
     @classmethod
@@ -356,7 +229,7 @@ class KubeJob(TrackedJob[KubeTask]):
         uid: str,
         status: dict[str, Any],
         nomination: dict[str, Any] | None,
-        index: dict[str, int],
+        keys: wire.NodeKeys,
     ) -> KubeJob:
         """Rebuild a job from its record. Tasks on nodes caldera no longer schedules on are
         counted in `lost_tasks`: the runtime stops the rest of the gang and requeues it."""
@@ -370,15 +243,12 @@ class KubeJob(TrackedJob[KubeTask]):
             state=JobState(status["state"]),
         )
         for data in status.get("tasks") or []:
-            task = KubeTask.from_json(data, index)
+            task = KubeTask.from_json(data, keys)
             if task is None:
                 job.lost_tasks += 0 if data.get("done") else 1
                 continue
             job.tasks.append(task)
-        for key in _PLAIN:
-            if key in status:
-                setattr(job, key, status[key])
+        wire.status_from_wire(job, status)
         job.started_under = status.get("started_under")
-        job.throttled_once = bool(job.throttled_once)
-        job.nomination = nomination_from_json(nomination, index) if nomination else None
+        job.nomination = wire.nomination_from_wire(nomination, keys)
         return job

@@ -50,7 +50,6 @@ from caldera.k8s.quantities import (
     resource_list,
     resources_from_list,
 )
-from caldera.k8s.records import nomination_to_json, placement_to_json
 from caldera.k8s.settings import KubeSettings
 from caldera.model import (
     CRITICAL_PRIORITY,
@@ -63,6 +62,7 @@ from caldera.model import (
     QueueState,
     TimeWindow,
 )
+from caldera.runtime.wire import ByName, nomination_to_wire, placement_to_wire
 
 __all__ = [
     "Owner",
@@ -252,7 +252,7 @@ def pod_group(
     if started_under is not None:
         # Which reservation the job started in and whose eviction freed it: for audits.
         annotations[names.NOMINATION] = json.dumps(
-            nomination_to_json(started_under, nodes), separators=(",", ":"), sort_keys=True
+            nomination_to_wire(started_under, ByName(nodes)), separators=(",", ":"), sort_keys=True
         )
     metadata: dict[str, Any] = {
         "name": names.pod_group_name(spec.name, attempt),
@@ -402,7 +402,7 @@ def task_pod(
         names.GROUP_NAME: names.pod_group_name(spec.name, attempt),
         names.JOB_ID: spec.id,
         names.PLACEMENT: json.dumps(
-            placement_to_json(placement, nodes), separators=(",", ":"), sort_keys=True
+            placement_to_wire(placement, ByName(nodes)), separators=(",", ":"), sort_keys=True
         ),
     }
     if _never_preempted(spec):

@@ -33,8 +33,8 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -51,10 +51,10 @@ from caldera.core import (
     TaskPlacement,
     Throttle,
     ThrottleOff,
-    ThrottleOn,
     admit,
     run,
 )
+from caldera.errors import RequestError
 from caldera.k8s import names
 from caldera.k8s.api import (
     ClusterAPI,
@@ -71,25 +71,22 @@ from caldera.k8s.records import (
     KubeJob,
     KubeTask,
     RecordError,
-    nomination_to_json,
     parse_request,
-    placement_from_json,
     spec_from_request,
 )
 from caldera.k8s.render import Owner, RenderError, Workload, render_start
 from caldera.k8s.settings import KubeSettings
 from caldera.model import (
-    CRITICAL_PRIORITY,
     GPU_MILLI,
     JobState,
     JobType,
     Node,
     Queue,
-    check_transition,
 )
 from caldera.model.lifecycle import TERMINAL
 from caldera.policies import get_policy
-from caldera.tracking import refresh_index
+from caldera.runtime import EventKind, Kernel, KernelStats
+from caldera.runtime.wire import ByName, nomination_to_wire, placement_from_wire
 
 __all__ = ["KubeRuntime", "KubeStats", "workload_of"]
 
@@ -103,9 +100,14 @@ _NOT_RUNNING = "status.phase!=Succeeded,status.phase!=Failed"
 @dataclass
 class KubeStats:
     cycles: int = 0
-    refused_evictions: int = 0  # the job is never a victim: refused before touching the API
     refused_deletes: int = 0  # the live pod failed the guard
     api_errors: int = 0
+    kernel: KernelStats = field(default_factory=KernelStats)
+
+    @property
+    def refused_evictions(self) -> int:
+        """Evictions of jobs that are never victims, refused before touching the API."""
+        return self.kernel.refused_evictions
 
 
 def workload_of(request: JobRequest) -> Workload:
@@ -154,16 +156,17 @@ class KubeRuntime:
         self.policy = get_policy(policy.name)
         self.clock = clock
         self.queues: dict[str, Queue] = {q.name: q for q in queues}
-        self.jobs: dict[str, KubeJob] = {}
-        self.throttles: dict[str, Throttle] = {}
+        self.kernel: Kernel[KubeJob, KubeTask] = Kernel(self, policy, progress_on_start=False)
+        self.jobs = self.kernel.jobs
+        self.throttles: dict[str, Throttle] = self.kernel.throttles
         self.node_state = NodeState((), frozenset())
+        self.keys = ByName(())  # placements in records name their node
         self.room = Room(())
-        self.index = JobIndex()
-        self.stats = KubeStats()
+        self.stats = KubeStats(kernel=self.kernel.stats)
         self._blocked: dict[int, TaskPlacement] = {}  # room on each node caldera may not use
         self._orphans: dict[tuple[str, str], TaskPlacement] = {}  # pods of forgotten jobs
-        self._stale: set[str] = set()
         self._dirty: dict[str, KubeJob] = {}
+        self._rendered: dict[str, list[Object]] = {}  # a start's objects, made before launch
         self._throttles_dirty = False
         self._actions: list[Callable[[], None]] = []
         self._unreadable: set[tuple[str, str]] = set()  # records present but unreadable
@@ -239,16 +242,7 @@ class KubeRuntime:
         return decisions
 
     def snapshot(self, now: float) -> Snapshot:
-        refresh_index(self.index, self._stale, self.jobs)
-        return Snapshot(
-            now=now,
-            nodes=self.nodes,
-            queues=dict(self.queues),
-            config=self.policy_config,
-            throttles=dict(self.throttles),
-            room=self.room,
-            index=self.index,
-        )
+        return self.kernel.snapshot(now, self.nodes, dict(self.queues), self.room)
 
     # -- reading the cluster ---------------------------------------------------------------
 
@@ -279,13 +273,14 @@ class KubeRuntime:
                 job.nomination = (
                     None if any(t is None for t in kept) else self._renominate(job, kept, moved)
                 )
-            self._mark(job, persist=False)
+            self._touch(job)
         self._orphans = {
             key: placement
             for key, task in self._orphans.items()
             if (placement := moved(task)) is not None
         }
         self.node_state = state
+        self.keys = ByName(state.nodes)
         self.room = Room(state.nodes)
         self._blocked = {}
         for job in self.jobs.values():
@@ -298,8 +293,8 @@ class KubeRuntime:
                 self.room.take(placement)
             else:
                 del self._orphans[key]
-        self.index = JobIndex()
-        self._stale = set(self.jobs)
+        self.kernel.index = JobIndex()
+        self.kernel.stale.update(self.jobs)
         self._cycle_needed = True
         if old:
             log.info("nodes changed: %d schedulable node(s)", len(state.nodes))
@@ -356,10 +351,11 @@ class KubeRuntime:
                 self.api.create_config_map(namespace, body)
             return
         data = json.loads((found.get("data") or {}).get("throttles") or "{}")
-        self.throttles = {
-            queue: Throttle(queue, str(row["job"]), float(row["since"]))
+        self.throttles.clear()  # the kernel's: kept the same object
+        self.throttles.update(
+            (queue, Throttle(queue, str(row["job"]), float(row["since"])))
             for queue, row in data.items()
-        }
+        )
 
     def _reconcile_records(self, records: list[Object], now: float) -> None:
         present: set[str] = set()
@@ -423,13 +419,13 @@ class KubeRuntime:
             metadata["uid"],
             status,
             json.loads(nomination) if nomination else None,
-            self.node_state.index,
+            self.keys,
         )
         self.jobs[job.id] = job
         for task in job.tasks:
             if not task.done:
                 self._take(job, task)
-        self._mark(job, persist=False)
+        self._touch(job)
         self._cycle_needed = True
         if job.lost_tasks or any(t.done for t in job.tasks):
             self._settle(job, now)
@@ -450,7 +446,7 @@ class KubeRuntime:
                 )
             workload_of(request).check(self.settings)
             spec = spec_from_request(request, namespace, name, now)
-        except (RecordError, RenderError) as error:
+        except RequestError as error:  # RecordError, RenderError, a request no runtime runs
             self._reject(namespace, name, str(error), now)
             return
         admission = admit(
@@ -476,7 +472,7 @@ class KubeRuntime:
             job.hold_reason = admission.reason
             job.hold_since = now
         self.jobs[job.id] = job
-        self._mark(job)
+        self.kernel.mark(job)
         self._cycle_needed = True
         log.info("admitted %s (%s, %s): %s", job.id, spec.type.value, spec.queue, job.state.value)
 
@@ -510,7 +506,7 @@ class KubeRuntime:
         job.tasks = []
         del self.jobs[job.id]
         self._dirty.pop(job.id, None)
-        self._stale.add(job.id)
+        self.kernel.stale.add(job.id)
         self._cycle_needed = True
 
     def _reconcile_pods(self, pods: list[Object], now: float) -> None:
@@ -534,7 +530,7 @@ class KubeRuntime:
                     continue
                 if pod["spec"].get("nodeName") and not task.bound:
                     task.bound = True
-                    self._mark(job)
+                    self.kernel.mark(job)
                 deleting = "deletionTimestamp" in pod["metadata"]
                 if deleting and not (task.leaving or task.stopping):
                     # Someone else is deleting a running task's pod (a drain, kubectl, the
@@ -586,9 +582,7 @@ class KubeRuntime:
             return
         text = (pod["metadata"].get("annotations") or {}).get(names.PLACEMENT)
         try:
-            placement = (
-                placement_from_json(json.loads(text), self.node_state.index) if text else None
-            )
+            placement = placement_from_wire(json.loads(text), self.keys) if text else None
         except (ValueError, KeyError, TypeError):
             placement = None
         if placement is not None and self.room.can_take(placement):
@@ -617,7 +611,7 @@ class KubeRuntime:
         if len(starts) >= job.spec.min_available:
             job.running_since = min(max(starts), now)
             job.work_base = job.saved_work
-            self._mark(job)
+            self.kernel.mark(job)
 
     def _read_reports(self, job: KubeJob, pod: Object, now: float) -> None:
         """Progress and checkpoints a job wrote on its own pod (optional)."""
@@ -630,7 +624,7 @@ class KubeRuntime:
                 value = None
             if value is not None and value != job.reported_progress:
                 job.reported_progress = value
-                self._mark(job)
+                self.kernel.mark(job)
         checkpoint = annotations.get(names.CHECKPOINT)
         if checkpoint is None:
             return
@@ -642,7 +636,7 @@ class KubeRuntime:
         if at > (job.checkpoint_seen or 0.0):
             job.checkpoint_seen = at
             job.saved_work = max(job.saved_work, job.work_done(min(at, now)))
-            self._mark(job)
+            self.kernel.mark(job)
 
     def _block(self, pods: list[Object]) -> None:
         """Keep room caldera does not own out of the index: foreign pods' requests, and all
@@ -673,91 +667,32 @@ class KubeRuntime:
             if old != self._blocked.get(node.index):
                 self._cycle_needed = True
 
-    # -- applying decisions ----------------------------------------------------------------
+    # -- applying decisions (the kernel) and its effects here --------------------------------
 
     def apply(self, decisions: Decisions, snapshot: Snapshot) -> None:
         """Apply one cycle's decisions: memory first, then the records, then the cluster."""
-        now = snapshot.now
-        seen = snapshot.job_index.views
-        for change in decisions.throttles:
-            if isinstance(change, ThrottleOn):
-                self.throttles[change.queue] = Throttle(change.queue, change.job, now)
-                job = self.jobs.get(change.job)
-                if job is not None:
-                    job.throttled_once = True
-                    self._mark(job)
-                log.info("queue %s waits for %s (throttle on)", change.queue, change.job)
-            else:
-                self.throttles.pop(change.queue, None)
-                log.info("queue %s: throttle off (%s)", change.queue, change.reason)
-            self._throttles_dirty = True
-        for evict in decisions.evictions:
-            job = self.jobs.get(evict.job)
-            view = seen.get(evict.job)
-            if job is None or view is None or job.state is not JobState.RUNNING:
-                continue
-            if tuple(t.placement for t in job.running) != view.placement:
-                continue  # its tasks changed since the snapshot; the next cycle re-plans
-            self.evict(job, evict, now)
-        for missed in decisions.preempt_misses:
-            job = self.jobs.get(missed)
-            if job is not None:
-                job.preempt_failed_at = now
-                self._mark(job)
-        for nominate in decisions.nominations:
-            job = self.jobs.get(nominate.job)
-            if job is not None and job.state is JobState.PENDING:
-                job.nomination = nominate.nomination
-                self._mark(job)
-        for start in decisions.starts:
-            job = self.jobs.get(start.job)
-            if job is None:
-                continue
-            expected = JobState.RUNNING if start.grow else JobState.PENDING
-            if job.state is expected:
-                # The reservation it starts in, as the cycle saw it (this very cycle may
-                # already have dropped it): recorded on the PodGroup for audits.
-                view = seen.get(start.job)
-                self._start(
-                    job, start.placement, start.grow, now, view.nomination if view else None
-                )
-        for hold in decisions.holds:
-            job = self.jobs.get(hold.job)
-            if job is not None and job.state is JobState.PENDING:
-                self._set_state(job, JobState.HELD)
-                job.hold_reason = hold.reason
-                job.hold_since = now
-        for release in decisions.releases:
-            job = self.jobs.get(release.job)
-            if job is not None and job.state is JobState.HELD:
-                job.hold_reason = None
-                job.hold_since = None
-                self._set_state(job, JobState.PENDING)
+        self.kernel.apply(decisions, snapshot)
         self._flush()
 
-    def _set_state(self, job: KubeJob, state: JobState) -> None:
-        if job.state is not state:
-            job.state = check_transition(job.state, state)
-        self._mark(job)
+    def evict(self, job: KubeJob, evict: Evict, now: float) -> None:
+        """Delete a running job's pods (or some) with the grace period."""
+        self.kernel.evict(job, evict, now)
 
-    def _mark(self, job: KubeJob, persist: bool = True) -> None:
+    def _touch(self, job: KubeJob) -> None:
+        """A change the next snapshot must see, but the record need not (found on reading)."""
         job.touch()
-        self._stale.add(job.id)
-        if persist:
-            self._dirty[job.id] = job
+        self.kernel.stale.add(job.id)
 
-    def _start(
+    def make_tasks(
         self,
         job: KubeJob,
         placement: tuple[TaskPlacement, ...],
-        grow: bool,
-        now: float,
-        nomination: Nomination | None = None,
-    ) -> None:
-        attempt = job.attempts if grow else job.attempts + 1
-        first_rank = max((t.rank + 1 for t in job.tasks), default=0) if grow else 0
+        attempt: int,
+        first_rank: int,
+        started_under: Nomination | None,
+    ) -> list[KubeTask] | None:
+        grow = attempt == job.attempts
         master = min((t.rank for t in job.running), default=first_rank)
-        owner = Owner(job.name, job.uid)
         try:
             objects = render_start(
                 job.spec,
@@ -769,53 +704,113 @@ class KubeRuntime:
                 self.settings,
                 first_rank=first_rank,
                 master_rank=master,
-                owner=owner,
-                started_under=nomination,
+                owner=Owner(job.name, job.uid),
+                started_under=started_under,
                 grow=grow,
             )
         except RenderError as error:
-            self._fail_unstartable(job, str(error), now)
-            return
+            self._fail_unstartable(job, str(error), self.clock())
+            return None
         if not self.room.take_all(placement):
             # The core never asks for this; if it ever does, nobody gets a GPU twice.
             log.error("refused start of %s: room on its nodes is taken", job.id)
-            return
+            return None
         if not grow:
-            job.attempts = attempt
-            job.exit_code = None
-            job.started_under = nomination_to_json(nomination, self.nodes) if nomination else None
-        new = [
+            job.started_under = nomination_to_wire(started_under, self.keys)
+        self._rendered[job.id] = objects
+        return [
             KubeTask(
                 rank=first_rank + i,
                 attempt=attempt,
                 placement=p,
                 pod=names.pod_name(job.name, attempt, first_rank + i),
-                created_at=now,
                 counted=True,
             )
             for i, p in enumerate(placement)
         ]
-        job.tasks.extend(new)
-        if job.state is JobState.PENDING:
-            self._set_state(job, JobState.RUNNING)
-            job.nomination = None
-            job.preempt_failed_at = None
-            job.start_time = now
-            if job.first_start is None:
-                job.first_start = now
-        self._mark(job)
-        where = ", ".join(f"{self.nodes[p.node].name}:{p.gpu / GPU_MILLI:g}" for p in placement)
-        log.info("start %s attempt %d on %s", job.id, attempt, where)
-        for obj in objects:
+
+    def give(self, job: KubeJob, tasks: Sequence[KubeTask]) -> None:
+        for task in tasks:
+            if task.counted:
+                self.room.give(task.placement)
+                task.counted = False
+
+    def launch(self, job: KubeJob, tasks: Sequence[KubeTask], grow: bool, now: float) -> None:
+        where = ", ".join(
+            f"{self.nodes[t.placement.node].name}:{t.placement.gpu / GPU_MILLI:g}" for t in tasks
+        )
+        log.info("start %s attempt %d on %s", job.id, job.attempts, where)
+        for task in tasks:
+            task.created_at = now  # Volcano has `bind_timeout` from here to bind it
+        for obj in self._rendered.pop(job.id, []):
             self._actions.append(partial(self._create, job, obj))
+
+    def signal(
+        self,
+        job: KubeJob,
+        tasks: Sequence[KubeTask],
+        evict: Evict,
+        now: float,
+        detail: Mapping[str, Any],
+    ) -> None:
+        for task in tasks:
+            self._actions.append(
+                partial(self._delete_pod, job.namespace, task.pod, self.grace, Purpose.EVICT)
+            )
+        log.info(
+            "evict %s tasks %s (%s for %s), grace %d s",
+            job.id,
+            [t.rank for t in tasks],
+            evict.reason.value,
+            evict.preemptor,
+            self.grace,
+        )
+
+    def stop(self, job: KubeJob, tasks: Sequence[KubeTask], now: float) -> None:
+        for task in tasks:
+            task.stopping = True
+            self._actions.append(
+                partial(self._delete_pod, job.namespace, task.pod, self.grace, Purpose.STOP)
+            )
+
+    def progressing(self, job: KubeJob, gpu: int, now: float) -> None:
+        pass
+
+    def persist(self, job: KubeJob) -> None:
+        self._dirty[job.id] = job
+
+    def record(self, kind: EventKind, job: KubeJob | None, now: float, **data: Any) -> None:
+        if kind in (EventKind.THROTTLE_ON, EventKind.THROTTLE_OFF):
+            self._throttles_dirty = True
+            log.info("queue %s: %s (%s)", data["queue"], kind.value, data.get("large_job"))
+            return
+        if job is None:
+            return
+        if kind is EventKind.REQUEUE:
+            job.lost_tasks = 0
+            self._cleanup_attempt(job, keep_service=True)
+            log.info(
+                "requeue %s (%s), lost %.0f GPU-seconds",
+                job.id,
+                data["reason"],
+                data["lost_gpu_seconds"],
+            )
+        elif kind in (EventKind.FINISH, EventKind.FAIL, EventKind.CANCEL):
+            job.lost_tasks = 0
+            log.info("%s %s: %s", job.id, kind.value, data)
+
+    def retired(self, job: KubeJob) -> None:
+        if job.attempts:
+            self._cleanup_attempt(job, keep_service=False)
+        self._dirty[job.id] = job  # the final state must reach the record
 
     def _fail_unstartable(self, job: KubeJob, reason: str, now: float) -> None:
         log.error("cannot start %s: %s", job.id, reason)
         job.reason = reason
         job.end_time = now
         job.nomination = None
-        self._set_state(job, JobState.FAILED)
-        self._retire(job)
+        self.kernel.set_state(job, JobState.FAILED)
+        self.kernel.retire(job)
 
     def _create(self, job: KubeJob, obj: Object) -> None:
         kind = obj["kind"]
@@ -842,38 +837,6 @@ class KubeRuntime:
                 if job.id in self.jobs:
                     self._settle(job, self.clock())
 
-    def evict(self, job: KubeJob, evict: Evict, now: float) -> None:
-        """Delete a running job's pods (or some) with the grace period."""
-        spec = job.spec
-        if spec.priority >= CRITICAL_PRIORITY or spec.protected or spec.conformance_protected:
-            # DESIGN §3: never, in any runtime. The core never asks; refuse if it ever does.
-            self.stats.refused_evictions += 1
-            log.error("refused to evict protected job %s (%s)", job.id, evict.reason.value)
-            return
-        leaving = job.begin_leaving(evict.tasks, now, self.policy_config.grace_period)
-        if not leaving:
-            return
-        for task in leaving:
-            self._actions.append(
-                partial(self._delete_pod, job.namespace, task.pod, self.grace, Purpose.EVICT)
-            )
-        job.evictions += 1
-        job.last_evicted_at = now
-        if not job.running:  # the whole gang leaves
-            job.evicted_for = evict.preemptor
-            job.evict_reason = evict.reason.value
-            job.signalled_at = now
-            self._set_state(job, JobState.RELEASING)
-        self._mark(job)
-        log.info(
-            "evict %s tasks %s (%s for %s), grace %d s",
-            job.id,
-            [t.rank for t in leaving],
-            evict.reason.value,
-            evict.preemptor,
-            self.grace,
-        )
-
     def _delete_pod(self, namespace: str, name: str, grace: int, purpose: Purpose) -> None:
         """Every pod deletion goes through here: read the live pod, check it, delete it."""
         pod = self.api.read_pod(namespace, name)
@@ -889,90 +852,20 @@ class KubeRuntime:
             self.api.delete_pod(namespace, name, grace, pod["metadata"].get("uid"))
 
     def _stop_gang(self, job: KubeJob, now: float) -> None:
-        """A gang that cannot run whole (a member failed or vanished, or Volcano never bound
-        it): stop the rest; `_settle` retries or fails it when they are gone."""
+        """A gang that cannot run whole (Volcano never bound it, or someone else deletes a
+        pod): stop the rest; `_settle` retries or fails it when they are gone."""
         stopping = [t for t in job.running if not t.done and not t.stopping]
         for task in stopping:
-            task.stopping = True
             task.kill_at = now + self.policy_config.grace_period
-            self._actions.append(
-                partial(self._delete_pod, job.namespace, task.pod, self.grace, Purpose.STOP)
-            )
         if stopping:
-            self._mark(job)
+            self.stop(job, stopping, now)
+            self.kernel.mark(job)
 
     def _settle(self, job: KubeJob, now: float) -> None:
-        """Give back the room of tasks that ended and move the job on if it is over."""
-        for task in [t for t in job.tasks if t.leaving and t.done]:
-            self._give(task)
-            job.tasks.remove(task)
-        self._mark(job)
+        """Tasks of `job` ended (or its pods' nodes are gone): the kernel moves it on."""
+        self.kernel.mark(job)
+        self.kernel.settle(job, now, job.lost_tasks)
         self._cycle_needed = True
-        if job.state is JobState.RELEASING:
-            if not job.tasks:
-                self._requeue(job, now)
-        elif job.state is JobState.RUNNING:
-            running = job.running
-            if not running:
-                self._requeue(job, now, lost=True)
-            elif all(t.done for t in running):
-                self._finish(job, running, now)
-            elif job.lost_tasks or any(t.done and t.exit_code != 0 for t in running):
-                failed = next((t for t in running if t.done and t.exit_code not in (0, None)), None)
-                if failed is not None and job.exit_code is None:
-                    job.exit_code = failed.exit_code
-                self._stop_gang(job, now)
-        self._retire(job)
-
-    def _finish(self, job: KubeJob, running: list[KubeTask], now: float) -> None:
-        codes = [t.exit_code for t in running]
-        for task in running:
-            self._give(task)
-            job.tasks.remove(task)
-        if job.running_since is not None:
-            job.work_base = job.work_done(now)
-            job.running_since = None
-        job.end_time = now
-        lost = job.lost_tasks > 0
-        job.lost_tasks = 0
-        if not lost and all(code == 0 for code in codes) and job.exit_code in (None, 0):
-            job.exit_code = 0
-            self._set_state(job, JobState.SUCCEEDED)
-            log.info("%s succeeded", job.id)
-        elif job.exit_code is None and (lost or any(code is None for code in codes)):
-            job.end_time = None
-            self._requeue(job, now, lost=True)
-            return
-        else:
-            code = job.exit_code
-            if code is None:
-                code = next(c for c in codes if c not in (0, None))
-            job.exit_code = code
-            if job.retries < job.spec.max_retries:
-                job.retries += 1
-                job.end_time = None
-                log.info("%s failed (exit %d): retry %d", job.id, code, job.retries)
-                self._requeue(job, now, retry=True)
-                return
-            job.reason = job.reason or f"exited with code {code}"
-            self._set_state(job, JobState.FAILED)
-            log.info("%s failed: %s", job.id, job.reason)
-        self._mark(job)
-
-    def _requeue(self, job: KubeJob, now: float, lost: bool = False, retry: bool = False) -> None:
-        """Back to Pending with the original submit time, resuming from the last checkpoint."""
-        for task in [t for t in job.tasks if not t.leaving or t.done]:
-            # Tasks still leaving (a partial eviction under way) keep their room until
-            # their pods are gone; `_settle` gives it back then.
-            self._give(task)
-            job.tasks.remove(task)
-        lost_seconds = job.rewind_to_checkpoint(now)
-        job.evict_reason = None
-        job.lost_tasks = 0
-        self._set_state(job, JobState.PENDING)
-        self._cleanup_attempt(job, keep_service=True)
-        why = "lost" if lost else ("retry" if retry else "evicted")
-        log.info("requeue %s (%s), lost %.0f GPU-seconds", job.id, why, lost_seconds)
 
     def _cleanup_attempt(self, job: KubeJob, keep_service: bool) -> None:
         group = names.pod_group_name(job.name, job.attempts)
@@ -990,14 +883,6 @@ class KubeRuntime:
         except ClusterError as error:
             self.stats.api_errors += 1
             log.warning("cleanup of %s/%s failed: %s", namespace, name, error)
-
-    def _retire(self, job: KubeJob) -> None:
-        if job.state in TERMINAL and not job.tasks:
-            if job.attempts:
-                self._cleanup_attempt(job, keep_service=False)
-            self._dirty[job.id] = job  # the final state must reach the record
-            self.jobs.pop(job.id, None)
-            self._stale.add(job.id)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -1026,8 +911,8 @@ class KubeRuntime:
                                 names.QUEUE: job.spec.queue,
                             },
                             "annotations": {
-                                names.STATUS: job.status_json(self.nodes),
-                                names.NOMINATION: job.nomination_json(self.nodes),
+                                names.STATUS: job.status_json(self.keys),
+                                names.NOMINATION: job.nomination_json(self.keys),
                             },
                         }
                     },

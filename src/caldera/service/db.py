@@ -62,6 +62,7 @@ class JobRecord(Base):
     signal_gpu: Mapped[int] = mapped_column(Integer, default=0)  # milli-GPUs that stopped
     hold_reason: Mapped[str | None] = mapped_column(String(16), nullable=True)
     hold_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    preempt_failed_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # back-off
     throttled_once: Mapped[bool] = mapped_column(Boolean, default=False)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     attempts: Mapped[int] = mapped_column(Integer, default=0)

@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 
 from caldera.metrics_util import percentile
 from caldera.model import GPU_MILLI, JobState, JobType
+from caldera.runtime.metrics import JobHistory, history_metrics
 from caldera.service.operator_metrics import OperatorCollector
 
 if TYPE_CHECKING:
@@ -68,34 +69,26 @@ class _StateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         runtime = self.runtime
         store = runtime.store
-        history = store.history()
-        slo = runtime.policy_config.slo
+        # One computation for every runtime (caldera.runtime.metrics), fed from the database.
+        history = history_metrics(
+            (
+                JobHistory(
+                    row["type"],
+                    row["state"],
+                    row["submit_time"],
+                    row["first_start"],
+                    row["end_time"],
+                    row["evictions"] or 0,
+                    row["lost_gpu_seconds"] or 0.0,
+                )
+                for row in store.history()
+            ),
+            runtime.policy_config.slo,
+            now=runtime.clock(),
+        )
         types = [t.value for t in JobType]
-        waits: dict[str, list[float]] = {t: [] for t in types}
-        sla_total = dict.fromkeys(types, 0)
-        sla_met = dict.fromkeys(types, 0)
-        wasted = 0.0
-        large_max: float | None = None
-        now = runtime.clock()
-        for job in history:
-            kind = job["type"]
-            wasted += job["lost_gpu_seconds"] or 0.0
-            start = job["first_start"]
-            if start is not None:
-                waits[kind].append(start - job["submit_time"])
-            if kind == JobType.LARGE.value and job["state"] != JobState.CANCELLED.value:
-                wait = (start if start is not None else now) - job["submit_time"]
-                large_max = wait if large_max is None else max(large_max, wait)
-            limit = slo.get(kind)
-            if limit is None:
-                continue
-            if start is None and (
-                job["state"] == JobState.CANCELLED.value or job["submit_time"] + limit > now
-            ):
-                continue
-            sla_total[kind] += 1
-            if start is not None and start - job["submit_time"] <= limit and not job["evictions"]:
-                sla_met[kind] += 1
+        wasted = history.wasted_gpu_seconds
+        large_max = history.large_job_max_wait
 
         wait = GaugeMetricFamily(
             "caldera_wait_seconds",
@@ -105,8 +98,7 @@ class _StateCollector(Collector):
         count = GaugeMetricFamily(
             "caldera_wait_count", "Jobs that have started, by type.", labels=["type"]
         )
-        for kind, values in waits.items():
-            values.sort()
+        for kind, values in history.waits.items():
             count.add_metric([kind], len(values))
             if not values:
                 continue
@@ -123,8 +115,9 @@ class _StateCollector(Collector):
             labels=["type"],
         )
         for kind in types:
-            if slo.get(kind) is not None and sla_total[kind]:
-                sla.add_metric([kind], sla_met[kind] / sla_total[kind])
+            share = history.sla[kind]
+            if share is not None:
+                sla.add_metric([kind], share)
         yield sla
         yield GaugeMetricFamily(
             "caldera_wasted_gpu_hours", "GPU-hours of work lost to evictions.", value=wasted / 3600

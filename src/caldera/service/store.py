@@ -336,6 +336,7 @@ class Store:
             JobRecord.state,
             JobRecord.submit_time,
             JobRecord.first_start,
+            JobRecord.end_time,
             JobRecord.evictions,
             JobRecord.lost_gpu_seconds,
         )

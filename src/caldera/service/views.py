@@ -11,14 +11,26 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from caldera.config import Principal
 from caldera.core import Waiting
-from caldera.model import GPU_MILLI, Node, Queue, QueueState
+from caldera.model import GPU_MILLI, JobState, Node, Queue, QueueState
 from caldera.service.store import Store
 
-__all__ = ["ClusterView", "DeviceView", "NodeView", "QueueView", "ServiceRuntime"]
+if TYPE_CHECKING:
+    from caldera.service.runtime import Runtime
+
+__all__ = [
+    "ClusterView",
+    "DeviceView",
+    "NodeView",
+    "QueueView",
+    "ServiceRuntime",
+    "cluster_view",
+    "queue_views",
+    "waiting_for",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,3 +122,82 @@ class ServiceRuntime(Protocol):
     def cancel(self, job_id: str) -> dict[str, Any]: ...
 
     def set_queue_state(self, name: str, state: QueueState) -> Queue: ...
+
+
+def cluster_view(runtime: Runtime) -> ClusterView:
+    """Each device's free share and who holds it, waiting modes, live jobs by state."""
+    holders: dict[tuple[int, int], list[str]] = {}
+    leaving: set[tuple[int, int]] = set()
+    queue_of: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    with runtime.lock:
+        free = [tuple(f) for f in runtime.room.free]
+        throttles = {q: t.job for q, t in runtime.throttles.items()}
+        for job in runtime.jobs.values():
+            counts[job.state.value] = counts.get(job.state.value, 0) + 1
+            if job.tasks:
+                queue_of[job.id] = job.spec.queue
+            for task in job.tasks:
+                for device in task.placement.devices:
+                    holders.setdefault((task.placement.node, device), []).append(job.id)
+                    if task.leaving:
+                        leaving.add((task.placement.node, device))
+        watch = runtime.gpu_watch
+        sick = watch.reasons() if watch is not None else {}
+        held = watch.held_milli if watch is not None else 0
+    host = runtime.host
+    nodes = tuple(
+        NodeView(
+            node.name,
+            node.gpu_model,
+            tuple(
+                DeviceView(
+                    d,
+                    free[node.index][d],
+                    tuple(holders.get((node.index, d), ())),
+                    uuid=host.uuid(d) if host is not None else None,
+                    drained=sick.get(d),
+                    releasing=(node.index, d) in leaving,
+                    profile=node.profile_of(d),
+                    capacity=runtime.room.milli_of.get(node.profile_of(d) or "", GPU_MILLI),
+                )
+                for d in range(node.devices)
+            ),
+        )
+        for node in runtime.nodes
+    )
+    return ClusterView(nodes, throttles, counts, held, queue_of)
+
+
+def queue_views(runtime: Runtime) -> list[QueueView]:
+    """Every queue with what it holds and what waits in it, in configuration order."""
+    with runtime.lock:
+        views = []
+        for name, queue in runtime.queues.items():
+            jobs = [j for j in runtime.jobs.values() if j.spec.queue == name]
+            waiting = runtime.throttles.get(name)
+            views.append(
+                QueueView(
+                    queue=queue,
+                    allocated=sum(t.placement.gpu for j in jobs for t in j.tasks),
+                    pending=sum(j.state is JobState.PENDING for j in jobs),
+                    held=sum(j.state is JobState.HELD for j in jobs),
+                    running=sum(j.state in (JobState.RUNNING, JobState.RELEASING) for j in jobs),
+                    throttled_for=waiting.job if waiting else None,
+                    throttled_since=waiting.since if waiting else None,
+                )
+            )
+        return views
+
+
+def waiting_for(runtime: Runtime, job_ids: Iterable[str]) -> dict[str, Waiting]:
+    """Why those of `job_ids` that are pending did not start, as the last cycle said."""
+    found: dict[str, Waiting] = {}
+    with runtime.lock:
+        for job_id in job_ids:
+            job = runtime.jobs.get(job_id)
+            if job is not None and job.state is JobState.PENDING:
+                reason = runtime.waiting.reason(job.spec)
+                if reason is not None:
+                    found[job_id] = reason
+    return found

@@ -1,4 +1,5 @@
-"""The §5 metrics, under the same names everywhere.
+"""The §5 metrics of a simulation, under the same names everywhere (the history part is
+`caldera.runtime.metrics`, shared with the service).
 
 - `wait`: first start − submit, per job type, over jobs that started (count, mean, p50, p95,
   p99, max, seconds).
@@ -15,7 +16,8 @@
   progress; `gpu_allocation_rate`: allocated GPU time / the GPU time that could have been
   allocated (capacity, or allocated plus pending demand when that is smaller).
 - `large_job_max_wait`: the longest wait of a large job, counting a large job still waiting
-  at the end up to the end; None without large jobs.
+  at the end up to the end (one cancelled before it started: up to its cancel); None
+  without large jobs.
 - `throttle_episodes`, `throttle_held_seconds`.
 
 With a warm-up (`workload.warmup`), everything above is measured from the end of the warm-up:
@@ -27,27 +29,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from caldera.metrics_util import percentile
-from caldera.model import GPU_MILLI, JobType
+from caldera.model import GPU_MILLI
+from caldera.runtime.metrics import JobHistory, history_metrics, wait_stats
 
 if TYPE_CHECKING:
     from caldera.sim.recorder import Recorder
 
-__all__ = ["compute_metrics", "percentile", "wait_stats"]
-
-
-def wait_stats(waits: list[float]) -> dict[str, Any]:
-    values = sorted(waits)
-    if not values:
-        return {"count": 0, "mean": None, "p50": None, "p95": None, "p99": None, "max": None}
-    return {
-        "count": len(values),
-        "mean": round(sum(values) / len(values), 3),
-        "p50": round(percentile(values, 0.50), 3),
-        "p95": round(percentile(values, 0.95), 3),
-        "p99": round(percentile(values, 0.99), 3),
-        "max": round(values[-1], 3),
-    }
+__all__ = ["compute_metrics", "wait_stats"]
 
 
 def compute_metrics(recorder: Recorder, jobs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -58,46 +46,34 @@ def compute_metrics(recorder: Recorder, jobs: list[dict[str, Any]]) -> dict[str,
         begin = max(begin, warmup)
     observed = max(end - begin, 0.0)
     slo = recorder.sim.config.slo
-    waits: dict[str, list[float]] = {t.value: [] for t in JobType}
-    sla_total: dict[str, int] = dict.fromkeys(waits, 0)
-    sla_met: dict[str, int] = dict.fromkeys(waits, 0)
-    large_max: float | None = None
-    wasted = 0.0
-    for job in jobs:
-        kind = job["type"]
-        wasted += job["lost_gpu_seconds"]
-        if job["submit"] < warmup:
-            continue
-        if job["state"] == "Rejected":
-            continue
-        start = job["start"]
-        if start is not None:
-            waits[kind].append(start - job["submit"])
-        if kind == JobType.LARGE.value:
-            wait = (start if start is not None else end) - job["submit"]
-            large_max = wait if large_max is None else max(large_max, wait)
-        limit = slo.get(kind)
-        if limit is None:
-            continue
-        if start is None and (job["state"] == "Cancelled" or job["submit"] + limit > end):
-            continue
-        sla_total[kind] += 1
-        if start is not None and start - job["submit"] <= limit and job["evictions"] == 0:
-            sla_met[kind] += 1
+    history = history_metrics(
+        (
+            JobHistory(
+                j["type"],
+                j["state"],
+                j["submit"],
+                j["start"],
+                j["end"],
+                j["evictions"],
+                j["lost_gpu_seconds"],
+            )
+            for j in jobs
+        ),
+        slo,
+        now=end,
+        since=warmup,
+    )
+    large_max = history.large_job_max_wait
+    wasted = history.wasted_gpu_seconds
     capacity_seconds = recorder.capacity * observed
     days = observed / 86400 if observed > 0 else 0.0
     if warmup:
         wasted = recorder.lost_measured
     wasted_hours = wasted / 3600
     return {
-        "wait": {kind: wait_stats(values) for kind, values in waits.items()},
+        "wait": {kind: wait_stats(values) for kind, values in history.waits.items()},
         "sla_attainment": {
-            kind: (
-                None
-                if slo.get(kind) is None
-                else (round(sla_met[kind] / sla_total[kind], 6) if sla_total[kind] else None)
-            )
-            for kind in waits
+            kind: None if share is None else round(share, 6) for kind, share in history.sla.items()
         },
         "wasted_gpu_hours": round(wasted_hours, 6),
         "wasted_gpu_hours_per_day": round(wasted_hours / days, 6) if days else 0.0,
@@ -121,7 +97,7 @@ def compute_metrics(recorder: Recorder, jobs: list[dict[str, Any]]) -> dict[str,
         else 0.0,
         "large_job_max_wait": None if large_max is None else round(large_max, 3),
         "throttle_episodes": recorder.throttle_episodes,
-        "throttle_held_seconds": round(recorder.throttle_held, 3),
+        "throttle_held_seconds": round(recorder.sim.kernel.stats.throttle_held_seconds, 3),
         "observed_seconds": round(observed, 3),
         "gpus": recorder.capacity // GPU_MILLI,
     }

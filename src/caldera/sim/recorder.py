@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from caldera.core import Evict, EvictReason, TaskPlacement
-from caldera.model import GPU_MILLI, JobState
+from caldera.model import GPU_MILLI
 from caldera.sim.metrics import compute_metrics
 
 if TYPE_CHECKING:
@@ -52,7 +52,6 @@ class Recorder:
         self.critical_preempted = 0
         self.gang_hang_events = 0
         self.throttle_episodes = 0
-        self.throttle_held = 0.0
         self.lost_by_day: dict[int, float] = {}
         # Metrics count from `measure_from` (the scenario's warm-up); before it the recorder
         # only keeps the event log, the series and the safety counter critical_preempted.
@@ -90,17 +89,6 @@ class Recorder:
 
     def give(self, tasks: Iterable[TaskPlacement]) -> None:
         self.allocated -= sum(t.gpu for t in tasks)
-
-    def progressing(self, job: SimJob, on: bool) -> None:
-        held = job.spec.gpu * len(job.placement)
-        self.useful += held if on else -held
-
-    def state_changed(self, job: SimJob, before: JobState | None) -> None:
-        demand = job.spec.gang_request.gpu
-        if before is JobState.PENDING:
-            self.pending_demand -= demand
-        if job.state is JobState.PENDING:
-            self.pending_demand += demand
 
     # -- events ----------------------------------------------------------------------------
 
@@ -184,9 +172,6 @@ class Recorder:
     def throttle_off(self, queue: str, reason: str) -> None:
         self.event("throttle_off", None, queue=queue, reason=reason)
 
-    def held_for_throttle(self, seconds: float) -> None:
-        self.throttle_held += seconds
-
     # -- results ---------------------------------------------------------------------------
 
     def job_records(self) -> list[dict[str, Any]]:
@@ -202,7 +187,7 @@ class Recorder:
                     "queue": spec.queue,
                     "submit": _round(spec.submit),
                     "start": None if job.first_start is None else _round(job.first_start),
-                    "end": None if job.end is None else _round(job.end),
+                    "end": None if job.end_time is None else _round(job.end_time),
                     "state": job.state.value,
                     "evictions": job.evictions,
                     "lost_gpu_seconds": _round(job.lost_gpu_seconds),

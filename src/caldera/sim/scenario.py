@@ -32,18 +32,15 @@ from caldera.config import (
 from caldera.errors import ScenarioError
 from caldera.model import (
     Checkpointing,
-    JobSpec,
     JobType,
     NodeGroup,
-    TopologyMode,
-    TopologySpec,
     expand_node_groups,
     parse_cpu,
-    parse_gpu_milli,
     parse_memory_mib,
     parse_profile,
     time_share,
 )
+from caldera.runtime.requests import job_spec, resolve_tasks, topology_spec
 
 __all__ = [
     "JobModel",
@@ -239,48 +236,24 @@ class ScenarioModel(StrictModel):
 
 
 def job_spec_from_model(model: JobModel | StreamModel, name: str, submit: float) -> Submission:
-    """Build the spec; a request that cannot be accepted keeps its reason in `invalid`."""
-    problems: list[str] = []
-    tasks = model.tasks
-    min_available = model.min_available or tasks
-    if min_available > tasks:
-        problems.append(f"min_available ({min_available}) exceeds tasks ({tasks})")
-        min_available = tasks
-    try:
-        gpu = parse_gpu_milli(model.gpus_per_task)
-    except ValueError as error:
-        problems.append(str(error))
-        gpu = 1000
-    if 0 < gpu < 1000 and tasks != 1:
-        problems.append("fractional gpus_per_task needs tasks: 1")
-        gpu = 1000
-    try:
-        cpu = parse_cpu(model.cpu_per_task)
-        memory = parse_memory_mib(model.memory_per_task)
-    except ValueError as error:
-        problems.append(str(error))
-        cpu = memory = 0
-    models = model.gpu_model
-    gpu_models = frozenset([models] if isinstance(models, str) else models) if models else None
-    topology = (
-        TopologySpec(TopologyMode(model.topology.mode), model.topology.highest_tier)
-        if model.topology
-        else None
-    )
+    """Build the spec; a request that cannot be accepted keeps its reasons in `invalid`."""
     profile = getattr(model, "gpu_profile", None)
-    if profile is not None and "gpus_per_task" in model.model_fields_set:
-        problems.append("give gpu_profile or gpus_per_task, not both")
-    spec = JobSpec(
+    shape, problems = resolve_tasks(
+        model.tasks,
+        model.gpus_per_task,
+        model.min_available,
+        model.cpu_per_task,
+        model.memory_per_task,
+        gpu_profile=profile,
+        gpus_given="gpus_per_task" in model.model_fields_set,
+    )
+    spec = job_spec(
         id=name,
         name=name,
         queue=model.queue,
         type=model.type,
         submit=submit,
-        tasks=tasks,
-        gpu=gpu,
-        cpu=cpu,
-        memory=memory,
-        min_available=min_available,
+        shape=shape,
         labels=model.labels,
         namespace=model.namespace,
         priority_class_name=getattr(model, "priority_class", ""),
@@ -288,8 +261,8 @@ def job_spec_from_model(model: JobModel | StreamModel, name: str, submit: float)
             model.checkpoint_interval, model.checkpoint_cost, model.checkpoint_on_sigterm
         ),
         expected_duration=model.expected_duration,
-        topology=topology,
-        gpu_models=gpu_models,
+        topology=topology_spec(model.topology.model_dump() if model.topology else None),
+        gpu_model=model.gpu_model,
         duration=model.duration,
         max_retries=getattr(model, "max_retries", 0),
         user=getattr(model, "user", ""),

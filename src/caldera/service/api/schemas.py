@@ -12,18 +12,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from caldera.config import CheckpointModel, TopologyModel
+from caldera.errors import RequestError
 from caldera.model import (
     GPU_MILLI,
     JobType,
-    parse_cpu,
-    parse_gpu_milli,
-    parse_memory_mib,
     priority_class,
-    slice_milli,
 )
+from caldera.runtime.requests import task_shape
 
 __all__ = [
-    "CheckpointIn",
     "ClusterOut",
     "EventOut",
     "GPUOut",
@@ -33,7 +31,6 @@ __all__ = [
     "QueueOut",
     "QueuePatch",
     "TaskOut",
-    "TopologyIn",
     "WhoAmI",
     "event_out",
     "iso",
@@ -52,19 +49,6 @@ def iso(t: float | None) -> str | None:
 # -- requests --------------------------------------------------------------------------------
 
 
-class TopologyIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    mode: Literal["hard", "soft"] = "soft"
-    highest_tier: Literal[1, 2] = 1
-
-
-class CheckpointIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    interval: float | None = Field(default=None, gt=0, description="Seconds between checkpoints")
-    cost: float = Field(default=0.0, ge=0, description="Seconds one checkpoint takes")
-    on_sigterm: bool = Field(default=True, description="Writes an emergency checkpoint on SIGTERM")
-
-
 class JobRequest(BaseModel):
     """A submission. GPUs are per task; a fraction (e.g. 0.5) only for a single task."""
 
@@ -81,9 +65,9 @@ class JobRequest(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     workdir: str | None = Field(default=None, description="Working directory of the tasks")
     labels: dict[str, str] = Field(default_factory=dict)
-    topology: TopologyIn | None = None
+    topology: TopologyModel | None = None
     expected_duration: float | None = Field(default=None, gt=0, description="Seconds")
-    checkpoint: CheckpointIn | None = None
+    checkpoint: CheckpointModel | None = None
     max_retries: int = Field(default=0, ge=0, le=100)
     gpu_model: list[str] | None = None
     gpu_profile: str | None = Field(
@@ -91,30 +75,30 @@ class JobRequest(BaseModel):
     )
 
     def normalised(self) -> dict[str, Any]:
-        """The stored request: units resolved, defaults filled. Raises ValueError."""
-        gpu = parse_gpu_milli(self.gpus)
-        if self.gpu_profile is not None:
-            if "gpus" in self.model_fields_set:
-                raise ValueError("give gpus or gpu_profile, not both")
-            gpu = slice_milli(self.gpu_profile)  # raises a one-line ValueError if unknown
-        elif 0 < gpu < GPU_MILLI and self.tasks != 1:
-            raise ValueError("fractional GPUs are allowed only for a single task")
-        if self.min_available is not None and self.min_available > self.tasks:
-            raise ValueError(f"min_available ({self.min_available}) exceeds tasks ({self.tasks})")
+        """The stored request: units resolved, defaults filled. Raises RequestError."""
+        shape = task_shape(
+            self.tasks,
+            self.gpus,
+            self.min_available,
+            self.cpu,
+            self.memory,
+            gpu_profile=self.gpu_profile,
+            gpus_given="gpus" in self.model_fields_set,
+        )
         if not self.command[0]:
-            raise ValueError("command: the program name is empty")
+            raise RequestError("command: the program name is empty")
         if self.workdir is not None and not Path(self.workdir).is_absolute():
-            raise ValueError("workdir must be an absolute path")
-        checkpoint = self.checkpoint or CheckpointIn()
+            raise RequestError("workdir must be an absolute path")
+        checkpoint = self.checkpoint or CheckpointModel()
         return {
             "name": self.name or self.command[0].rsplit("/", 1)[-1][:64],
             "queue": self.queue,
             "type": self.type.value,
-            "tasks": self.tasks,
-            "gpu": gpu,
-            "cpu": parse_cpu(self.cpu) if self.cpu is not None else 0,
-            "memory": parse_memory_mib(self.memory) if self.memory is not None else 0,
-            "min_available": self.min_available or self.tasks,
+            "tasks": shape.tasks,
+            "gpu": shape.gpu,
+            "cpu": shape.cpu,
+            "memory": shape.memory,
+            "min_available": shape.min_available,
             "command": list(self.command),
             "env": dict(self.env),
             "workdir": self.workdir,

@@ -1,10 +1,16 @@
-"""What a runtime that runs real things (the service, the Kubernetes controller) keeps about a
-job, and how it turns that into the cycle's `JobView`.
+"""The tracked job: what every runtime keeps about a job, and how it becomes the cycle's
+`JobView`.
 
-Both runtimes track tasks that are running or leaving (signalled, holding room until their
-grace period ends) and the same facts about progress, evictions, holds and nominations; only
-how a task runs differs (a process group, a pod). Keeping those facts in one base class means
-the two build exactly the same snapshot from the same history.
+The simulator, the service and the Kubernetes controller track the same facts — tasks that
+are running or leaving (signalled, holding room until they are gone), progress, evictions,
+holds and nominations; only how a task runs differs (a simulated batch, a process group, a
+pod), so each runtime subclasses `TrackedTask`'s shape and `TrackedJob` with its own extras.
+The same history therefore gives the same snapshot in every runtime.
+
+Work accounting: `running_since` is set while the gang makes progress (at least
+`min_available` tasks run), `work_base` is the useful work done before it, `saved_work` what
+the last checkpoint preserved. A requeued job resumes from its last checkpoint; the
+difference is lost work (`rewind_to_checkpoint`).
 """
 
 from __future__ import annotations
@@ -16,15 +22,18 @@ from typing import Generic, Protocol, TypeVar
 from caldera.core import JobIndex, JobView, Nomination, TaskPlacement
 from caldera.model import GPU_MILLI, JobSpec, JobState
 
-__all__ = ["TrackedJob", "TrackedTask", "refresh_index"]
+__all__ = ["TaskT", "TrackedJob", "TrackedTask", "refresh_index"]
 
 
 class TrackedTask(Protocol):
     """One task of one attempt, as a runtime tracks it."""
 
+    rank: int
     placement: TaskPlacement
     leaving: bool  # signalled by an eviction; holds its room until it is gone
-    kill_at: float | None  # end of its grace period
+    kill_at: float | None  # end of its grace period (the simulator: when its room is free)
+    done: bool  # ended (exited, deleted, released)
+    exit_code: int | None  # None while running, or when nobody saw how it ended
 
 
 TaskT = TypeVar("TaskT", bound=TrackedTask)
@@ -55,6 +64,7 @@ class TrackedJob(Generic[TaskT]):
     hold_since: float | None = None
     throttled_once: bool = False
     preempt_failed_at: float | None = None  # the core's back-off after a failed victim search
+    cancel_requested: bool = False
     attempts: int = 0
     retries: int = 0
     exit_code: int | None = None
@@ -84,9 +94,9 @@ class TrackedJob(Generic[TaskT]):
             return self.work_base
         return self.work_base + max(now - self.running_since, 0.0)
 
-    def begin_leaving(self, tasks: tuple[int, ...], now: float, grace: float) -> list[TaskT]:
+    def begin_leaving(self, tasks: tuple[int, ...], now: float, until: float) -> list[TaskT]:
         """Mark the tasks an eviction names (indexes into the running tasks; none: all) as
-        leaving, holding their room until `now + grace`. A gang that drops below its
+        leaving, holding their room until `until`. A gang that drops below its
         `min_available` stops making progress: its work is frozen as of the signal. Returns
         the leaving tasks."""
         running = self.running
@@ -100,7 +110,7 @@ class TrackedJob(Generic[TaskT]):
             self.running_since = None
         for task in leaving:
             task.leaving = True
-            task.kill_at = now + grace
+            task.kill_at = until
         self.touch()
         return leaving
 

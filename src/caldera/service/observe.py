@@ -1,0 +1,106 @@
+"""Looking at this host's processes: what the service's runtime learns each turn, as typed
+observations (nothing here changes a job).
+
+- `Exited`: a task's process group is gone (its exit code, None if nobody saw it);
+- `KillDue`: a leaving or stopping task outlived its grace period;
+- `Reported`: progress or a checkpoint the job wrote through `caldera.sdk.preemption`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from caldera.model import JobState
+from caldera.service.jobs import LiveJob, TaskRun
+from caldera.service.launcher import JobFiles, Launcher
+
+__all__ = ["Exited", "KillDue", "Observation", "Reported", "observe"]
+
+
+@dataclass(frozen=True, slots=True)
+class Exited:
+    job: LiveJob
+    task: TaskRun
+    exit_code: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class KillDue:
+    job: LiveJob
+    task: TaskRun
+
+
+@dataclass(frozen=True, slots=True)
+class Reported:
+    """`progress` in [0, 1] and/or a checkpoint written at `checkpoint_at` (its `step`)."""
+
+    job: LiveJob
+    progress: float | None = None
+    checkpoint_at: float | None = None
+    step: int | None = None
+
+
+Observation = Exited | KillDue | Reported
+
+
+def observe(
+    jobs: Iterable[LiveJob], launcher: Launcher, data_dir: Path, now: float
+) -> Iterator[Observation]:
+    """What changed for the jobs holding tasks: exits, SIGKILL deadlines, reports."""
+    for job in jobs:
+        files = JobFiles(data_dir, job.id)
+        for task in job.tasks:
+            if task.done or task.pid is None:
+                continue  # ended, or spawned in this very flush: looked at next turn
+            over, code = launcher.ended(files, task.attempt, task.rank, task.pid, task.start_ticks)
+            if over:
+                yield Exited(job, task, code)
+            elif task.kill_at is not None and now >= task.kill_at and not task.killed:
+                yield KillDue(job, task)
+        if job.state in (JobState.RUNNING, JobState.RELEASING):
+            yield from _reports(job, files)
+
+
+def _reports(job: LiveJob, files: JobFiles) -> Iterator[Reported]:
+    """The status files the job's tasks wrote since the last look (by modification time)."""
+    try:
+        entries = list(os.scandir(files.control))
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.endswith(".json") or entry.name.startswith("."):
+            continue
+        try:
+            mtime = entry.stat().st_mtime
+        except OSError:
+            continue
+        if job.control_seen.get(entry.name) == mtime:
+            continue
+        job.control_seen[entry.name] = mtime
+        report = _read_report(Path(entry.path))
+        if report is None:
+            continue
+        progress = report.get("progress")
+        value = float(min(max(progress, 0.0), 1.0)) if isinstance(progress, int | float) else None
+        checkpoint = report.get("checkpoint")
+        at = checkpoint.get("time") if isinstance(checkpoint, dict) else None
+        step = checkpoint.get("step") if isinstance(checkpoint, dict) else None
+        yield Reported(
+            job,
+            progress=value,
+            checkpoint_at=float(at) if isinstance(at, int | float) else None,
+            step=step if isinstance(step, int) else None,
+        )
+
+
+def _read_report(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
