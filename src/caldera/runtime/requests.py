@@ -50,11 +50,13 @@ def resolve_tasks(
     memory: Quantity | None = None,
     gpu_profile: str | None = None,
     gpus_given: bool = False,
+    gpus_key: str = "gpus",
 ) -> tuple[TaskShape, list[str]]:
     """The shape of a request and what is wrong with it (nothing: an empty list). A part that
     is wrong falls back to a harmless value (1 GPU, no CPU or memory, a gang of `tasks`), so
     a caller that records problems instead of raising still gets a shape. `gpu_profile`: one
-    MIG slice of that profile per task instead of `gpus` (`gpus_given`: both were asked)."""
+    MIG slice of that profile per task instead of `gpus` (`gpus_given`: both were asked).
+    `gpus_key`: what the caller's request calls the GPUs per task, for the messages."""
     problems: list[str] = []
     gang = min_available or tasks
     if gang > tasks:
@@ -67,13 +69,13 @@ def resolve_tasks(
         gpu = GPU_MILLI
     if gpu_profile is not None:
         if gpus_given:
-            problems.append("give gpus or gpu_profile, not both")
+            problems.append(f"give gpu_profile or {gpus_key}, not both")
         try:
             gpu = slice_milli(gpu_profile)  # a slice is its GPU-equivalent, for any gang
         except ValueError as error:
             problems.append(str(error))
     elif 0 < gpu < GPU_MILLI and tasks != 1:
-        problems.append("fractional gpus need tasks: 1 (a GPU share is for one task)")
+        problems.append(f"fractional {gpus_key} need tasks: 1 (a GPU share is for one task)")
         gpu = GPU_MILLI
     try:
         millicores = parse_cpu(cpu) if cpu is not None else 0

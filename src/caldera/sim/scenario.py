@@ -246,6 +246,7 @@ def job_spec_from_model(model: JobModel | StreamModel, name: str, submit: float)
         model.memory_per_task,
         gpu_profile=profile,
         gpus_given="gpus_per_task" in model.model_fields_set,
+        gpus_key="gpus_per_task",
     )
     spec = job_spec(
         id=name,
