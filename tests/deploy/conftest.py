@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
 
 from deploy_support import prometheus_tool
-from service_support import ALICE, OPS, Server, wait_for
+from service_support import ALICE, JOB_PYTHON, OPS, Server, wait_for
 
 CRITICAL_SLO = 2.0  # seconds: short, so the live server has a critical job past it quickly
 
@@ -49,7 +49,7 @@ def _jobs(server: Server, state: str, queue: str) -> list[dict[str, object]]:
 
 
 def _sleeper(server: Server, queue: str, kind: str, gpus: int = 1, token: str = OPS) -> str:
-    command = [sys.executable, "-c", "import time; time.sleep(600)"]
+    command = [JOB_PYTHON, "-c", "import time; time.sleep(600)"]
     return str(server.client(token).submit(command, queue, kind, gpus=gpus)["id"])
 
 

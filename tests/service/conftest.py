@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from postgres import PostgresServer, find_binaries, start_postgres
-from service_support import BASE_CONFIG, Server
+from service_support import BASE_CONFIG, ROOT, Server
 
 
 @pytest.fixture(scope="session")
@@ -61,9 +62,10 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
 def make_server(tmp_path: Path, database_url: str | None) -> Iterator[Callable[..., Server]]:
     servers: list[Server] = []
 
-    def make(**policy: Any) -> Server:
+    def make(config_changes: dict[str, Any] | None = None, **policy: Any) -> Server:
         config = json.loads(json.dumps(BASE_CONFIG))
         config["policy"].update(policy)
+        config.update(config_changes or {})
         root = tmp_path / f"server{len(servers)}"
         root.mkdir()
         server = Server(root, database_url, config)
@@ -75,3 +77,28 @@ def make_server(tmp_path: Path, database_url: str | None) -> Iterator[Callable[.
         server.stop()
         server.kill_tasks()
         server.close_clients()
+
+
+@pytest.fixture(scope="session")
+def job_accounts() -> Iterator[dict[str, str]]:
+    """Throwaway OS accounts for alice's and bob's jobs (useradd; removed at the end).
+    Dropping privileges needs root: skipped when not root (CI runs as root)."""
+    if not ROOT:
+        if os.environ.get("CI") == "true":
+            pytest.fail("the isolation tests need root (CI runs as root)")
+        pytest.skip("needs root: only root can create accounts and run jobs as them")
+    suffix = secrets.token_hex(3)
+    accounts = {"alice": f"cld{suffix}a", "bob": f"cld{suffix}b"}
+    made = []
+    try:
+        for name in accounts.values():
+            subprocess.run(
+                ["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
+                 "--shell", "/usr/sbin/nologin", name],
+                check=True, capture_output=True, timeout=60,
+            )  # fmt: skip
+            made.append(name)
+        yield accounts
+    finally:
+        for name in made:
+            subprocess.run(["userdel", name], capture_output=True, timeout=60, check=False)

@@ -3,18 +3,24 @@ on a free 127.0.0.1 port, against SQLite (a fresh data dir) or PostgreSQL (a fre
 the session's private server, see `postgres.py`), driven through the `caldera` CLI like a new user
 would.
 
-Tasks outlive their server by design, so teardown kills every task process group the data
-dir's runner records name (after checking it is still that process).
+Tasks outlive their server by design, so teardown asks every runner the data dir's records
+name to kill its task (after checking it is still that process), and kills the task cgroups.
+
+Run as root (CI), a server never runs jobs as root: unless a test's config says otherwise its
+jobs run as `nobody` (`SANDBOX`), and its data dir is a folder under /tmp every account can
+pass through (pytest's own temp folders are private to root).
 """
 
 from __future__ import annotations
 
-import json
+import atexit
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +30,7 @@ import pytest
 import yaml
 
 from caldera.sdk import Client
-from caldera.service.procs import signal_group
+from caldera.service.launcher import kill_recorded_tasks
 from polling import wait_for
 
 CALDERA = str(Path(sys.executable).parent / "caldera")
@@ -33,6 +39,23 @@ TRAINER = str(Path(__file__).with_name("trainer.py"))
 ALICE = "alice-token-0001"
 BOB = "bob-token-00002"
 OPS = "ops-token-00003"
+ROOT = os.geteuid() == 0
+SANDBOX = "nobody"  # the account test jobs run as under a root server, unless told otherwise
+
+
+def _reachable_by_others(path: str) -> bool:
+    """Can an account other than root execute `path` (every folder on the way searchable)?"""
+    real = Path(os.path.realpath(path))
+    folders_ok = all(folder.stat().st_mode & 0o001 for folder in real.parents)
+    return folders_ok and bool(real.stat().st_mode & 0o001)
+
+
+# The Python test jobs run with: under a root server they run as another account, which may
+# not reach this interpreter (pyenv under /root is private); Debian's python3 then, which
+# finds caldera.sdk (standard library only) through the checkout (see trainer.py).
+JOB_PYTHON = (
+    sys.executable if not ROOT or _reachable_by_others(sys.executable) else "/usr/bin/python3"
+)
 
 BASE_CONFIG: dict[str, Any] = {
     "queues": [
@@ -67,6 +90,7 @@ class Server:
     process: subprocess.Popen[bytes] | None = None
     clients: dict[str, Client] = field(default_factory=dict)
     gpu_args: tuple[str, ...] = ("--gpus", "8")  # or ("--fake-gpus", SHAPE) (test_gpus)
+    data: Path | None = None
 
     @property
     def url(self) -> str:
@@ -74,11 +98,12 @@ class Server:
 
     @property
     def data_dir(self) -> Path:
-        return self.root / "data"
+        if self.data is None:
+            self.data = reachable_dir("caldera-data-") if ROOT else self.root / "data"
+        return self.data
 
     def start(self) -> Server:
-        config_file = self.root / "caldera.yaml"
-        config_file.write_text(yaml.safe_dump(self.config))
+        config_file = write_config(self.root / "caldera.yaml", self.config)
         argv = [
             CALDERA,
             "serve",
@@ -141,7 +166,8 @@ class Server:
     def cli(
         self, *args: str, token: str | None = ALICE, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "CALDERA_URL": self.url}
+        # A wide terminal: tables print whole values, not cut to 80 columns.
+        env = {**os.environ, "CALDERA_URL": self.url, "COLUMNS": "200"}
         env.pop("CALDERA_TOKEN", None)
         if token is not None:
             env["CALDERA_TOKEN"] = token
@@ -153,12 +179,28 @@ class Server:
         return done
 
     def kill_tasks(self) -> None:
-        for record in self.data_dir.glob("jobs/*/run/*.runner"):
-            try:
-                data = json.loads(record.read_text())
-            except (OSError, ValueError):
-                continue
-            signal_group(data.get("pid"), data.get("start_ticks"), signal.SIGKILL)
+        """Stop every task a runner record names (its runner kills the whole task)."""
+        kill_recorded_tasks(self.data_dir)
+
+
+def write_config(path: Path, config: dict[str, Any]) -> Path:
+    """Write a server config the way a root server accepts it: mode 600 (it holds the
+    tokens) and, unless it says otherwise, jobs run as `SANDBOX`."""
+    config = dict(config)
+    if ROOT and "isolation" not in config:
+        config["isolation"] = {"sandbox_user": SANDBOX}
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def reachable_dir(prefix: str) -> Path:
+    """A fresh folder under /tmp that every account may pass through (0711), removed when the
+    test session ends."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    path.chmod(0o711)
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def job_log(server: Server, job_id: str) -> str:
@@ -170,4 +212,22 @@ def job_state(server: Server, job_id: str) -> str:
 
 
 def trainer(*args: object) -> list[str]:
-    return [sys.executable, TRAINER, *(str(a) for a in args)]
+    return [JOB_PYTHON, TRAINER, *(str(a) for a in args)]
+
+
+def job_processes(job_id: str) -> list[int]:
+    """Every live process on this host whose environment names `job_id` (caldera sets
+    CALDERA_JOB_ID in every task; root may read any process's environment)."""
+    marker = f"CALDERA_JOB_ID={job_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in environ.split(b"\0") and state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found

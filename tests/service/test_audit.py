@@ -61,3 +61,10 @@ def test_every_state_changing_request_is_audited_before_it_is_answered(make_serv
     assert rows[-1]["detail"] == {"state": "Closing"}
     assert all(r["client"] == "127.0.0.1" and began <= r["t"] <= time.time() for r in rows)
     assert all(r["method"] in ("POST", "DELETE", "PATCH") for r in rows)
+    # Admins read it through the API; others may not.
+    shown = server.client(OPS)._json("GET", "/v1/audit", params={"user": "alice"})
+    assert [(r["action"], r["status"]) for r in shown] == [("submit", 201), ("cancel", 200)]
+    refused = httpx.get(
+        server.url + "/v1/audit", headers={"Authorization": f"Bearer {ALICE}"}, timeout=30
+    )
+    assert refused.status_code == 403

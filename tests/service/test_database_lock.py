@@ -8,8 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
-from service_support import CALDERA, free_port
+from service_support import CALDERA, free_port, reachable_dir, write_config
 
 from caldera.service.server import ServiceError, build_service
 
@@ -27,8 +26,9 @@ def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def test_a_second_server_on_the_same_database_refuses_to_start(
-    shared_url: str, tmp_path: Path, service_config: Path
+    shared_url: str, service_config: Path
 ) -> None:
+    tmp_path = reachable_dir("caldera-lock-")  # data dirs jobs could reach, as root needs
     first = build_service(service_config, tmp_path / "one", gpus=2, database_url=shared_url)
     try:
         with pytest.raises(ServiceError) as error:
@@ -53,7 +53,4 @@ def test_a_second_server_on_the_same_database_refuses_to_start(
 
 @pytest.fixture
 def service_config(tmp_path: Path) -> Path:
-    path = tmp_path / "caldera.yaml"
-    path.write_text(yaml.safe_dump(CONFIG))
-    path.chmod(0o600)
-    return path
+    return write_config(tmp_path / "caldera.yaml", CONFIG)

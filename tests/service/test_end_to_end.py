@@ -18,6 +18,7 @@ from service_support import (
     Server,
     job_log,
     job_state,
+    reachable_dir,
     trainer,
     wait_for,
 )
@@ -219,7 +220,7 @@ def test_kill_9_server_loses_nothing_and_readopts_running_tasks(make_server) -> 
     server = make_server()
     loop = "while true; do echo tick; sleep 0.05; done"
     survivor = submit(server, "--queue", "team-a", "--gpus", "4", "--", "sh", "-c", loop)
-    go = server.root / "go"
+    go = reachable_dir("caldera-go-") / "go"  # the job account must see it appear
     gate = f"while [ ! -f {go} ]; do sleep 0.05; done; exit 3"
     ends = submit(server, "--queue", "team-a", "--gpus", "4", "--", "sh", "-c", gate)
     waiting = submit(server, "--queue", "team-a", "--gpus", "8", "--", "true")

@@ -144,6 +144,7 @@ def test_evicted_job_is_requeued_whatever_its_exit_code_and_resumes(world: Any) 
     assert job.state is JobState.RELEASING
     # The job writes its emergency checkpoint through the SDK's status file, then exits 1.
     control = Path(first.env["CALDERA_CONTROL_DIR"])
+    control.mkdir(parents=True, exist_ok=True)  # the real launcher makes it, this fake does not
     report = {"checkpoint": {"step": 42, "time": clock.now + 1}}
     (control / "rank-0.json").write_text(json.dumps(report))
     clock.now += 2

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from service_support import reachable_dir, write_config
 
 from caldera.service.config import ConfigError, load_config, parse_config
 from caldera.service.procs import process_alive, process_start_ticks, signal_group
@@ -87,11 +88,9 @@ def test_a_recycled_pid_is_never_signalled() -> None:
 
 
 def test_openapi_documents_the_api_and_one_server_per_data_dir(tmp_path: Path) -> None:
-    config = tmp_path / "caldera.yaml"
-    import yaml
-
-    config.write_text(yaml.safe_dump(GOOD))
-    service = build_service(config, tmp_path / "data", gpus=8)
+    config = write_config(tmp_path / "caldera.yaml", GOOD)
+    data = reachable_dir("caldera-parts-")
+    service = build_service(config, data, gpus=8)
     try:
         schema = service.app.openapi()
         paths = schema["paths"]
@@ -113,7 +112,19 @@ def test_openapi_documents_the_api_and_one_server_per_data_dir(tmp_path: Path) -
             fields
         )
         with pytest.raises(Exception, match="another caldera server"):
-            build_service(config, tmp_path / "data", gpus=8)
+            build_service(config, data, gpus=8)
     finally:
-        service.store.close()
-        service.lock.close()
+        service.close()
+
+
+def test_names_are_printed_as_they_are_never_as_markup_or_escapes() -> None:
+    """`caldera status`/`list` print what users named things: Rich markup stays text, terminal
+    escapes and newlines (rows already stored before the API refused them) are shown escaped."""
+    from rich.console import Console
+
+    from caldera.cli.service_cmds import _plain
+
+    console = Console(record=True, width=200, color_system=None)
+    console.print(_plain("[bold red]fake[/bold red] \x1b[2J\nj-000000000000 Running"))
+    shown = console.export_text()
+    assert shown == "[bold red]fake[/bold red] \\x1b[2J\\nj-000000000000 Running\n"

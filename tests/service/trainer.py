@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
+
+# Run by Debian's python3 when the test's own interpreter is out of the job account's reach
+# (service_support.JOB_PYTHON): caldera.sdk.preemption needs only the standard library.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
 from caldera.sdk import preemption
 

@@ -7,12 +7,11 @@ preemption list, and be denied another team's jobs. Each page is saved as a scre
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 from playwright.sync_api import Page, expect
-from service_support import ALICE, BOB, OPS, Server, wait_for
+from service_support import ALICE, BOB, JOB_PYTHON, OPS, Server, reachable_dir, wait_for
 
 from caldera.core import WaitReason
 
@@ -47,12 +46,12 @@ def shoot(page: Page, folder: Path, name: str) -> None:
 
 
 def submit(server: Server, token: str, *args: str, script: str) -> str:
-    done = server.cli("submit", *args, "--", sys.executable, "-c", script, token=token)
+    done = server.cli("submit", *args, "--", JOB_PYTHON, "-c", script, token=token)
     return done.stdout.strip()
 
 
 def sleeper(server: Server, queue: str, token: str = ALICE, **fields: Any) -> str:
-    command = [sys.executable, "-c", "import time; time.sleep(600)"]
+    command = [JOB_PYTHON, "-c", "import time; time.sleep(600)"]
     return str(server.client(token).submit(command, queue, **fields)["id"])
 
 
@@ -61,7 +60,7 @@ def test_a_submitted_job_appears_and_changes_state_without_a_reload(
 ) -> None:
     page = log_in(browser, server, ALICE)
     mark(page)
-    go = tmp_path / "go"
+    go = reachable_dir("caldera-ui-") / "go"  # the job's account must see it appear
     script = (
         "import os, time\n"
         "print('hello from the job', flush=True)\n"

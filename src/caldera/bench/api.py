@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -80,14 +79,15 @@ def _own_server(gpus: int, database_url: str | None) -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="caldera-bench-") as folder:
         root = Path(folder)
         config = root / "caldera.yaml"
-        config.write_text(
-            json.dumps(
-                {
-                    "queues": [{"name": _QUEUE, "weight": 1}],
-                    "tokens": [{"token": _TOKEN, "user": "bench", "critical": True, "admin": True}],
-                }
-            )
-        )
+        settings: dict[str, object] = {
+            "queues": [{"name": _QUEUE, "weight": 1}],
+            "tokens": [{"token": _TOKEN, "user": "bench", "critical": True, "admin": True}],
+        }
+        if os.geteuid() == 0:  # a root server runs jobs as another account, never as root
+            settings["isolation"] = {"sandbox_user": "nobody"}
+            root.chmod(0o711)  # which must reach the data dir
+        config.write_text(json.dumps(settings))
+        config.chmod(0o600)
         port = _free_port()
         caldera = str(Path(sys.executable).parent / "caldera")
         argv = [caldera, "serve", "--config", str(config), "--data-dir", str(root / "data")]
@@ -122,14 +122,9 @@ def _own_server(gpus: int, database_url: str | None) -> Iterator[str]:
 
 
 def _kill_tasks(data_dir: Path) -> None:
-    from caldera.service.procs import signal_group
+    from caldera.service.launcher import kill_recorded_tasks
 
-    for record in data_dir.glob("jobs/*/run/*.runner"):
-        try:
-            data = json.loads(record.read_text())
-        except (OSError, ValueError):
-            continue
-        signal_group(data.get("pid"), data.get("start_ticks"), signal.SIGKILL)
+    kill_recorded_tasks(data_dir)
 
 
 def _start_latencies(client: httpx.Client, starts: int) -> list[float]:

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from caldera.cli.errors import EXIT_BAD_INPUT, EXIT_FAILURE, fail
+from caldera.service.printable import printable
 
 if TYPE_CHECKING:
     from caldera.sdk.client import Client
@@ -51,6 +53,13 @@ def _pairs(values: list[str] | None, what: str) -> dict[str, str]:
             fail(f"{what} must be KEY=VALUE, got {item!r}", EXIT_BAD_INPUT)
         result[key] = value
     return result
+
+
+def _plain(value: object) -> Text:
+    """Text shown as it is: never read as Rich markup, and with control characters (terminal
+    escape sequences, newlines) shown as `\\xNN` escapes, so a job name cannot draw on an
+    admin's terminal or forge a row."""
+    return Text(printable(value))
 
 
 def _print_json(data: Any) -> None:
@@ -213,7 +222,7 @@ def register(app: typer.Typer) -> None:
                 )
             )
         for label, value in rows:
-            console.print(f"[bold]{label}:[/bold] {value}")
+            console.print(Text.assemble((f"{label}:", "bold"), " ", _plain(value)))
 
     @app.command("list")
     def list_jobs(
@@ -236,14 +245,19 @@ def register(app: typer.Typer) -> None:
             table.add_column(column)
         for job in jobs:
             table.add_row(
-                job["id"],
-                job["name"],
-                job["user"],
-                job["queue"],
-                job["type"],
-                job["state"],
-                f"{job['tasks'] * job['gpus_per_task']:g}",
-                _short(job["submit_time"]),
+                *(
+                    _plain(value)
+                    for value in (
+                        job["id"],
+                        job["name"],
+                        job["user"],
+                        job["queue"],
+                        job["type"],
+                        job["state"],
+                        f"{job['tasks'] * job['gpus_per_task']:g}",
+                        _short(job["submit_time"]),
+                    )
+                )
             )
         Console().print(table)
 
@@ -293,7 +307,8 @@ def register(app: typer.Typer) -> None:
                     seen = event["id"]
                     data = event["data"] or {}
                     detail = " ".join(f"{k}={v}" for k, v in data.items() if v not in (None, []))
-                    sys.stdout.write(f"{_short(event['time'])}  {event['kind']:<12} {detail}\n")
+                    line = f"{_short(event['time'])}  {event['kind']:<12} {detail}"
+                    sys.stdout.write(f"{_plain(line)}\n")
                 sys.stdout.flush()
                 if found["state"] in _FINAL:
                     sys.stdout.write(f"{found['id']} {found['state']}\n")
@@ -328,7 +343,7 @@ def register(app: typer.Typer) -> None:
             table.add_column(column)
         for q in found:
             table.add_row(
-                q["name"],
+                _plain(q["name"]),
                 q["state"],
                 str(q["weight"]),
                 "-" if q["deserved_gpus"] is None else f"{q['deserved_gpus']:g}",

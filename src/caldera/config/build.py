@@ -46,6 +46,10 @@ class Principal:
     queues: frozenset[str]
     critical: bool = False
     admin: bool = False
+    # May set protection labels (`protected`, `caldera.io/…`): immunity from preemption.
+    protect: bool = False
+    # The job's own claims of progress (reported, or from expected_duration) count in W_eff.
+    trust_progress: bool = False
 
     def may_use(self, queue: str) -> bool:
         return self.admin or "*" in self.queues or queue in self.queues
@@ -134,7 +138,10 @@ def parse_deployment(model: DeploymentModel) -> Deployment:
     # Services and controllers run on Unix time: time windows need seconds since a Monday.
     policy = replace(policy, week_offset=UNIX_WEEK_OFFSET)
     tokens = {
-        t.token: Principal(t.user, frozenset(t.queues), t.critical, t.admin) for t in model.tokens
+        t.token: Principal(
+            t.user, frozenset(t.queues), t.critical, t.admin, t.protect, t.trust_progress
+        )
+        for t in model.tokens
     }
     return Deployment(queues, tokens, policy)
 

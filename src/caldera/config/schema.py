@@ -113,13 +113,16 @@ class CheckpointModel(StrictModel):
 
 class TokenModel(StrictModel):
     """A bearer token: who it names, the queues it may submit to (`"*"`: all), whether it may
-    submit `critical` jobs and whether it is an admin."""
+    submit `critical` jobs, set protection labels (`protect`), have its jobs' own progress
+    claims defend them (`trust_progress`), and whether it is an admin."""
 
     token: str = Field(min_length=8)
-    user: str = Field(min_length=1)
+    user: str = Field(min_length=1, max_length=128)
     queues: list[str] = Field(default_factory=lambda: ["*"])
     critical: bool = False
     admin: bool = False
+    protect: bool = False
+    trust_progress: bool = False
 
 
 class DeploymentModel(StrictModel):
@@ -132,8 +135,9 @@ class DeploymentModel(StrictModel):
 
 class ConfigFileModel(DeploymentModel):
     """The whole configuration file `caldera serve` and `caldera k8s run` read (DESIGN §8).
-    `poll_interval`, `cycle_gap` and `gpu_health` are the local service's; the controller
-    accepts and ignores them (its own settings are under `kubernetes:`)."""
+    `poll_interval`, `cycle_gap`, `gpu_health`, `isolation`, `logs` and `limits` are the local
+    service's; the controller accepts and ignores them (its own settings are under
+    `kubernetes:`)."""
 
     # Seconds between two looks at the running processes and the SDK's status files.
     poll_interval: float = Field(default=0.1, gt=0, le=10)
@@ -142,3 +146,8 @@ class ConfigFileModel(DeploymentModel):
     # Polling this host's GPUs for XID/ECC errors, heat and lost devices (docs/gpus.md); its
     # keys are checked by the service (`caldera.service.gpus.watch.GpuHealthModel`).
     gpu_health: dict[str, Any] = Field(default_factory=dict)
+    # Who jobs run as, how their processes are tracked (`caldera.service.isolation`), task log
+    # bounds and admission limits (`caldera.service.limits`): checked by the service.
+    isolation: dict[str, Any] = Field(default_factory=dict)
+    logs: dict[str, Any] = Field(default_factory=dict)
+    limits: dict[str, Any] = Field(default_factory=dict)

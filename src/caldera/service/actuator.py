@@ -11,7 +11,6 @@ process before the database says why, and a reader can print what is about to ha
 from __future__ import annotations
 
 import logging
-import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -223,13 +222,14 @@ class Actuator:
             caldera_env["CALDERA_GPU_FRACTION"] = f"{task.placement.milli / GPU_MILLI:g}"
         if job.spec.time_shared:
             caldera_env["CALDERA_TIME_SHARED"] = str(job.spec.time_shared)
-        workdir = Path(request.get("workdir") or files.root)
         return Launch(
             job=job.id,
             rank=task.rank,
             attempt=task.attempt,
             command=tuple(request["command"]),
-            env=environment(dict(os.environ), dict(request.get("env") or {}), caldera_env),
-            cwd=workdir,
+            # Only what the request and caldera set: nothing of the server's environment.
+            env=environment(dict(request.get("env") or {}), caldera_env),
+            cwd=Path(request.get("workdir") or files.work),
             files=files,
+            user=job.spec.user,
         )

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from caldera.service.printable import printable
 from caldera.service.store import Store
 
 __all__ = ["AuditLog", "AuditWriter", "clean_text"]
@@ -36,12 +37,8 @@ _SUBMIT_FIELDS = ("queue", "type", "tasks", "gpus", "name")
 
 
 def clean_text(value: object, limit: int = 255) -> str:
-    """Printable, bounded text for the log: control characters (NUL, escapes) shown as
-    `\\xNN`, cut to `limit` characters."""
-    text = str(value)
-    if not text.isprintable():
-        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """Printable, bounded text for the log (see `printable`)."""
+    return printable(value, limit)
 
 
 class AuditWriter:

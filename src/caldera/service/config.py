@@ -20,6 +20,8 @@ from caldera.errors import ConfigError
 from caldera.model import Queue
 from caldera.service.gpus.health import HealthSettings
 from caldera.service.gpus.watch import GpuHealthModel, health_settings
+from caldera.service.isolation import IsolationModel, LogsModel
+from caldera.service.limits import Limits
 
 __all__ = [
     "ConfigError",
@@ -39,6 +41,9 @@ class ServiceConfig:
     poll_interval: float = 0.1
     cycle_gap: float = 0.05
     gpu_health: HealthSettings | None = field(default_factory=HealthSettings)  # None: off
+    isolation: IsolationModel = field(default_factory=IsolationModel)
+    logs: LogsModel = field(default_factory=LogsModel)
+    limits: Limits = field(default_factory=Limits)
 
 
 def default_config(token: str, user: str = "admin") -> dict[str, Any]:
@@ -65,6 +70,12 @@ def parse_config(data: Any) -> ServiceConfig:
         health = GpuHealthModel.model_validate(model.gpu_health)
     except ValidationError as error:
         raise ConfigError(one_line(error, under="gpu_health")) from None
+    sections: dict[str, Any] = {}
+    for name, section in (("isolation", IsolationModel), ("logs", LogsModel), ("limits", Limits)):
+        try:
+            sections[name] = section.model_validate(getattr(model, name))
+        except ValidationError as error:
+            raise ConfigError(one_line(error, under=name)) from None
     return ServiceConfig(
         deployment.queues,
         deployment.tokens,
@@ -72,6 +83,7 @@ def parse_config(data: Any) -> ServiceConfig:
         model.poll_interval,
         model.cycle_gap,
         health_settings(health),
+        **sections,
     )
 
 

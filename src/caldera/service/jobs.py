@@ -9,10 +9,10 @@ from it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from caldera.core import TaskPlacement
+from caldera.core import JobView, TaskPlacement
 from caldera.model import (
     Checkpointing,
     JobSpec,
@@ -119,6 +119,26 @@ class LiveJob(TrackedJob[TaskRun]):
     request: dict[str, Any]
     checkpoint_step: int | None = None
     control_seen: dict[str, float] = field(default_factory=dict)  # status file -> mtime read
+
+    def view(self) -> JobView:
+        """The cycle's view. The job's own claims of progress (what it reports through the
+        SDK, or its `expected_duration`) count in W_eff only if its token has
+        `trust_progress`; otherwise only the time it has run defends it (DESIGN §4.2's
+        α·ln(1 + T_run) term; docs/service.md "Security model")."""
+        view = super().view()
+        if not self.request.get("trust_progress") and view.reported_progress != 0.0:
+            view = replace(view, reported_progress=0.0)
+            self._view = view
+        return view
+
+    def forget_unrun_work(self) -> None:
+        """A gang that never had `min_available` processes did no work: nothing of this
+        attempt may be counted as lost (a task that could not be spawned, or that a crashed
+        server committed and never spawned)."""
+        if self.state is not JobState.RUNNING or self.running_since is None:
+            return
+        if sum(1 for t in self.running if t.pid is not None) < self.spec.min_available:
+            self.running_since = None
 
     def row(self) -> dict[str, Any]:
         spec = self.spec

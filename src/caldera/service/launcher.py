@@ -1,15 +1,22 @@
-"""The process seam: start a task through the runner, learn how it ended, signal its group.
+"""The process seam: start a task through the runner, learn how it ended, stop all of it.
 
-`ProcessLauncher` runs real processes. Each task runs in a new session (its own process
-group) with stdout and stderr appended to a log file, never a pipe, so it outlives a killed
-server. How it ended is read from the runner's exit file, which also works for processes a
-restarted server adopted and never spawned.
+`ProcessLauncher` runs real processes. Each task runs in a new session under its own runner
+(`caldera.service.runner`), which drops to the job's OS account, keeps every process of the
+task in hand (cgroup v2 or subreaper) and copies its output to a bounded log; so a task
+outlives a killed server. How it ended is read from the runner's exit file, which also works
+for processes a restarted server adopted and never spawned. The runner exits, and the task
+counts as ended, only once no process of the task is left.
+
+Anything that goes wrong while starting a task (an unknown account, a bad environment, a
+missing directory, a fork that fails) raises `SpawnError`, an OSError with a one-line reason:
+that task fails, never the loop nor the other starts of the cycle.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -17,24 +24,61 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from caldera.service.procs import process_alive, process_start_ticks, signal_group
+from caldera.service.isolation import Account, Isolation
+from caldera.service.procs import process_alive, process_start_ticks, write_atomic
+from caldera.service.proctree import cgroup_empty, cgroup_kill, remove_cgroup
 
-__all__ = ["JobFiles", "Launch", "Launcher", "ProcessLauncher", "environment"]
+__all__ = [
+    "JobFiles",
+    "Launch",
+    "Launcher",
+    "ProcessLauncher",
+    "SpawnError",
+    "check_environment",
+    "environment",
+    "kill_recorded_tasks",
+]
+
+# What the runner itself runs with: nothing of the server's environment, nothing of the job's.
+_RUNNER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+
+class SpawnError(OSError):
+    """A task could not be started. The message is one line, for the job's `reason`."""
 
 
 class JobFiles:
-    """Where a job's files live under the data dir: logs, checkpoints, control, run records."""
+    """Where a job's files live under the data dir.
+
+    `jobs/ID/` belongs to the server (0711: others may only pass through). Inside it `logs/`
+    and `run/` (runner specs, records and exit files) are the server's alone (0700);
+    `checkpoint/`, `control/` and `work/` (the default working directory) belong to the job's
+    account (0700), so a job can write only there and no other account can look in.
+    """
 
     def __init__(self, data_dir: Path, job_id: str) -> None:
         self.root = data_dir / "jobs" / job_id
         self.logs = self.root / "logs"
         self.checkpoint = self.root / "checkpoint"
         self.control = self.root / "control"
+        self.work = self.root / "work"
         self.run = self.root / "run"
 
-    def make(self) -> None:
-        for folder in (self.logs, self.checkpoint, self.control, self.run):
-            folder.mkdir(parents=True, exist_ok=True)
+    def make(self, account: Account | None = None) -> None:
+        """Create the folders with their owners and modes (`account`: the job's, when the
+        server runs jobs as another account)."""
+        for shared in (self.root.parent, self.root):
+            shared.mkdir(mode=0o711, exist_ok=True)
+            os.chmod(shared, 0o711)
+        for private in (self.logs, self.run):
+            private.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(private, 0o700)
+        for owned in (self.checkpoint, self.control, self.work):
+            owned.mkdir(mode=0o700, exist_ok=True)
+            # The parent is the server's: the job cannot have swapped these for links.
+            if account is not None:
+                os.chown(owned, account.uid, account.gid, follow_symlinks=False)
+            os.chmod(owned, 0o700, follow_symlinks=False)
 
     def log(self, rank: int) -> Path:
         return self.logs / f"task-{rank}.log"
@@ -45,6 +89,13 @@ class JobFiles:
     def runner_file(self, attempt: int, rank: int) -> Path:
         return self.run / f"a{attempt}-r{rank}.runner"
 
+    def spec_file(self, attempt: int, rank: int) -> Path:
+        return self.run / f"a{attempt}-r{rank}.spec"
+
+    def report(self, rank: int) -> Path:
+        """Where the SDK in task `rank` writes its progress and checkpoints."""
+        return self.control / f"rank-{rank}.json"
+
 
 @dataclass(frozen=True, slots=True)
 class Launch:
@@ -52,14 +103,15 @@ class Launch:
     rank: int
     attempt: int
     command: tuple[str, ...]
-    env: dict[str, str]
+    env: dict[str, str]  # the request's and caldera's variables (see `environment`)
     cwd: Path
     files: JobFiles
+    user: str = ""  # the caldera user: whose OS account the task runs as
 
 
 class Launcher(Protocol):
     def spawn(self, launch: Launch) -> tuple[int, int | None]:
-        """Start the task; return its process id and start time. Raises OSError."""
+        """Start the task; return its runner's process id and start time. Raises OSError."""
         ...
 
     def ended(
@@ -72,7 +124,9 @@ class Launcher(Protocol):
         """The pid the runner recorded for a task whose spawn was not yet committed."""
         ...
 
-    def signal(self, pid: int | None, ticks: int | None, signum: signal.Signals) -> bool: ...
+    def signal(self, pid: int | None, ticks: int | None, signum: signal.Signals) -> bool:
+        """SIGTERM: every process of the task gets SIGTERM; SIGKILL: all are killed."""
+        ...
 
 
 def _read_json(path: Path) -> dict[str, object] | None:
@@ -84,41 +138,70 @@ def _read_json(path: Path) -> dict[str, object] | None:
 
 
 class ProcessLauncher:
-    """Real processes on this host."""
+    """Real processes on this host, run as the accounts `isolation` says."""
 
-    def __init__(self) -> None:
-        # Our own children, to reap them (an adopted process is reaped by init).
+    def __init__(self, isolation: Isolation | None = None) -> None:
+        self.isolation = isolation if isolation is not None else Isolation(privileged=False)
+        # Our own children, to reap them (an adopted runner is reaped by init).
         self.children: dict[int, subprocess.Popen[bytes]] = {}
 
     def spawn(self, launch: Launch) -> tuple[int, int | None]:
+        try:
+            return self._spawn(launch)
+        except SpawnError:
+            raise
+        except LookupError as error:
+            raise SpawnError(str(error.args[0] if error.args else error)) from None
+        except OSError as error:
+            where = f" ({error.filename})" if error.filename else ""
+            raise SpawnError(f"{error.strerror or error}{where}") from None
+        except Exception as error:  # whatever it is, it fails this task only
+            raise SpawnError(f"{type(error).__name__}: {error}".splitlines()[0]) from None
+
+    def _spawn(self, launch: Launch) -> tuple[int, int | None]:
         files = launch.files
-        files.make()
-        for stale in (
-            files.exit_file(launch.attempt, launch.rank),
-            files.runner_file(launch.attempt, launch.rank),
-        ):
+        account = self.isolation.account(launch.user)
+        env = check_environment(
+            {**_defaults(account or self.isolation.server), **launch.env}, launch.command
+        )
+        files.make(account)
+        attempt, rank = launch.attempt, launch.rank
+        for stale in (files.exit_file(attempt, rank), files.runner_file(attempt, rank)):
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
-        argv = [
-            sys.executable,
-            "-m",
-            "caldera.service.runner",
-            str(files.exit_file(launch.attempt, launch.rank)),
-            str(files.runner_file(launch.attempt, launch.rank)),
-            "--",
-            *launch.command,
-        ]
-        with open(files.log(launch.rank), "ab") as log:
+        cgroup = self.isolation.cgroup_root
+        spec = {
+            "command": list(launch.command),
+            "env": env,
+            "cwd": str(launch.cwd),
+            "uid": account.uid if account else None,
+            "gid": account.gid if account else None,
+            "groups": list(account.groups) if account else None,
+            "cgroup": str(cgroup / f"{launch.job}-a{attempt}-r{rank}") if cgroup else None,
+            "log": str(files.log(rank)),
+            "log_max_bytes": self.isolation.log_max_bytes,
+            "log_keep": self.isolation.log_keep,
+            "exit_file": str(files.exit_file(attempt, rank)),
+            "runner_file": str(files.runner_file(attempt, rank)),
+        }
+        spec_file = files.spec_file(attempt, rank)
+        write_atomic(spec_file, json.dumps(spec))
+        argv = [sys.executable, "-I", "-m", "caldera.service.runner", str(spec_file)]
+        # The runner's own complaints (it never should have any) go to the task's log.
+        fd = os.open(files.log(rank), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
             child = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=launch.cwd,
-                env=launch.env,
+                stdout=fd,
+                stderr=fd,
+                cwd=files.run,
+                env=_RUNNER_ENV,
                 start_new_session=True,
                 close_fds=True,
             )
+        finally:
+            os.close(fd)
         self.children[child.pid] = child
         return child.pid, process_start_ticks(child.pid)
 
@@ -131,14 +214,30 @@ class ProcessLauncher:
             if child.poll() is None:
                 return False, None
             del self.children[child.pid]
-            return True, self._exit_code(exit_file)
+        else:
+            code = self._exit_code(exit_file)
+            if code is not None:
+                return True, code
+            if process_alive(pid, ticks):
+                return False, None
+        # The runner has exited. It writes its exit file once nothing of the task is left;
+        # without one it was killed itself: what it kept in its cgroup is killed here.
         code = self._exit_code(exit_file)
-        if code is not None:
-            return True, code
-        if process_alive(pid, ticks):
+        if code is None and not self._cgroup_gone(files, attempt, rank):
             return False, None
-        # It may have written its record and exited between the two looks.
-        return True, self._exit_code(exit_file)
+        return True, code
+
+    def _cgroup_gone(self, files: JobFiles, attempt: int, rank: int) -> bool:
+        data = _read_json(files.runner_file(attempt, rank))
+        where = data.get("cgroup") if data else None
+        if not isinstance(where, str):
+            return True
+        cgroup = Path(where)
+        if cgroup_empty(cgroup):
+            remove_cgroup(cgroup)
+            return True
+        cgroup_kill(cgroup)
+        return False
 
     @staticmethod
     def _exit_code(path: Path) -> int | None:
@@ -158,7 +257,16 @@ class ProcessLauncher:
         return pid, ticks if isinstance(ticks, int) else None
 
     def signal(self, pid: int | None, ticks: int | None, signum: signal.Signals) -> bool:
-        return signal_group(pid, ticks, signum)
+        """Ask the task's runner: it passes SIGTERM to every process of the task, and kills
+        them all on SIGUSR1 (SIGKILL would kill the runner and leave its task behind)."""
+        if not process_alive(pid, ticks):
+            return False
+        assert pid is not None
+        try:
+            os.kill(pid, signal.SIGUSR1 if signum == signal.SIGKILL else signum)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
 
     def reap(self) -> None:
         """Collect children that ended after their task was settled another way."""
@@ -167,12 +275,54 @@ class ProcessLauncher:
                 self.children.pop(pid, None)
 
 
-def environment(
-    base: dict[str, str], extra: dict[str, str], caldera: dict[str, str]
-) -> dict[str, str]:
-    """The task's environment: the server's, minus its API token, plus the request's, plus
-    caldera's own variables (which the request cannot override)."""
-    env = {k: v for k, v in base.items() if k not in ("CALDERA_TOKEN",)}
-    env.update(extra)
-    env.update(caldera)
+def _defaults(account: Account) -> dict[str, str]:
+    return {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LANG": "C.UTF-8",
+        "HOME": account.home,
+        "USER": account.name,
+        "LOGNAME": account.name,
+        "SHELL": "/bin/sh",
+    }
+
+
+def environment(extra: dict[str, str], caldera: dict[str, str]) -> dict[str, str]:
+    """The task's variables: the request's `env`, then caldera's own (which the request cannot
+    override). Nothing of the server's environment: the launcher adds only PATH, LANG, HOME,
+    USER, LOGNAME and SHELL for the job's account, under these."""
+    return {**extra, **caldera}
+
+
+def check_environment(env: dict[str, str], command: tuple[str, ...]) -> dict[str, str]:
+    """What `execve` would refuse, as one line: a name that is empty or holds `=` or NUL, a
+    value or argument that holds NUL."""
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name:
+            raise SpawnError(f"env: invalid variable name {name!r}")
+        if "\0" in value:
+            raise SpawnError(f"env: the value of {name} holds a NUL character")
+    if not command or not command[0]:
+        raise SpawnError("command: the program name is empty")
+    for index, argument in enumerate(command):
+        if "\0" in argument:
+            raise SpawnError(f"command: argument {index} holds a NUL character")
     return env
+
+
+def kill_recorded_tasks(data_dir: Path) -> int:
+    """Kill every task whose runner record is under `data_dir` (tasks outlive their server by
+    design; a benchmark or a test that is done with a server uses this). Returns how many
+    runners were told."""
+    told = 0
+    for record in data_dir.glob("jobs/*/run/*.runner"):
+        data = _read_json(record)
+        if data is None:
+            continue
+        if isinstance(data.get("cgroup"), str):
+            cgroup_kill(Path(str(data["cgroup"])))
+        pid, ticks = data.get("pid"), data.get("start_ticks")
+        if isinstance(pid, int) and process_alive(pid, ticks if isinstance(ticks, int) else None):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGUSR1)
+                told += 1
+    return told

@@ -8,16 +8,14 @@ observations (nothing here changes a job).
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from caldera.model import JobState
 from caldera.service.jobs import LiveJob, TaskRun
 from caldera.service.launcher import JobFiles, Launcher
+from caldera.service.procs import read_report
 
 __all__ = ["Exited", "KillDue", "Observation", "Reported", "observe"]
 
@@ -67,40 +65,19 @@ def observe(
 
 
 def _reports(job: LiveJob, files: JobFiles) -> Iterator[Reported]:
-    """The status files the job's tasks wrote since the last look (by modification time)."""
-    try:
-        entries = list(os.scandir(files.control))
-    except OSError:
-        return
-    for entry in entries:
-        if not entry.name.endswith(".json") or entry.name.startswith("."):
+    """The status files the job's tasks wrote since the last look: each task's own file,
+    looked up by name and read safely (`procs.read_report`), never a scan of a folder the
+    job fills."""
+    for rank in sorted({t.rank for t in job.tasks}):
+        path = files.report(rank)
+        found = read_report(path, job.control_seen.get(path.name))
+        if found is None:
             continue
-        try:
-            mtime = entry.stat().st_mtime
-        except OSError:
-            continue
-        if job.control_seen.get(entry.name) == mtime:
-            continue
-        job.control_seen[entry.name] = mtime
-        report = _read_report(Path(entry.path))
-        if report is None:
-            continue
-        progress = report.get("progress")
-        value = float(min(max(progress, 0.0), 1.0)) if isinstance(progress, int | float) else None
+        job.control_seen[path.name], report = found
         checkpoint = report.get("checkpoint")
-        at = checkpoint.get("time") if isinstance(checkpoint, dict) else None
-        step = checkpoint.get("step") if isinstance(checkpoint, dict) else None
         yield Reported(
             job,
-            progress=value,
-            checkpoint_at=float(at) if isinstance(at, int | float) else None,
-            step=step if isinstance(step, int) else None,
+            progress=report.get("progress"),
+            checkpoint_at=checkpoint["time"] if checkpoint else None,
+            step=checkpoint["step"] if checkpoint else None,
         )
-
-
-def _read_report(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

@@ -74,6 +74,7 @@ def _adopt(runtime: Runtime, job: LiveJob) -> int:
                 continue
             task.pid, task.start_ticks = recorded
         adopted += 1
+    job.forget_unrun_work()
     for task in list(job.tasks):
         if runtime.room.can_take(task.placement):
             runtime.room.take(task.placement)

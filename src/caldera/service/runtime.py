@@ -61,6 +61,7 @@ from caldera.service.jobs import LiveJob, TaskRun, spec_from_request
 from caldera.service.launcher import Launcher, ProcessLauncher
 from caldera.service.observe import Exited, KillDue, Reported, observe
 from caldera.service.recovery import recover
+from caldera.service.spawner import Spawner
 from caldera.service.store import Store
 from caldera.service.views import (
     ClusterView,
@@ -119,7 +120,6 @@ class Runtime:
         self.store = store
         self.data_dir = data_dir
         self.nodes = nodes
-        self.launcher: Launcher = launcher if launcher is not None else ProcessLauncher()
         self.clock = clock
         self.observe_cycle = observe_cycle
         self.lock = threading.RLock()
@@ -131,7 +131,14 @@ class Runtime:
         self.waiting = WaitingReasons()  # why pending jobs did not start, per the last cycle
         jobs: dict[str, LiveJob] = {}
         self.actuator = Actuator(
-            self.room, nodes, config.policy, store, self.launcher, data_dir, jobs, self._visible
+            self.room,
+            nodes,
+            config.policy,
+            store,
+            launcher if launcher is not None else ProcessLauncher(),
+            data_dir,
+            jobs,
+            self._visible,
         )
         self.kernel: Kernel[LiveJob, TaskRun] = Kernel(self.actuator, config.policy, jobs)
         self.jobs = self.kernel.jobs
@@ -142,12 +149,24 @@ class Runtime:
         self._last_cycle = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._spawner: Spawner[LiveJob, TaskRun] | None = None  # once the loop runs
+
+    @property
+    def launcher(self) -> Launcher:
+        """How processes are started, signalled and watched (the actuator's: one for both)."""
+        return self.actuator.launcher
+
+    @launcher.setter
+    def launcher(self, launcher: Launcher) -> None:
+        self.actuator.launcher = launcher
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
         """Take back what the database holds, then run the loop in a thread."""
         self.recover()
+        self._spawner = Spawner(self._spawn_if_wanted, lambda job: job.id)
+        self._spawner.start()
         self._thread = threading.Thread(target=self._loop, name="caldera-cycle", daemon=True)
         self._thread.start()
 
@@ -157,6 +176,8 @@ class Runtime:
         self.wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self._spawner is not None:
+            self._spawner.stop()
 
     def _loop(self) -> None:
         interval = self.config.poll_interval
@@ -301,23 +322,45 @@ class Runtime:
         self._cycle_needed = True
 
     def launch_pending(self) -> None:
-        """Spawn the tasks the last decisions started (loop thread, without the lock: a
-        submission never waits for a fork). Their rows are committed already."""
+        """Spawn the tasks the last decisions started, without the lock (a submission never
+        waits for a fork). Their rows are committed already. Once the loop runs, the spawner
+        thread does it (`caldera.service.spawner`): a job of many tasks never holds the loop
+        up, other jobs' tasks take turns with it, and a task stopped before its turn is never
+        spawned."""
         with self.lock:
             spawns, self.actuator.spawns = self.actuator.spawns, []
         for intent in spawns:
-            self._spawn(intent.job, intent.task)
+            if self._spawner is not None:
+                self._spawner.put(intent.job, intent.task)
+            else:
+                self._spawn_if_wanted(intent.job, intent.task)
+
+    def _spawn_if_wanted(self, job: LiveJob, task: TaskRun) -> None:
+        """Spawn `task` unless it was stopped (cancel, eviction, a failed gang member) while
+        it waited: then it ends unspawned and its room goes back."""
+        with self.lock:
+            wanted = not task.done and not (task.leaving or task.kill_at is not None)
+            if not task.done and not wanted:
+                task.done = True
+                task.exit_code = None
+                job.forget_unrun_work()
+                self.kernel.mark(job)
+                self.settle(job, self.clock())
+                self.actuator.flush()
+        if wanted:
+            self._spawn(job, task)
 
     def _spawn(self, job: LiveJob, task: TaskRun) -> None:
         launch = self.actuator.launch_of(job, task)
         try:
-            launch.files.make()
             pid, ticks = self.launcher.spawn(launch)  # outside the lock: forks are slow
-        except OSError as error:
+        except Exception as error:  # whatever it was, it fails this task, not the loop
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else error
             with self.lock:
                 task.done = True
                 task.exit_code = 127
-                job.reason = f"cannot start task {task.rank}: {error.strerror or error}"
+                job.reason = f"cannot start task {task.rank}: {reason}"
+                job.forget_unrun_work()
                 self.kernel.mark(job)
                 self.settle(job, self.clock())
                 self.actuator.flush()
@@ -325,7 +368,7 @@ class Runtime:
         with self.lock:
             task.pid, task.start_ticks = pid, ticks
             self.kernel.mark(job)
-            if task.leaving:  # cancelled or evicted while it was being spawned
+            if task.leaving or task.kill_at is not None:  # stopped while it was being spawned
                 self.actuator.send(task, signal.SIGTERM)
             self.actuator.flush()
 

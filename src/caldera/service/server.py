@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from sqlalchemy.engine import make_url
 from starlette.middleware import Middleware
 
 from caldera.errors import ServiceError
@@ -30,7 +31,10 @@ from caldera.service.config import parse_config as parse_config_data
 from caldera.service.gpus import FakeNvml, HostGPUs, local_node
 from caldera.service.gpus.metrics import GpuCollector
 from caldera.service.gpus.watch import GpuWatch
+from caldera.service.isolation import Isolation, build_isolation
+from caldera.service.launcher import ProcessLauncher
 from caldera.service.metrics import ServiceMetrics
+from caldera.service.proctree import find_cgroup_root
 from caldera.service.runtime import Runtime
 from caldera.service.store import DatabaseBusy, Store, database_url_for
 from caldera.service.ui import mount_ui
@@ -44,6 +48,8 @@ def default_data_dir() -> Path:
     explicit = os.environ.get("CALDERA_DATA_DIR")
     if explicit:
         return Path(explicit)
+    if os.geteuid() == 0:  # jobs run as other accounts: they must be able to reach their dirs
+        return Path("/var/lib/caldera")
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "caldera"
 
@@ -60,6 +66,7 @@ class Service:
     app: Any
     admin_token: str | None = None
     audit: Any = None
+    isolation: Isolation | None = None
 
     def close(self) -> None:
         """Release the database and the data dir (the tasks keep running)."""
@@ -70,7 +77,8 @@ class Service:
 
 
 def _lock(data_dir: Path) -> IO[str]:
-    handle = open(data_dir / "server.lock", "a+", encoding="utf-8")  # noqa: SIM115 - held open
+    fd = os.open(data_dir / "server.lock", os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+    handle = open(fd, "a+", encoding="utf-8")  # noqa: SIM115 - held open
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -126,6 +134,7 @@ def build_service(
         config = parse_config_data(default_config(admin_token))
     else:
         config = load_config(config_path)
+    isolation = _isolation(config, config_path, data)
     lock = _lock(data)
     store: Store | None = None
     try:
@@ -149,6 +158,7 @@ def build_service(
         store,
         data,
         (node,),
+        launcher=ProcessLauncher(isolation),
         observe_cycle=metrics.observe_cycle,
         host=host,
         gpu_watch=watch,
@@ -164,13 +174,38 @@ def build_service(
         finally:
             runtime.stop()
 
-    app = create_app(runtime, metrics.render, lifespan)
+    app = create_app(runtime, metrics.render, lifespan, config.limits)
     mount_ui(app, runtime, metrics.registry)
     audit = AuditWriter(store)
-    # Innermost, inside Server-Timing: the time a request waits for its audit row is the
-    # server's time.
-    app.user_middleware.append(Middleware(AuditLog, writer=audit, tokens=config.tokens))
-    return Service(config, store, runtime, metrics, host, data, lock, app, admin_token, audit)
+    # Inside Server-Timing (the time a request waits for its audit row is the server's
+    # time), outside the request guard (a refused body is audited too).
+    app.user_middleware.insert(1, Middleware(AuditLog, writer=audit, tokens=config.tokens))
+    return Service(
+        config, store, runtime, metrics, host, data, lock, app, admin_token, audit, isolation
+    )
+
+
+def _isolation(config: ServiceConfig, config_path: Path | None, data: Path) -> Isolation:
+    """Who the jobs run as; the checks that keep the server's secrets from them."""
+    model = config.isolation
+    tracking = (None, "") if model.tracking == "subreaper" else find_cgroup_root()
+    users = {who.user for who in config.tokens.values()}
+    isolation = build_isolation(model, config.logs, users, tracking)
+    if not isolation.privileged:
+        os.chmod(data, 0o700)
+        return isolation
+    if config_path is not None and config_path.stat().st_mode & 0o077:
+        raise ServiceError(
+            f"{config_path} holds the tokens and other users may read it: chmod 600 it"
+        )
+    os.chmod(data, 0o711)
+    for folder in data.parents:
+        if not folder.stat().st_mode & 0o001:
+            raise ServiceError(
+                f"jobs cannot reach the data dir {data}: {folder} is not searchable by other "
+                "users (chmod o+x it, or choose another --data-dir such as /var/lib/caldera)"
+            )
+    return isolation
 
 
 def _check_address(host: str, port: int) -> None:
@@ -202,6 +237,7 @@ def serve(
     import uvicorn
 
     _check_address(host, port)
+    os.umask(0o077)  # everything the server writes is its own: database, logs, records
     service = build_service(config_path, data_dir, gpus, database_url, fake_gpus)
     logging.basicConfig(level=logging.INFO, format="caldera: %(message)s", stream=sys.stderr)
     where = "SQLite in the data dir" if service.store.is_sqlite else "PostgreSQL"
@@ -210,6 +246,13 @@ def serve(
         f"state in {where}, data dir {service.data_dir}\n"
         f"caldera: dashboard at http://{host}:{port}/ui (log in with your token)\n"
     )
+    if service.isolation is not None:
+        sys.stderr.write(f"caldera: {service.isolation.describe()}\n")
+    if database_url and make_url(database_url).password:
+        sys.stderr.write(
+            "caldera: warning: the database password in --database-url is visible to every "
+            "local user in the process list; use PGPASSWORD or ~/.pgpass instead\n"
+        )
     if service.admin_token is not None:
         sys.stderr.write(
             f"caldera: no --config: queue 'default', admin token in "

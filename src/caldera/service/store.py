@@ -350,6 +350,16 @@ class Store:
             ).mappings()
             return [dict(row) for row in rows]
 
+    def count_waiting(self, user: str) -> int:
+        """How many of `user`'s jobs are Pending or Held."""
+        query = (
+            select(func.count())
+            .select_from(JobRecord)
+            .where(JobRecord.user == user, JobRecord.state.in_(("Pending", "Held")))
+        )
+        with self.engine.connect() as connection:
+            return int(connection.execute(query).scalar_one())
+
     def count_events(self, kind: str) -> int:
         with self.engine.connect() as connection:
             return int(

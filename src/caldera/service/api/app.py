@@ -11,6 +11,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from caldera.service.api import cluster, jobs, logs
+from caldera.service.api.guard import RequestGuard
+from caldera.service.limits import Admission, Limits
 from caldera.service.metrics import CONTENT_TYPE
 from caldera.service.views import ServiceRuntime
 
@@ -55,9 +57,14 @@ async def _invalid(_request: Request, error: Exception) -> JSONResponse:
 
 
 def create_app(
-    runtime: ServiceRuntime, render_metrics: Callable[[], bytes], lifespan: Any = None
+    runtime: ServiceRuntime,
+    render_metrics: Callable[[], bytes],
+    lifespan: Any = None,
+    limits: Limits | None = None,
 ) -> FastAPI:
-    """The API over one runtime. `render_metrics()` returns the Prometheus text."""
+    """The API over one runtime. `render_metrics()` returns the Prometheus text; `limits`:
+    the admission limits (the defaults without)."""
+    limits = limits if limits is not None else Limits()
     app = FastAPI(
         title="caldera",
         lifespan=lifespan,
@@ -67,7 +74,10 @@ def create_app(
     )
     app.state.runtime = runtime
     app.state.tokens = runtime.tokens
-    app.add_middleware(ServerTiming)
+    app.state.limits = limits
+    app.state.admission = Admission(limits, runtime.store.count_waiting)
+    app.add_middleware(RequestGuard, body_bytes=limits.body_bytes)
+    app.add_middleware(ServerTiming)  # outermost
     app.add_exception_handler(RequestValidationError, _invalid)
 
     @app.get("/healthz", tags=["service"])

@@ -14,6 +14,7 @@ from caldera.errors import NotFound
 from caldera.model import GPU_MILLI, QueueState, Resources
 from caldera.service.api.auth import Caller
 from caldera.service.api.schemas import (
+    AuditOut,
     ClusterOut,
     EventOut,
     GPUOut,
@@ -21,6 +22,7 @@ from caldera.service.api.schemas import (
     QueueOut,
     QueuePatch,
     WhoAmI,
+    audit_out,
     event_out,
 )
 from caldera.service.views import QueueView, ServiceRuntime
@@ -37,14 +39,36 @@ def _runtime(request: Request) -> ServiceRuntime:
 
 @router.get("/whoami", tags=["service"])
 def whoami(who: Caller) -> WhoAmI:
-    return WhoAmI(user=who.user, queues=sorted(who.queues), critical=who.critical, admin=who.admin)
+    return WhoAmI(
+        user=who.user,
+        queues=sorted(who.queues),
+        critical=who.critical,
+        admin=who.admin,
+        protect=who.protect,
+        trust_progress=who.trust_progress,
+    )
+
+
+@router.get("/audit", tags=["service"])
+def audit(
+    who: Caller,
+    request: Request,
+    after: Annotated[int, Query(ge=0, le=2**62, description="Only rows with a larger id")] = 0,
+    user: Annotated[str | None, Query(max_length=128, description="Only this user's")] = None,
+    limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+) -> list[AuditOut]:
+    """Admins: the audit log of state-changing requests, oldest first."""
+    if not who.admin:
+        raise HTTPException(403, "only admins may read the audit log")
+    rows = _runtime(request).store.audit(after=after, user=user, limit=limit)
+    return [audit_out(row) for row in rows]
 
 
 @router.get("/events", tags=["service"])
 def events(
     who: Caller,
     request: Request,
-    after: Annotated[int, Query(ge=0, description="Only events with a larger id")] = 0,
+    after: Annotated[int, Query(ge=0, le=2**62, description="Only events with a larger id")] = 0,
     limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
 ) -> list[EventOut]:
     """Scheduling events, oldest first; non-admins see their own jobs' events."""

@@ -12,9 +12,10 @@ from caldera.errors import Conflict, NotFound, Rejected
 from caldera.model import JobState, JobType
 from caldera.service.api.auth import Caller
 from caldera.service.api.schemas import EventOut, JobOut, JobRequest, event_out, job_out
+from caldera.service.limits import LimitError, Limits, RateLimiter, check_sizes
 from caldera.service.views import ServiceRuntime
 
-__all__ = ["owned", "router"]
+__all__ = ["owned", "protection_labels", "router"]
 
 router = APIRouter(tags=["jobs"])
 
@@ -38,10 +39,17 @@ def owned(runtime: ServiceRuntime, job_id: str, who: Principal) -> dict[str, Any
     return row
 
 
+def protection_labels(labels: dict[str, str]) -> list[str]:
+    """The labels that shield a job from preemption: `protected`, and every key under
+    `caldera.io/` (reserved: `caldera.io/system` makes a job conformance-protected)."""
+    return [k for k in labels if k.lower() == "protected" or k.lower().startswith("caldera.io/")]
+
+
 @router.post("/jobs", status_code=201, response_model=JobOut)
 def submit(body: JobRequest, who: Caller, request: Request) -> Response:
-    """Submit a job. 403: queue not allowed or `critical` without permission; 409: the
-    queue is Closing or Closed; 400: invalid or impossible request."""
+    """Submit a job. 403: queue not allowed, or `critical` or protection labels without
+    permission; 409: the queue is Closing or Closed; 400: invalid or impossible request, or
+    over a size limit; 429: over the user's submission rate or waiting jobs (`Retry-After`)."""
     runtime = _runtime(request)
     if not runtime.has_queue(body.queue):
         raise HTTPException(400, f"unknown queue {body.queue!r}")
@@ -49,8 +57,24 @@ def submit(body: JobRequest, who: Caller, request: Request) -> Response:
         raise HTTPException(403, f"user {who.user} may not submit to queue {body.queue!r}")
     if body.type is JobType.CRITICAL and not who.critical:
         raise HTTPException(403, f"user {who.user} may not submit critical jobs")
+    shields = protection_labels(body.labels)
+    if shields and not who.protect:
+        raise HTTPException(403, f"user {who.user} may not set the protection label {shields[0]!r}")
+    limits: Limits = request.app.state.limits
     try:
         normalised = body.normalised()
+        check_sizes(limits, normalised)
+        request.app.state.admission.admit(who.user)
+    except LimitError as error:
+        headers = None
+        if error.retry_after is not None:
+            headers = {"Retry-After": RateLimiter.retry_after(error.retry_after)}
+        raise HTTPException(error.status, str(error), headers=headers) from None
+    except ValueError as error:
+        raise HTTPException(400, str(error)) from None
+    # Whether the job's own progress claims may defend it (DESIGN §4.2; docs/service.md).
+    normalised["trust_progress"] = who.trust_progress
+    try:
         row = runtime.submit(normalised, who.user)
     except Rejected as error:
         raise HTTPException(409 if error.closed else 400, str(error)) from None

@@ -6,11 +6,12 @@ Times are ISO 8601 UTC. A job resource carries at least what DESIGN §8 lists.
 from __future__ import annotations
 
 import math
+import re
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from caldera.config import CheckpointModel, TopologyModel
 from caldera.errors import RequestError
@@ -22,6 +23,8 @@ from caldera.model import (
 from caldera.runtime.requests import task_shape
 
 __all__ = [
+    "AuditOut",
+    "CheckpointIn",
     "ClusterOut",
     "EventOut",
     "GPUOut",
@@ -32,10 +35,17 @@ __all__ = [
     "QueuePatch",
     "TaskOut",
     "WhoAmI",
+    "audit_out",
     "event_out",
     "iso",
     "job_out",
 ]
+
+
+_MAX_SECONDS = 10 * 365 * 86400.0  # durations and checkpoint times: ten years at most
+_MAX_MILLICORES = 10**9  # a million cores per task
+_MAX_MEMORY_MIB = 2**40  # an exbibyte per task
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def iso(t: float | None) -> str | None:
@@ -49,49 +59,143 @@ def iso(t: float | None) -> str | None:
 # -- requests --------------------------------------------------------------------------------
 
 
+class CheckpointIn(CheckpointModel):
+    """`checkpoint:` of a request: the shared model, with times bounded (finite, ten years)."""
+
+    interval: float | None = Field(
+        default=None, gt=0, le=_MAX_SECONDS, allow_inf_nan=False,
+        description="Seconds between checkpoints",
+    )  # fmt: skip
+    cost: float = Field(
+        default=0.0, ge=0, le=_MAX_SECONDS, allow_inf_nan=False,
+        description="Seconds one checkpoint takes",
+    )  # fmt: skip
+
+
+def _printable(value: str, what: str) -> str:
+    """No control characters (NUL, escape sequences, newlines): names are printed in
+    terminals and stored in databases that refuse NUL."""
+    if not value.isprintable():
+        raise ValueError(f"{what} must not hold control characters")
+    return value
+
+
 class JobRequest(BaseModel):
-    """A submission. GPUs are per task; a fraction (e.g. 0.5) only for a single task."""
+    """A submission. GPUs are per task; a fraction (e.g. 0.5) only for a single task.
+
+    Everything is checked here, so that what is accepted can be stored, printed and started:
+    numbers are finite and bounded, names printable, no NUL anywhere, environment variable
+    names portable. The configured limits (`limits`) are checked by the route."""
 
     model_config = ConfigDict(extra="forbid")
     name: str | None = Field(default=None, min_length=1, max_length=255)
-    queue: str = Field(min_length=1)
+    queue: str = Field(min_length=1, max_length=128)
     type: JobType = JobType.NORMAL
     tasks: int = Field(default=1, ge=1, le=4096)
-    gpus: float = Field(default=1.0, ge=0, allow_inf_nan=False, description="GPUs per task")
-    min_available: int | None = Field(default=None, ge=1, description="Gang size (default tasks)")
+    gpus: float = Field(
+        default=1.0, ge=0, le=4096, allow_inf_nan=False, description="GPUs per task"
+    )
+    min_available: int | None = Field(
+        default=None, ge=1, le=4096, description="Gang size (default tasks)"
+    )
     cpu: float | str | None = Field(default=None, description="CPU per task: 4 or '500m'")
     memory: int | str | None = Field(default=None, description="Memory per task: '16Gi' or MiB")
     command: list[str] = Field(min_length=1, description="argv of each task")
     env: dict[str, str] = Field(default_factory=dict)
-    workdir: str | None = Field(default=None, description="Working directory of the tasks")
+    workdir: str | None = Field(
+        default=None, max_length=4096, description="Working directory of the tasks"
+    )
     labels: dict[str, str] = Field(default_factory=dict)
     topology: TopologyModel | None = None
-    expected_duration: float | None = Field(default=None, gt=0, description="Seconds")
-    checkpoint: CheckpointModel | None = None
-    max_retries: int = Field(default=0, ge=0, le=100)
-    gpu_model: list[str] | None = None
-    gpu_profile: str | None = Field(
-        default=None, description="One MIG slice of this profile per task, e.g. 1g.10gb"
+    expected_duration: float | None = Field(
+        default=None, gt=0, le=_MAX_SECONDS, allow_inf_nan=False, description="Seconds"
     )
+    checkpoint: CheckpointIn | None = None
+    max_retries: int = Field(default=0, ge=0, le=100)
+    gpu_model: list[Annotated[str, Field(min_length=1, max_length=128)]] | None = Field(
+        default=None, max_length=64
+    )
+    gpu_profile: str | None = Field(
+        default=None,
+        max_length=64,
+        description="One MIG slice of this profile per task, e.g. 1g.10gb",
+    )
+
+    @field_validator("name", "queue", "gpu_profile")
+    @classmethod
+    def _names(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return value if value is None else _printable(value, info.field_name or "name")
+
+    @field_validator("gpu_model")
+    @classmethod
+    def _models(cls, value: list[str] | None) -> list[str] | None:
+        for model in value or ():
+            _printable(model, "gpu_model")
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str]) -> list[str]:
+        if not value[0]:
+            raise ValueError("the program name is empty")
+        for index, argument in enumerate(value):
+            if "\0" in argument:
+                raise ValueError(f"argument {index} holds a NUL character")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, text in value.items():
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(
+                    f"invalid variable name {name[:64]!r} (letters, digits and _, "
+                    "not starting with a digit)"
+                )
+            if "\0" in text:
+                raise ValueError(f"the value of {name} holds a NUL character")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, text in value.items():
+            if not key:
+                raise ValueError("a label key is empty")
+            _printable(key, f"label key {key[:64]!r}")
+            _printable(text, f"label {key[:64]!r}")
+        return value
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, value: str | None) -> str | None:
+        if value is not None and "\0" in value:
+            raise ValueError("holds a NUL character")
+        return value
 
     def normalised(self) -> dict[str, Any]:
         """The stored request: units resolved, defaults filled. Raises RequestError."""
-        shape = task_shape(
-            self.tasks,
-            self.gpus,
-            self.min_available,
-            self.cpu,
-            self.memory,
-            gpu_profile=self.gpu_profile,
-            gpus_given="gpus" in self.model_fields_set,
-        )
-        if not self.command[0]:
-            raise RequestError("command: the program name is empty")
+        try:
+            shape = task_shape(
+                self.tasks,
+                self.gpus,
+                self.min_available,
+                self.cpu,
+                self.memory,
+                gpu_profile=self.gpu_profile,
+                gpus_given="gpus" in self.model_fields_set,
+            )
+        except OverflowError:
+            raise RequestError("cpu or memory: more than any host has") from None
+        if shape.cpu > _MAX_MILLICORES:
+            raise RequestError(f"cpu: {self.cpu!r} is more than any host has")
+        if shape.memory > _MAX_MEMORY_MIB:
+            raise RequestError(f"memory: {self.memory!r} is more than any host has")
         if self.workdir is not None and not Path(self.workdir).is_absolute():
             raise RequestError("workdir must be an absolute path")
-        checkpoint = self.checkpoint or CheckpointModel()
+        checkpoint = self.checkpoint or CheckpointIn()
         return {
-            "name": self.name or self.command[0].rsplit("/", 1)[-1][:64],
+            "name": self.name or _default_name(self.command[0]),
             "queue": self.queue,
             "type": self.type.value,
             "tasks": shape.tasks,
@@ -110,6 +214,12 @@ class JobRequest(BaseModel):
             "gpu_model": self.gpu_model,
             "gpu_profile": self.gpu_profile,
         }
+
+
+def _default_name(program: str) -> str:
+    """The program's base name, made printable (the name of a job submitted without one)."""
+    base = program.rsplit("/", 1)[-1][:64] or "job"
+    return "".join(c if c.isprintable() else "?" for c in base)
 
 
 class QueuePatch(BaseModel):
@@ -164,6 +274,36 @@ class JobOut(BaseModel):
     placement: list[TaskOut]
 
 
+class AuditOut(BaseModel):
+    """One state-changing request: who, from where, what, and how it ended."""
+
+    id: int
+    time: str
+    user: str | None
+    client: str | None
+    method: str
+    path: str
+    action: str
+    target: str | None
+    status: int
+    detail: dict[str, Any]
+
+
+def audit_out(row: dict[str, Any]) -> AuditOut:
+    return AuditOut(
+        id=row["id"],
+        time=iso(row["t"]) or "",
+        user=row["user"],
+        client=row["client"],
+        method=row["method"],
+        path=row["path"],
+        action=row["action"],
+        target=row["target"],
+        status=row["status"],
+        detail=row["detail"] or {},
+    )
+
+
 class EventOut(BaseModel):
     id: int
     time: str
@@ -215,6 +355,8 @@ class WhoAmI(BaseModel):
     queues: list[str]
     critical: bool
     admin: bool
+    protect: bool = False
+    trust_progress: bool = False
 
 
 def job_out(row: dict[str, Any], node_names: list[str]) -> JobOut:
