@@ -130,7 +130,8 @@ class Server:
             except httpx.HTTPError:
                 return False
 
-        wait_for("the server to answer /healthz", healthy, timeout=30)
+        # A loaded machine (10 processes on 2 cores) takes a while to start Python.
+        wait_for("the server to answer /healthz", healthy, timeout=60)
         return self
 
     def kill9(self) -> None:
