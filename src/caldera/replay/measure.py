@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from caldera.metrics_util import percentile
-from caldera.model import GPU_MILLI, JobSpec, JobType
+from caldera.model import GPU_MILLI, JobSpec
+from caldera.runtime.metrics import JobHistory, history_metrics, wait_stats
 
 __all__ = ["JobLog", "Occurrence", "Timeline", "from_simulation"]
 
@@ -56,20 +56,6 @@ class JobLog:
     running: int = 0
     releasing: int = 0
     rejected: bool = False
-
-
-def _wait_stats(values: list[float]) -> dict[str, Any]:
-    values = sorted(values)
-    if not values:
-        return {"count": 0, "mean": None, "p50": None, "p95": None, "p99": None, "max": None}
-    return {
-        "count": len(values),
-        "mean": round(sum(values) / len(values), 3),
-        "p50": round(percentile(values, 0.50), 3),
-        "p95": round(percentile(values, 0.95), 3),
-        "p99": round(percentile(values, 0.99), 3),
-        "max": round(values[-1], 3),
-    }
 
 
 def _gpus(milli: int) -> float | int:
@@ -300,41 +286,26 @@ class _Sweep:
         begin = max(self.first or 0.0, timeline.warmup) * f
         end = final * f
         observed = max(end - begin, 0.0)
-        waits: dict[str, list[float]] = {t.value: [] for t in JobType}
-        total: dict[str, int] = dict.fromkeys(waits, 0)
-        met: dict[str, int] = dict.fromkeys(waits, 0)
-        large_max: float | None = None
-        for job in jobs:
-            kind = job["type"]
-            if job["submit"] < warmup or job["state"] == "Rejected":
-                continue
-            start = job["start"]
-            if start is not None:
-                waits[kind].append(start - job["submit"])
-            if kind == JobType.LARGE.value:
-                wait = (start if start is not None else end) - job["submit"]
-                large_max = wait if large_max is None else max(large_max, wait)
-            limit = timeline.slo.get(kind)
-            if limit is None:
-                continue
-            if start is None and (job["state"] == "Cancelled" or job["submit"] + limit > end):
-                continue
-            total[kind] += 1
-            if start is not None and start - job["submit"] <= limit and job["evictions"] == 0:
-                met[kind] += 1
+        history = history_metrics(
+            (
+                JobHistory(j["type"], j["state"], j["submit"], j["start"], j["end"],
+                           j["evictions"], j["lost_gpu_seconds"])
+                for j in jobs
+            ),
+            timeline.slo,
+            now=end,
+            since=warmup,
+        )  # fmt: skip
+        large_max = history.large_job_max_wait
         capacity_seconds = timeline.capacity * observed
         area = {key: value * f for key, value in self.area.items()}
         wasted_hours = self.lost_measured * f / 3600
         days = observed / 86_400
         return {
-            "wait": {kind: _wait_stats(values) for kind, values in waits.items()},
+            "wait": {kind: wait_stats(values) for kind, values in history.waits.items()},
             "sla_attainment": {
-                kind: (
-                    None
-                    if timeline.slo.get(kind) is None
-                    else (round(met[kind] / total[kind], 6) if total[kind] else None)
-                )
-                for kind in waits
+                kind: None if share is None else round(share, 6)
+                for kind, share in history.sla.items()
             },
             "wasted_gpu_hours": round(wasted_hours, 6),
             "wasted_gpu_hours_per_day": round(wasted_hours / days, 6) if days else 0.0,
