@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from caldera.core import PolicyConfig
-from caldera.k8s import FakeCluster, KubeRuntime, KubeSettings, names
+from caldera.k8s import FakeCluster, KubeRuntime, KubeSettings, NamespaceBinding, names
 from caldera.k8s.config import parse_kube_config
 from caldera.model import NodeGroup, expand_node_groups
 from caldera.service.api import JobRequest
@@ -214,7 +214,7 @@ def _service_request(name: str, queue: str, kind: str, gpus: float, cost: float)
 
 @dataclass
 class RecordingCluster(FakeCluster):
-    """The in-memory cluster, noting when each pod was created and deleted; a deleted pod
+    """The in-memory cluster, noting when each pod was created and evicted; an evicted pod
     exits once its emergency checkpoint is written."""
 
     created: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
@@ -227,11 +227,11 @@ class RecordingCluster(FakeCluster):
         self.exit_on_sigterm(namespace, pod["metadata"]["name"], COST[job])
         return pod
 
-    def delete_pod(
+    def evict_pod(
         self, namespace: str, name: str, grace_seconds: int, uid: str | None = None
     ) -> bool:
         self.deleted.append((self.clock.now, name))
-        return super().delete_pod(namespace, name, grace_seconds, uid)
+        return super().evict_pod(namespace, name, grace_seconds, uid)
 
 
 def through_kubernetes() -> tuple[list[Start], list[Evict]]:
@@ -240,7 +240,11 @@ def through_kubernetes() -> tuple[list[Start], list[Evict]]:
     cluster.clock.now = T0
     for i in range(2):
         cluster.add_node(f"n-{i}", gpus=8, labels={"caldera.io/hypernode": "h0"})
-    settings = KubeSettings(image="registry.example.com/train:v1", critical_namespaces=("*",))
+    queues = tuple(queue["name"] for queue in QUEUES)
+    settings = KubeSettings(
+        image="registry.example.com/train:v1",
+        namespaces={NAMESPACE: NamespaceBinding(queues, critical=True)},
+    )
     policy: PolicyConfig = config.policy
     runtime = KubeRuntime(cluster, config.queues, policy, settings, clock=cluster.clock)
     for second in range(HORIZON + 1):
@@ -248,8 +252,9 @@ def through_kubernetes() -> tuple[list[Start], list[Evict]]:
         cluster.settle()
         for name, queue, kind, submit, gpus, cost in JOBS:
             if submit == second:
-                request = {"queue": queue, "type": kind, "gpus": gpus, "checkpoint": {"cost": cost}}
-                cluster.submit(NAMESPACE, name, request)
+                task = {"name": "worker", "replicas": 1, "gpus": gpus, "template": {}}
+                spec = {"queue": queue, "type": kind, "tasks": [task], "checkpoint": {"cost": cost}}
+                cluster.submit(NAMESPACE, name, spec)
         runtime.step()
         cluster.settle()
     pods: dict[str, str] = {}

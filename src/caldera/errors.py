@@ -22,6 +22,8 @@
     │   ├── ClusterUnavailable           the API server cannot be reached
     │   ├── VolcanoMissing               the Volcano CRDs are not installed
     │   ├── Forbidden                    RBAC refused a call
+    │   │   └── QuotaExceeded            a ResourceQuota refused a create: not now, not never
+    │   ├── EvictionBlocked              the Eviction API refused (a PodDisruptionBudget)
     │   ├── ClusterConflict              (see Conflict)
     │   └── Invalid                      the API server refused the object
     ├── ServiceError (RuntimeError)      the service cannot start
@@ -44,6 +46,7 @@ __all__ = [
     "ClusterUnavailable",
     "ConfigError",
     "Conflict",
+    "EvictionBlocked",
     "Forbidden",
     "IllegalTransition",
     "InputError",
@@ -51,6 +54,7 @@ __all__ = [
     "InvariantError",
     "KubeConfigError",
     "NotFound",
+    "QuotaExceeded",
     "RecordError",
     "Rejected",
     "RenderError",
@@ -148,6 +152,15 @@ class VolcanoMissing(ClusterError):
 
 class Forbidden(ClusterError):
     """RBAC refused a call: the controller's service account lacks a permission."""
+
+
+class QuotaExceeded(Forbidden):
+    """A ResourceQuota refused a create: the namespace is full for now; try again later."""
+
+
+class EvictionBlocked(ClusterError):
+    """The Eviction API refused to evict a pod now (its PodDisruptionBudget allows no more
+    disruptions); the eviction is rolled back and planned again."""
 
 
 class ClusterConflict(ClusterError, Conflict):

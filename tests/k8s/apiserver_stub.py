@@ -55,8 +55,16 @@ class StubAPIServer:
     graceful: bool = False
     objects: dict[Key, dict[str, Any]] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
-    failures: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
+    # (method, path) → (status, message, times left: None = always, Retry-After seconds)
+    failures: dict[tuple[str, str], tuple[int, str, int | None, float | None]] = field(
+        default_factory=dict
+    )
     _ids: Any = field(default_factory=lambda: itertools.count(1))
+    # Every change, for watches from a resourceVersion: (version, key, type, object, before).
+    changes: list[tuple[int, Key, str, dict[str, Any], dict[str, Any] | None]] = field(
+        default_factory=list
+    )
+    compacted: int = 0  # a watch from an older version is answered 410 Gone
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
     handler_errors: list[str] = field(default_factory=list)
@@ -109,6 +117,19 @@ class StubAPIServer:
 
     # -- test helpers --------------------------------------------------------------------------
 
+    def _changed(self, key: Key, kind: str, obj: dict[str, Any]) -> None:
+        """Record a change (caller holds the lock): a new resourceVersion, and the event."""
+        version = next(self._ids)
+        before = next((o for _, k, _, o, _ in reversed(self.changes) if k == key), None)
+        obj.setdefault("metadata", {})["resourceVersion"] = str(version)
+        self.changes.append((version, key, kind, copy.deepcopy(obj), before))
+
+    def compact(self) -> None:
+        """Forget the change log, as etcd's compaction does: older watches get 410."""
+        with self._lock:
+            self.compacted = next(self._ids)
+            self.changes.clear()
+
     def put(
         self, api: str, plural: str, obj: dict[str, Any], namespace: str = ""
     ) -> dict[str, Any]:
@@ -118,9 +139,10 @@ class StubAPIServer:
         if namespace:
             metadata["namespace"] = namespace
         metadata.setdefault("uid", f"stub-uid-{next(self._ids)}")
-        metadata.setdefault("resourceVersion", str(next(self._ids)))
+        key = (api, plural, namespace, metadata["name"])
         with self._lock:
-            self.objects[(api, plural, namespace, metadata["name"])] = stored
+            self._changed(key, "MODIFIED" if key in self.objects else "ADDED", stored)
+            self.objects[key] = stored
         return stored
 
     def get(self, api: str, plural: str, name: str, namespace: str = "") -> dict[str, Any] | None:
@@ -134,13 +156,26 @@ class StubAPIServer:
         with self._lock:
             key = (api, plural, namespace, name)
             self.objects[key] = merge_patch(self.objects[key], change)
+            self._changed(key, "MODIFIED", self.objects[key])
 
     def remove(self, api: str, plural: str, name: str, namespace: str = "") -> None:
         with self._lock:
-            self.objects.pop((api, plural, namespace, name), None)
+            key = (api, plural, namespace, name)
+            gone = self.objects.pop(key, None)
+            if gone is not None:
+                self._changed(key, "DELETED", gone)
 
-    def fail(self, method: str, path: str, status: int, message: str) -> None:
-        self.failures[(method, path)] = (status, message)
+    def fail(
+        self,
+        method: str,
+        path: str,
+        status: int,
+        message: str,
+        times: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        """Answer `status` on this path (`times` times, or always), with `Retry-After`."""
+        self.failures[(method, path)] = (status, message, times, retry_after)
 
     def calls(self, method: str | None = None, contains: str = "") -> list[Recorded]:
         return [
@@ -152,15 +187,28 @@ class StubAPIServer:
     # -- serving -------------------------------------------------------------------------------
 
     @staticmethod
-    def _send(handler: BaseHTTPRequestHandler, status: int, body: Any) -> None:
+    def _send(
+        handler: BaseHTTPRequestHandler,
+        status: int,
+        body: Any,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         data = json.dumps(body).encode()
         handler.send_response(status)
+        for key, value in (headers or {}).items():
+            handler.send_header(key, value)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
         handler.wfile.write(data)
 
-    def _status(self, handler: BaseHTTPRequestHandler, code: int, message: str) -> None:
+    def _status(
+        self,
+        handler: BaseHTTPRequestHandler,
+        code: int,
+        message: str,
+        retry_after: float | None = None,
+    ) -> None:
         reason = {404: "NotFound", 409: "Conflict", 415: "UnsupportedMediaType"}.get(code, "")
         self._send(
             handler,
@@ -173,6 +221,7 @@ class StubAPIServer:
                 "reason": reason,
                 "code": code,
             },
+            {"Retry-After": f"{retry_after:g}"} if retry_after is not None else None,
         )
 
     def _serve(self, handler: BaseHTTPRequestHandler, raw: bytes) -> None:
@@ -184,7 +233,13 @@ class StubAPIServer:
         self.requests.append(Recorded(method, split.path, query, headers, body))
         failure = self.failures.get((method, split.path))
         if failure is not None:
-            self._status(handler, *failure)
+            code, message, times, retry_after = failure
+            if times is not None:
+                if times <= 1:
+                    del self.failures[(method, split.path)]
+                else:
+                    self.failures[(method, split.path)] = (code, message, times - 1, retry_after)
+            self._status(handler, code, message, retry_after)
             return
         if split.path.rstrip("/") == "/version":
             self._send(handler, 200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0"})
@@ -204,8 +259,16 @@ class StubAPIServer:
         if rest[:1] == ["namespaces"] and len(rest) >= 3:
             namespace, rest = rest[1], rest[2:]
         plural, name = rest[0], (rest[1] if len(rest) > 1 else "")
+        subresource = rest[2] if len(rest) > 2 else ""
         with self._lock:
-            if method == "GET" and not name:
+            if subresource == "status" and method == "PATCH":
+                self._patch(handler, (api, plural, namespace, name), body, headers, status=True)
+            elif subresource == "eviction" and method == "POST":
+                options = (body or {}).get("deleteOptions") or {}
+                self._delete(handler, (api, plural, namespace, name), options, query)
+            elif subresource:
+                self._status(handler, 404, "the server could not find the requested resource")
+            elif method == "GET" and not name:
                 self._list(handler, api, plural, namespace, query)
             elif method == "GET":
                 self._read(handler, (api, plural, namespace, name))
@@ -240,6 +303,20 @@ class StubAPIServer:
         limit = query.get("limit")
         if limit:
             items = items[: int(limit[0])]
+        since = query.get("resourceVersion", [""])[0]
+        if query.get("watch", ["false"])[0] == "true" and since:
+            events = self._events_since(int(since), api, plural, namespace, labels, fields)
+            if query.get("allowWatchBookmarks", ["false"])[0] == "true":
+                latest = max([int(since), *(c[0] for c in self.changes)])
+                bookmark = {"metadata": {"resourceVersion": str(latest)}}
+                events.append({"type": "BOOKMARK", "object": bookmark})
+            data = "".join(json.dumps(e) + "\n" for e in events).encode()
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+            return
         if query.get("watch", ["false"])[0] == "true":
             lines = "".join(json.dumps({"type": "ADDED", "object": o}) + "\n" for o in items)
             data = lines.encode()
@@ -255,10 +332,40 @@ class StubAPIServer:
             {
                 "kind": "List",
                 "apiVersion": api,
-                "metadata": {"resourceVersion": "1"},
+                "metadata": {
+                    "resourceVersion": str(max([self.compacted, *(c[0] for c in self.changes)]))
+                },
                 "items": items,
             },
         )
+
+    def _events_since(
+        self, since: int, api: str, plural: str, namespace: str, labels: str, fields: str
+    ) -> list[dict[str, Any]]:
+        if since < self.compacted:
+            gone = {
+                "code": 410,
+                "reason": "Expired",
+                "message": f"too old resource version: {since}",
+            }
+            return [{"type": "ERROR", "object": gone}]
+
+        def matches(obj: dict[str, Any] | None) -> bool:
+            return (
+                obj is not None
+                and label_selector_matches(obj["metadata"].get("labels") or {}, labels)
+                and field_selector_matches(obj, fields)
+            )
+
+        events = []
+        for version, (a, p, ns, _), kind, obj, before in self.changes:
+            if version <= since or a != api or p != plural or (namespace and ns != namespace):
+                continue
+            if matches(obj):
+                events.append({"type": kind, "object": obj})
+            elif matches(before):  # it stopped matching the selectors: gone, for this watch
+                events.append({"type": "DELETED", "object": obj})
+        return events
 
     def _read(self, handler: BaseHTTPRequestHandler, key: Key) -> None:
         found = self.objects.get(key)
@@ -272,6 +379,8 @@ class StubAPIServer:
     ) -> None:
         obj = copy.deepcopy(body)
         metadata = obj.setdefault("metadata", {})
+        if "name" not in metadata and "generateName" in metadata:
+            metadata["name"] = f"{metadata['generateName']}{next(self._ids):x}"
         key = (api, plural, namespace, metadata["name"])
         if key in self.objects:
             self._status(handler, 409, f'{plural} "{metadata["name"]}" already exists')
@@ -284,6 +393,7 @@ class StubAPIServer:
         if plural == "pods":
             obj.setdefault("status", {"phase": "Pending"})
         self.objects[key] = obj
+        self._changed(key, "ADDED", obj)
         self._send(handler, 201, obj)
 
     def _replace(self, handler: BaseHTTPRequestHandler, key: Key, body: Any) -> None:
@@ -291,12 +401,17 @@ class StubAPIServer:
             self._status(handler, 404, f'{key[1]} "{key[3]}" not found')
             return
         obj = copy.deepcopy(body)
-        obj["metadata"]["resourceVersion"] = str(next(self._ids))
         self.objects[key] = obj
+        self._changed(key, "MODIFIED", obj)
         self._send(handler, 200, obj)
 
     def _patch(
-        self, handler: BaseHTTPRequestHandler, key: Key, body: Any, headers: dict[str, str]
+        self,
+        handler: BaseHTTPRequestHandler,
+        key: Key,
+        body: Any,
+        headers: dict[str, str],
+        status: bool = False,
     ) -> None:
         if headers.get("content-type") != "application/merge-patch+json":
             self._status(handler, 415, f"unsupported patch type {headers.get('content-type')}")
@@ -304,7 +419,12 @@ class StubAPIServer:
         if key not in self.objects:
             self._status(handler, 404, f'{key[1]} "{key[3]}" not found')
             return
+        if status:  # the status subresource changes the status only
+            body = {"status": (body or {}).get("status")}
+        elif "status" in (body or {}) and key[1] not in ("pods", "nodes"):
+            body = {k: v for k, v in body.items() if k != "status"}  # dropped, as for CRDs
         self.objects[key] = merge_patch(self.objects[key], body)
+        self._changed(key, "MODIFIED", self.objects[key])
         self._send(handler, 200, self.objects[key])
 
     def _delete(
@@ -323,6 +443,8 @@ class StubAPIServer:
         if self.graceful and key[1] == "pods" and grace not in (None, 0, "0"):
             found["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
             found["metadata"]["deletionGracePeriodSeconds"] = int(grace)
+            self._changed(key, "MODIFIED", found)
         else:
             del self.objects[key]
+            self._changed(key, "DELETED", found)
         self._send(handler, 200, found)

@@ -6,30 +6,91 @@
     assert world.state("small0") == "Running"
     assert world.pinned("small0") == ["n-0"]
 
-Records live in namespace `team` unless said otherwise; the queue config is the service's
-format (`caldera.k8s.config.parse_kube_config`), as `caldera k8s run --config` reads it. The
-clock is the fake cluster's: `step(seconds)` advances it first. `restart()` throws the
-controller away and starts a new one on the same cluster (a crash, a fail-over).
+TrainingJobs live in namespace `team` unless said otherwise (`serving` may submit critical,
+`other` is served too); the queue config is the service's format
+(`caldera.k8s.config.parse_kube_config`), as `caldera k8s run --config` reads it. The clock is
+the fake cluster's: `step(seconds)` advances it first. `restart()` throws the controller away
+and starts a new one on the same cluster (a crash, a fail-over).
+
+`training_job(...)` writes a TrainingJob spec from the short keywords tests use
+(`tasks=2, gpus=8, type="large-job", topology={...}`).
 """
 
 from __future__ import annotations
 
+import copy
 import json
+from types import MappingProxyType
 from typing import Any
 
-from caldera.k8s import FakeCluster, KubeRuntime, KubeSettings, names
+from caldera.k8s import FakeCluster, KubeRuntime, KubeSettings, NamespaceBinding, names
 from caldera.k8s.config import parse_kube_config
 
-__all__ = ["NAMESPACE", "World", "request"]
+__all__ = ["NAMESPACE", "SETTINGS", "World", "training_job"]
 
 NAMESPACE = "team"
+SETTINGS = KubeSettings(
+    image="registry.example.com/train:v1",
+    namespaces=MappingProxyType(
+        {
+            "team": NamespaceBinding(("team",)),
+            "serving": NamespaceBinding(("team",), critical=True),
+            "other": NamespaceBinding(("team",)),
+        }
+    ),
+)
 
 
-def request(**fields: Any) -> dict[str, Any]:
-    """A job record's request: a normal 8-GPU single task in queue `team` by default."""
-    base: dict[str, Any] = {"queue": "team", "type": "normal", "gpus": 8}
-    base.update(fields)
-    return base
+def training_job(
+    *,
+    tasks: int = 1,
+    gpus: float = 8,
+    type: str = "normal",
+    queue: str | None = None,
+    min_available: int | None = None,
+    cpu: str | float | None = None,
+    memory: str | None = None,
+    template: dict[str, Any] | None = None,
+    protected: bool = False,
+    **rest: Any,
+) -> dict[str, Any]:
+    """A TrainingJob spec: one task group of `tasks` replicas, `gpus` each (as the field
+    `gpus`, which also takes fractions). `rest`: other spec keys as they are (checkpoint,
+    topology with highest_tier spelled highestTier, maxRetries, expectedDuration)."""
+    template = copy.deepcopy(template or {})
+    pod_spec = template.setdefault("spec", {})
+    containers = pod_spec.setdefault("containers", [{"name": "main"}])
+    requests: dict[str, Any] = {}
+    if cpu is not None:
+        requests["cpu"] = cpu
+    if memory is not None:
+        requests["memory"] = memory
+    if requests:
+        containers[0].setdefault("resources", {})["requests"] = requests
+    spec: dict[str, Any] = {
+        "type": type,
+        "tasks": [{"name": "worker", "replicas": tasks, "gpus": gpus, "template": template}],
+    }
+    if queue is not None:
+        spec["queue"] = queue
+    if min_available is not None:
+        spec["minAvailable"] = min_available
+    if protected:
+        spec["protected"] = True
+    for key, value in rest.items():
+        if key == "topology":
+            value = {
+                "mode": value.get("mode", "soft"),
+                "highestTier": value.get("highest_tier", 1),
+            }
+        elif key == "checkpoint":
+            value = {
+                {"on_sigterm": "onSigterm"}.get(k, k): v for k, v in value.items() if v is not None
+            }
+        spec[
+            {"max_retries": "maxRetries", "expected_duration": "expectedDuration"}.get(key, key)
+        ] = value
+    return spec
 
 
 class World:
@@ -46,7 +107,7 @@ class World:
             }
         )
         self.config = config
-        self.settings = settings or KubeSettings(image="registry.example.com/train:v1")
+        self.settings = settings or SETTINGS
         self.cluster = FakeCluster()
         self.runtime: KubeRuntime | None = None
 
@@ -88,7 +149,7 @@ class World:
     # -- acting ------------------------------------------------------------------------------
 
     def submit(self, name: str, namespace: str = NAMESPACE, **fields: Any) -> str:
-        self.cluster.submit(namespace, name, request(**fields))
+        self.cluster.submit(namespace, name, training_job(**fields))
         return names.job_id(namespace, name)
 
     def step(self, seconds: float = 0.0) -> None:
@@ -98,7 +159,7 @@ class World:
         self.cluster.settle()
 
     def run_until(self, name: str, state: str, limit: float = 3600.0, dt: float = 10.0) -> float:
-        """Step `dt` seconds at a time until the job's record shows `state`."""
+        """Step `dt` seconds at a time until the job's status shows `state`."""
         waited = 0.0
         while self.state(name) != state:
             assert waited < limit, f"{name} never reached {state}: {self.state(name)}"
@@ -108,21 +169,42 @@ class World:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def record(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
-        return self.cluster.record(namespace, name)
+    def job(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
+        return self.cluster.job(namespace, name)
 
     def status(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
-        text = self.record(name, namespace)["metadata"].get("annotations", {}).get(names.STATUS)
-        assert text is not None, f"{name} was never admitted"
-        data: dict[str, Any] = json.loads(text)
-        return data
+        status: dict[str, Any] = self.job(name, namespace).get("status") or {}
+        assert status.get("state"), f"{name} was never admitted"
+        return status
 
     def state(self, name: str, namespace: str = NAMESPACE) -> str:
         return str(self.status(name, namespace)["state"])
 
+    def condition(self, name: str, kind: str, namespace: str = NAMESPACE) -> tuple[str, str]:
+        """(status, reason) of one of the job's conditions."""
+        for condition in self.status(name, namespace).get("conditions") or []:
+            if condition["type"] == kind:
+                return condition["status"], condition["reason"]
+        raise AssertionError(f"{name} has no condition {kind}")
+
+    def events(self, name: str, namespace: str = NAMESPACE) -> list[str]:
+        """The reasons of the Events about a job, oldest first."""
+        return [reason for reason, _ in self.cluster.events_of(namespace, name)]
+
+    def submitted_at(self, name: str, namespace: str = NAMESPACE) -> float:
+        return float(self.status(name, namespace)["controller"]["submit"])
+
     def nomination(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any] | None:
-        text = self.record(name, namespace)["metadata"].get("annotations", {}).get(names.NOMINATION)
-        return json.loads(text) if text else None
+        controller = self.status(name, namespace).get("controller") or {}
+        found: dict[str, Any] | None = controller.get("nomination")
+        return found
+
+    def placements(self, name: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+        """The decided placement on each pod of the job (rank order)."""
+        return [
+            json.loads(pod["metadata"]["annotations"][names.PLACEMENT])
+            for pod in self.pods(name, namespace)
+        ]
 
     def throttles(self) -> dict[str, Any]:
         state = self.cluster.config_maps[(self.settings.state_namespace, names.STATE_CONFIG_MAP)]

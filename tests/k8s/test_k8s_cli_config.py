@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import caldera.k8s
 from caldera.cli.main import app
 from caldera.core import UNIX_WEEK_OFFSET
-from caldera.k8s import ClusterUnavailable, FakeCluster, KubeRuntime, names
+from caldera.k8s import ClusterUnavailable, FakeCluster, KubeRuntime
 from caldera.k8s.config import KubeConfigError, load_kube_config, load_render_input
 from caldera.k8s.controller import Controller
 from caldera.sim import parse_scenario
@@ -112,20 +112,37 @@ def test_render_a_config_prints_classes_queues_and_with_rbac_the_controllers_rol
     config = {
         "queues": [{"name": "team-a", "deserved": {"gpu": 8}}],
         "tokens": [{"token": "x" * 12, "user": "u"}],
-        "kubernetes": {"state_namespace": "gpu-platform"},
+        "kubernetes": {
+            "state_namespace": "gpu-platform",
+            "namespaces": {"team-a": {"queues": ["team-a"]}},
+        },
     }
-    result = render(str(write(tmp_path, "c.yaml", config)), "--rbac")
+    result = render(str(write(tmp_path, "c.yaml", config)), "--crds", "--rbac")
     assert result.exit_code == 0, result.output
     docs = list(yaml.safe_load_all(result.stdout))
     assert [d["kind"] for d in docs] == [
+        "CustomResourceDefinition",
         "Namespace",
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "ClusterRole",
+        "Role",
+        "RoleBinding",
+        "RoleBinding",
+        *["ClusterRole"] * 3,
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         *["PriorityClass"] * 4,
         "Queue",
     ]
-    assert docs[1]["metadata"]["namespace"] == "gpu-platform"
+    assert docs[2]["metadata"]["namespace"] == "gpu-platform"
+    job_bindings = [
+        d
+        for d in docs
+        if d["kind"] == "RoleBinding" and d["metadata"]["name"] == ("caldera-controller-jobs")
+    ]
+    assert [d["metadata"]["namespace"] for d in job_bindings] == ["team-a"]
     assert docs[-1]["spec"]["deserved"] == {"nvidia.com/gpu": "8"}
 
 
@@ -134,13 +151,31 @@ def test_render_a_config_prints_classes_queues_and_with_rbac_the_controllers_rol
     [
         ("queues: [", "not valid YAML"),
         (
-            {"queues": [{"name": "q"}], "kubernetes": {"namespaces": "x"}},
-            "kubernetes.namespaces: unknown key",
+            {"queues": [{"name": "q"}], "kubernetes": {"namespace": "x"}},
+            "kubernetes.namespace: unknown key",
+        ),
+        (
+            {
+                "queues": [{"name": "q"}],
+                "kubernetes": {"namespaces": {"kube-system": {"queues": ["q"]}}},
+            },
+            "kube-system is the cluster's own",
+        ),
+        (
+            {"queues": [{"name": "q"}], "kubernetes": {"namespaces": {"t": {"queues": ["nope"]}}}},
+            "kubernetes.namespaces.t.queues: unknown queue 'nope'",
         ),
         ({"queues": [{"name": "q", "weight": -1}]}, "queues.0.weight"),
         ({"cluster": {"nodes": []}, "jobs": []}, "cluster.nodes"),
     ],
-    ids=["bad yaml", "unknown kubernetes key", "bad queue", "bad scenario"],
+    ids=[
+        "bad yaml",
+        "unknown kubernetes key",
+        "kube-system is never served",
+        "a binding to an unknown queue",
+        "bad queue",
+        "bad scenario",
+    ],
 )
 def test_render_a_bad_file_fails_in_one_line(tmp_path: Path, content: Any, want: str) -> None:
     path = write(tmp_path, "bad.yaml", content)
@@ -165,20 +200,26 @@ def test_kubernetes_settings_are_read_from_the_config(tmp_path: Path) -> None:
     data = {
         "queues": [{"name": "a"}],
         "kubernetes": {
-            "namespace": "jobs",
+            "namespaces": {
+                "jobs": {"queues": ["a"]},
+                "serving": {"queues": ["a"], "critical": True, "service_accounts": ["infer"]},
+            },
             "gpu_share": {"resource": "nvidia.com/gpumem-percentage", "unit": "percent"},
             "labels": {"hypernode": "example.com/leaf"},
-            "critical_namespaces": ["serving"],
             "bind_timeout": 60,
+            "ready_timeout": 90,
         },
     }
     settings = load_kube_config(write(tmp_path, "c.yaml", data)).settings
-    assert settings.namespace == "jobs"
+    assert list(settings.namespaces) == ["jobs", "serving"]
     assert settings.gpu_share.unit == "percent"
     assert settings.labels.hypernode == "example.com/leaf"
     assert settings.labels.spine == "caldera.io/spine"
-    assert settings.critical_allowed("serving") and not settings.critical_allowed("team")
-    assert settings.bind_timeout == 60
+    serving, jobs = settings.binding("serving"), settings.binding("jobs")
+    assert serving is not None and serving.critical and serving.service_accounts == ("infer",)
+    assert jobs is not None and not jobs.critical and jobs.default_queue == "a"
+    assert settings.binding("kube-system") is None and settings.binding("elsewhere") is None
+    assert (settings.bind_timeout, settings.ready_timeout) == (60, 90)
 
 
 def test_a_scenario_and_a_config_are_told_apart(tmp_path: Path) -> None:
@@ -256,7 +297,7 @@ def test_the_loop_outlives_an_unreachable_api_server(caplog: pytest.LogCaptureFi
     assert controller.steps >= 1
     assert "cannot reach the Kubernetes API at fake://: timed out (retrying in 1 s)" in caplog.text
     assert world.state("job") == "Running"
-    assert world.record("job")["metadata"]["labels"][names.STATE] == "Running"
+    assert world.status("job")["state"] == "Running"
     assert world.pinned("job") == ["n-0"]
 
 
@@ -268,25 +309,26 @@ def test_the_public_api_is_pinned() -> None:
         [
             "Blocked",
             "ClusterAPI",
+            "ClusterConflict",
             "ClusterError",
             "ClusterUnavailable",
-            "ClusterConflict",
+            "EvictionBlocked",
             "FakeClock",
             "FakeCluster",
             "Forbidden",
             "GpuShare",
             "Invalid",
-            "JobRequest",
             "KubeJob",
             "KubeRuntime",
             "KubeSettings",
             "KubeStats",
             "KubeTask",
+            "NamespaceBinding",
             "NodeLabels",
             "NodeState",
             "Owner",
             "Purpose",
-            "RecordError",
+            "QuotaExceeded",
             "RenderError",
             "VolcanoMissing",
             "Workload",
@@ -296,6 +338,7 @@ def test_the_public_api_is_pinned() -> None:
             "priority_classes",
             "queue_from_volcano",
             "read_nodes",
+            "read_training_job",
             "refusal",
             "render_start",
             "task_pod",
@@ -333,4 +376,6 @@ def test_watch_events_wake_the_loop_and_short_watches_do_not_spin() -> None:
     assert not runner.is_alive()
     assert controller.steps >= 2  # the events woke it long before the 30 s resync
     assert isinstance(world.cluster, OneEventWatch)
-    assert world.cluster.watches <= 6  # three watches, restarted at most once a second
+    # nodes, and pods + TrainingJobs in each of the 3 served namespaces: seven watches,
+    # restarted at most once a second
+    assert world.cluster.watches <= 14

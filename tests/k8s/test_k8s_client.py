@@ -1,13 +1,14 @@
 """The real `ClusterAPI` — the official `kubernetes` client — against a local HTTP stub of the
-API server: the paths, query strings, bodies and headers it sends, how failures read, a whole
-preemption driven through it, the RBAC the controller needs, and `caldera k8s run` end to end
-on a kubeconfig. No cluster is contacted: the stub listens on 127.0.0.1 only."""
+API server: the paths, query strings, bodies and headers it sends, how failures read (and which
+are asked again), a whole preemption driven through it, the RBAC the controller needs, and
+`caldera k8s run` end to end on a kubeconfig. No cluster is contacted: the stub listens on
+127.0.0.1 only. (The real API server: tests/k8s_real.)"""
 
 from __future__ import annotations
 
-import json
 import socket
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ import kubernetes
 import pytest
 import yaml
 from apiserver_stub import Recorded, StubAPIServer
+from k8s_support import SETTINGS as K8S_SETTINGS
+from k8s_support import training_job
 from typer.testing import CliRunner
 
 from caldera.cli.main import app
@@ -22,23 +25,29 @@ from caldera.core import PolicyConfig
 from caldera.k8s import (
     ClusterConflict,
     ClusterUnavailable,
+    EvictionBlocked,
     FakeClock,
     FakeCluster,
     Forbidden,
     Invalid,
     KubeRuntime,
-    KubeSettings,
+    QuotaExceeded,
     VolcanoMissing,
     names,
     priority_classes,
     volcano_queue,
 )
+from caldera.k8s.admission import (
+    CONTROLLER_READ_RULES,
+    CONTROLLER_STATE_RULES,
+    CONTROLLER_WRITE_RULES,
+)
 from caldera.k8s.client import KubeClusterAPI, load_api_client
 from caldera.k8s.controller import sync_cluster_objects
-from caldera.k8s.render import RBAC_RULES
 from caldera.model import Queue
 
-SETTINGS = KubeSettings(image="registry.example.com/train:v1", request_timeout=5)
+SETTINGS = replace(K8S_SETTINGS, request_timeout=5)
+JOBS = f"{names.GROUP}/{names.VERSION}"
 
 
 @pytest.fixture
@@ -67,16 +76,15 @@ def add_node(stub: StubAPIServer, name: str, hypernode: str = "a") -> None:
     )
 
 
-def add_record(stub: StubAPIServer, name: str, **request: Any) -> None:
-    body = {"queue": "team", "type": "normal", "gpus": 8, **request}
+def add_job(stub: StubAPIServer, name: str, **fields: Any) -> None:
     stub.put(
-        "v1",
-        "configmaps",
+        JOBS,
+        names.PLURAL,
         {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": name, "labels": {names.JOB_RECORD: "true"}},
-            "data": {names.RECORD_KEY: yaml.safe_dump(body)},
+            "apiVersion": JOBS,
+            "kind": names.KIND,
+            "metadata": {"name": name, "generation": 1},
+            "spec": training_job(**fields),
         },
         namespace="team",
     )
@@ -176,32 +184,89 @@ def test_pod_groups_are_volcano_custom_objects(stub: StubAPIServer, api: KubeClu
     assert delete.body == {"propagationPolicy": "Background"}
 
 
-def test_a_record_is_updated_with_a_json_merge_patch(
+def test_a_status_is_written_to_the_status_subresource_as_a_merge_patch(
     stub: StubAPIServer, api: KubeClusterAPI
 ) -> None:
-    add_record(stub, "job")
-    stub.update(
-        "v1",
-        "configmaps",
-        "job",
-        "team",
-        {"metadata": {"annotations": {names.NOMINATION: "{}", "keep": "me"}}},
-    )
-    patch = {
-        "metadata": {
-            "labels": {names.STATE: "Running"},
-            "annotations": {names.STATUS: "{}", names.NOMINATION: None},
-        }
-    }
-    api.patch_config_map("team", "job", patch)
+    add_job(stub, "job")
+    status = {"state": "Running", "reason": None, "conditions": [{"type": "Admitted"}]}
+    api.patch_job_status("team", "job", status)
     request = last(stub, "PATCH")
-    assert request.path == "/api/v1/namespaces/team/configmaps/job"
+    assert request.path == f"/apis/{JOBS}/namespaces/team/{names.PLURAL}/job/status"
     assert request.content_type == "application/merge-patch+json"
-    assert request.body == patch
-    stored = stub.get("v1", "configmaps", "job", "team")
+    assert request.body == {"status": status}
+    stored = stub.get(JOBS, names.PLURAL, "job", "team")
     assert stored is not None
-    assert stored["metadata"]["annotations"] == {names.STATUS: "{}", "keep": "me"}
-    assert stored["metadata"]["labels"][names.STATE] == "Running"
+    assert stored["status"] == {"state": "Running", "conditions": [{"type": "Admitted"}]}
+
+
+def test_an_eviction_goes_through_the_eviction_api_with_grace_and_uid(
+    stub: StubAPIServer, api: KubeClusterAPI
+) -> None:
+    api.create_pod("team", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})
+    uid = (stub.get("v1", "pods", "p", "team") or {})["metadata"]["uid"]
+    assert api.evict_pod("team", "p", 30, uid) is True
+    post = last(stub, "POST", "/eviction")
+    assert post.path == "/api/v1/namespaces/team/pods/p/eviction"
+    assert post.body["kind"] == "Eviction"
+    assert post.body["deleteOptions"] == {"gracePeriodSeconds": 30, "preconditions": {"uid": uid}}
+    assert api.evict_pod("team", "p", 30) is False  # already gone
+
+
+def test_an_eviction_a_disruption_budget_refuses_is_eviction_blocked(
+    stub: StubAPIServer, api: KubeClusterAPI
+) -> None:
+    stub.fail(
+        "POST",
+        "/api/v1/namespaces/team/pods/p/eviction",
+        429,
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+    )
+    with pytest.raises(EvictionBlocked, match="disruption budget"):
+        api.evict_pod("team", "p", 30)
+    assert len(stub.calls("POST", "/eviction")) == 1  # a budget's no is not asked again
+
+
+@pytest.mark.parametrize("status", [429, 503], ids=["priority and fairness", "unavailable"])
+def test_a_busy_api_server_is_asked_again_with_backoff(stub: StubAPIServer, status: int) -> None:
+    """Issue 9, defect 3: one 429 or 5xx no longer fails a pod create for good."""
+    api_client = client_for(stub.url)
+    pauses: list[float] = []
+    api = KubeClusterAPI(api_client, request_timeout=5, retry_budget=5, sleep=pauses.append)
+    stub.fail("POST", "/api/v1/namespaces/team/pods", status, "too many requests", times=2)
+    try:
+        api.create_pod("team", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})
+    finally:
+        api_client.close()
+    assert len(stub.calls("POST", "/pods")) == 3
+    assert len(pauses) == 2 and all(0 < p <= 5 for p in pauses)
+    assert stub.get("v1", "pods", "p", "team") is not None
+
+
+def test_retry_after_is_honoured_and_the_budget_bounds_the_wait(stub: StubAPIServer) -> None:
+    api_client = client_for(stub.url)
+    pauses: list[float] = []
+    api = KubeClusterAPI(api_client, request_timeout=5, retry_budget=3.5, sleep=pauses.append)
+    stub.fail("GET", "/api/v1/nodes", 429, "slow down", retry_after=2)
+    try:
+        with pytest.raises(ClusterUnavailable, match="answered 429"):
+            api.list_nodes()
+    finally:
+        api_client.close()
+    assert pauses and all(2 <= p <= 2.5 for p in pauses)  # Retry-After, plus jitter
+    assert sum(pauses) <= 3.5
+
+
+def test_a_quota_refusal_is_not_now_rather_than_forbidden(
+    stub: StubAPIServer, api: KubeClusterAPI
+) -> None:
+    stub.fail(
+        "POST",
+        "/api/v1/namespaces/team/pods",
+        403,
+        'pods "p" is forbidden: exceeded quota: gpus, requested: nvidia.com/gpu=8',
+    )
+    with pytest.raises(QuotaExceeded, match="exceeded quota"):
+        api.create_pod("team", {"metadata": {"name": "p"}})
 
 
 def test_queues_are_created_then_replaced_keeping_what_others_wrote(
@@ -277,7 +342,7 @@ def test_an_unreachable_api_server_is_one_line() -> None:
     api_client = client_for(url)
     try:
         with pytest.raises(ClusterUnavailable) as error:
-            KubeClusterAPI(api_client, request_timeout=2).check("team")
+            KubeClusterAPI(api_client, request_timeout=2).check(["team"])
     finally:
         api_client.close()
     assert str(error.value) == f"cannot reach the Kubernetes API at {url}: connection refused"
@@ -288,7 +353,7 @@ def test_a_cluster_without_volcano_says_so() -> None:
     api_client = client_for(stub.url)
     try:
         with pytest.raises(VolcanoMissing, match="the Volcano CRDs are not installed"):
-            KubeClusterAPI(api_client).check("team")
+            KubeClusterAPI(api_client).check(["team"])
         with pytest.raises(VolcanoMissing):
             KubeClusterAPI(api_client).create_pod_group("team", {"metadata": {"name": "x"}})
     finally:
@@ -325,7 +390,7 @@ def test_a_preemption_through_the_official_client(stub: StubAPIServer, api: Kube
     policy = PolicyConfig(grace_period=120, eviction_budget=1.0)
     runtime = KubeRuntime(api, [Queue("team")], policy, SETTINGS, clock=clock)
     for i in range(2):
-        add_record(stub, f"small{i}")
+        add_job(stub, f"small{i}")
     runtime.step()
     created = [r.body for r in stub.calls("POST", "/pods")]
     assert [p["metadata"]["name"] for p in created] == ["small0-1-0", "small1-1-0"]
@@ -342,20 +407,23 @@ def test_a_preemption_through_the_official_client(stub: StubAPIServer, api: Kube
         )
 
     clock.now += 600
-    add_record(stub, "big", type="large-job", tasks=2, gpus=8)
+    add_job(stub, "big", type="large-job", tasks=2, gpus=8)
     runtime.step()
-    deletes = stub.calls("DELETE", "/pods/")
-    assert [d.path.rsplit("/", 1)[1] for d in deletes] == ["small0-1-0", "small1-1-0"]
-    for delete in deletes:
-        name = delete.path.rsplit("/", 1)[1]
+    evictions = stub.calls("POST", "/eviction")
+    assert [e.path.split("/")[-2] for e in evictions] == ["small0-1-0", "small1-1-0"]
+    for eviction in evictions:
+        name = eviction.path.split("/")[-2]
         uid = (stub.get("v1", "pods", name, "team") or {})["metadata"]["uid"]
-        assert delete.body == {"gracePeriodSeconds": 120, "preconditions": {"uid": uid}}
-    record = stub.get("v1", "configmaps", "small0", "team")
-    assert record is not None
-    assert record["metadata"]["labels"][names.STATE] == "Releasing"
-    big = stub.get("v1", "configmaps", "big", "team")
+        assert eviction.body["deleteOptions"] == {
+            "gracePeriodSeconds": 120,
+            "preconditions": {"uid": uid},
+        }
+    victim = stub.get(JOBS, names.PLURAL, "small0", "team")
+    assert victim is not None
+    assert victim["status"]["state"] == "Releasing"
+    big = stub.get(JOBS, names.PLURAL, "big", "team")
     assert big is not None
-    promised = json.loads(big["metadata"]["annotations"][names.NOMINATION])
+    promised = big["status"]["controller"]["nomination"]
     throttles = stub.get("v1", "configmaps", names.STATE_CONFIG_MAP, "caldera-system")
     assert throttles is not None and "team/big" in throttles["data"]["throttles"]
 
@@ -376,22 +444,21 @@ def test_a_preemption_through_the_official_client(stub: StubAPIServer, api: Kube
         for p in big_pods
     ] == [p["node"] for p in promised["placement"]]
     assert last(stub, "POST", "/podgroups").body["metadata"]["name"] == "big-1"
-    small = stub.get("v1", "configmaps", "small0", "team")
-    assert small is not None and small["metadata"]["labels"][names.STATE] == "Pending"
+    small = stub.get(JOBS, names.PLURAL, "small0", "team")
+    assert small is not None and small["status"]["state"] == "Pending"
+    reasons = [r.body["reason"] for r in stub.calls("POST", "/events")]
+    assert {"Admitted", "Started", "Preempted", "Requeued"} <= set(reasons)
 
 
 def verb(request: Recorded) -> str:
     if request.method == "GET":
         if request.query.get("watch") == ["true"]:
             return "watch"
-        return (
-            "get"
-            if len(request.path.split("/")) % 2 == 0
-            and not request.path.endswith(
-                ("/pods", "/nodes", "/configmaps", "/queues", "/podgroups")
-            )
-            else "list"
-        )
+        parts = [p for p in request.path.split("/") if p]
+        rest = parts[2:] if parts[0] == "api" else parts[3:]
+        if rest[:1] == ["namespaces"] and len(rest) >= 3:
+            rest = rest[2:]
+        return "get" if len(rest) >= 2 else "list"
     return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}[request.method]
 
 
@@ -401,6 +468,8 @@ def group_and_resource(path: str) -> tuple[str, str]:
     rest = parts[2:] if parts[0] == "api" else parts[3:]
     if rest[:1] == ["namespaces"] and len(rest) >= 3:
         rest = rest[2:]
+    if len(rest) >= 3:
+        return group, f"{rest[0]}/{rest[2]}"  # a subresource: pods/eviction, …/status
     return group, rest[0]
 
 
@@ -408,17 +477,18 @@ def test_the_rbac_rules_cover_every_call_the_controller_makes(
     stub: StubAPIServer, api: KubeClusterAPI
 ) -> None:
     test_a_preemption_through_the_official_client(stub, api)
-    api.check("team")
+    api.check(["team"])
     sync_cluster_objects(api, [Queue("team")], SETTINGS)
     sync_cluster_objects(api, [Queue("team", weight=2)], SETTINGS)  # now a replace
-    list(api.watch("configmaps", "team", "x=y", 1))
+    list(api.watch(names.PLURAL, "team", "", 1))
+    list(api.watch("pods", "team", "x=y", 1))
     list(api.watch("nodes", "", "", 1))
     api.delete_service("team", "nope")
     api.create_service("team", {"metadata": {"name": "svc"}})
-    api.read_config_map("team", "big")
+    api.read_config_map("caldera-system", names.STATE_CONFIG_MAP)
     allowed = {
         (group, resource, v)
-        for rule in RBAC_RULES
+        for rule in (*CONTROLLER_READ_RULES, *CONTROLLER_WRITE_RULES, *CONTROLLER_STATE_RULES)
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for v in rule["verbs"]
@@ -438,6 +508,27 @@ def test_the_rbac_rules_cover_every_call_the_controller_makes(
         "patch",
         "delete",
     }
+
+
+def test_the_controller_writes_only_in_served_namespaces_and_its_own() -> None:
+    """Issue 9, defect 8: no ClusterRole lets the controller create a pod anywhere; its
+    writing roles are bound in each served namespace (never kube-system)."""
+    from caldera.k8s.admission import controller_rbac
+
+    objects = controller_rbac(SETTINGS)
+    cluster_wide = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    for binding in cluster_wide:
+        role = next(
+            o
+            for o in objects
+            if o["kind"] == "ClusterRole" and o["metadata"]["name"] == binding["roleRef"]["name"]
+        )
+        verbs = {v for rule in role["rules"] for v in rule["verbs"]}
+        pods = [r for r in role["rules"] if "pods" in r["resources"]]
+        assert all(set(r["verbs"]) <= {"get", "list", "watch"} for r in pods)
+        assert "delete" not in verbs
+    bound = {o["metadata"]["namespace"] for o in objects if o["kind"] == "RoleBinding"}
+    assert bound == {"team", "serving", "other", SETTINGS.state_namespace}
 
 
 # -- `caldera k8s run` on a kubeconfig ---------------------------------------------------------
@@ -465,7 +556,13 @@ def config_file(tmp_path: Path) -> Path:
     path = tmp_path / "caldera.yaml"
     path.write_text(
         yaml.safe_dump(
-            {"queues": [{"name": "team"}], "kubernetes": {"image": "registry.example.com/train:v1"}}
+            {
+                "queues": [{"name": "team"}],
+                "kubernetes": {
+                    "image": "registry.example.com/train:v1",
+                    "namespaces": {"team": {"queues": ["team"]}},
+                },
+            }
         ),
         encoding="utf-8",
     )
@@ -486,7 +583,7 @@ def test_run_dry_run_reads_the_cluster_and_writes_nothing(
     tmp_path: Path, stub: StubAPIServer
 ) -> None:
     add_node(stub, "n-0")
-    add_record(stub, "job")
+    add_job(stub, "job")
     result = CliRunner().invoke(
         app,
         [
@@ -503,14 +600,23 @@ def test_run_dry_run_reads_the_cluster_and_writes_nothing(
     assert "would apply priorityclass critical-job (1000)" in result.stdout
     assert "would apply queue team" in result.stdout
     assert "would create pod team/job-1-0 on n-0" in result.stdout
-    assert "would update configmap team/job (state Running)" in result.stdout
+    assert "would update TrainingJob team/job status (state Running)" in result.stdout
     assert {r.method for r in stub.requests} == {"GET"}
 
 
 def test_run_against_an_unreachable_cluster_fails_in_one_line(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{closed_port()}"
     result = CliRunner().invoke(
-        app, ["k8s", "run", "--kubeconfig", str(kubeconfig(tmp_path, url)), "--once"]
+        app,
+        [
+            "k8s",
+            "run",
+            "--kubeconfig",
+            str(kubeconfig(tmp_path, url)),
+            "--config",
+            str(config_file(tmp_path)),
+            "--once",
+        ],
     )
     assert result.exit_code == 1
     assert result.stderr.strip() == (
@@ -522,7 +628,16 @@ def test_run_without_volcano_fails_in_one_line(tmp_path: Path) -> None:
     stub = StubAPIServer(volcano=False).start()
     try:
         result = CliRunner().invoke(
-            app, ["k8s", "run", "--kubeconfig", str(kubeconfig(tmp_path, stub.url)), "--once"]
+            app,
+            [
+                "k8s",
+                "run",
+                "--kubeconfig",
+                str(kubeconfig(tmp_path, stub.url)),
+                "--config",
+                str(config_file(tmp_path)),
+                "--once",
+            ],
         )
     finally:
         stub.stop()
@@ -533,7 +648,16 @@ def test_run_without_volcano_fails_in_one_line(tmp_path: Path) -> None:
 
 def test_run_with_a_missing_kubeconfig_fails_in_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(
-        app, ["k8s", "run", "--kubeconfig", str(tmp_path / "nope"), "--once"]
+        app,
+        [
+            "k8s",
+            "run",
+            "--kubeconfig",
+            str(tmp_path / "nope"),
+            "--config",
+            str(config_file(tmp_path)),
+            "--once",
+        ],
     )
     assert result.exit_code == 1
     assert result.stderr.startswith("caldera: error: cannot load a Kubernetes configuration")

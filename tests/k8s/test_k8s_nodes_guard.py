@@ -1,14 +1,16 @@
 """Reading Kubernetes nodes into caldera's topology, the room other pods hold, and the guard
-that every pod deletion passes."""
+that every pod removal passes (protection judged from the job, never from pod labels)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from caldera.k8s import Blocked, KubeSettings, Purpose, foreign_usage, names, read_nodes, refusal
 from caldera.k8s.settings import NodeLabels
+from caldera.model import JobSpec, JobType
 
 SETTINGS = KubeSettings()
 
@@ -152,8 +154,32 @@ def test_foreign_pods_hold_what_the_scheduler_would_count() -> None:
     }
 
 
+@dataclass(frozen=True)
+class Job:
+    """What the guard knows of the job a pod is removed for."""
+
+    spec: JobSpec
+    uid: str = "uid-job"
+
+
+def job_of(type: str = "normal", namespace: str = "team", **labels: str) -> Job:
+    spec = JobSpec(
+        id=f"{namespace}/job",
+        name="job",
+        queue="team",
+        type=JobType(type),
+        submit=0,
+        namespace=namespace,
+        labels=labels,
+    )
+    return Job(spec)
+
+
 def caldera_pod(
-    labels: dict[str, str] | None = None, namespace: str = "team", **spec: Any
+    labels: dict[str, str] | None = None,
+    namespace: str = "team",
+    owner: str = "uid-job",
+    **spec: Any,
 ) -> dict[str, Any]:
     """A pod as caldera creates it for a normal job, with the given changes."""
     return {
@@ -161,49 +187,50 @@ def caldera_pod(
             "name": "job-1-0",
             "namespace": namespace,
             "labels": {names.MANAGED: "true", names.JOB_TYPE: "normal", **(labels or {})},
+            "ownerReferences": [{"kind": "TrainingJob", "name": "job", "uid": owner}],
         },
         "spec": {"priorityClassName": "normal-job", "priority": 100, **spec},
     }
 
 
 GUARD_CASES = [
-    ({}, Purpose.EVICT, None),
-    ({"labels": {names.MANAGED: "false"}}, Purpose.CLEANUP, "was not created by caldera"),
-    ({"namespace": "kube-system"}, Purpose.STOP, "is in kube-system"),
-    ({"namespace": "kube-system"}, Purpose.EVICT, "is in kube-system"),
-    ({"priority": 1000}, Purpose.EVICT, "is critical"),
-    ({"priorityClassName": "critical-job"}, Purpose.EVICT, "is critical"),
-    ({"priorityClassName": "system-node-critical"}, Purpose.EVICT, "is critical"),
-    ({"labels": {names.JOB_TYPE: "critical"}}, Purpose.EVICT, "is critical"),
-    ({"labels": {names.PROTECTED: "true"}}, Purpose.EVICT, "is protected"),
-    ({"labels": {"protected": "true"}}, Purpose.EVICT, "is protected"),
-    ({"labels": {"caldera.io/system": "true"}}, Purpose.EVICT, "is a system pod"),
-    ({"priority": 1000}, Purpose.STOP, None),
-    ({"labels": {names.PROTECTED: "true"}}, Purpose.CLEANUP, None),
+    ({}, job_of(), Purpose.EVICT, None),
+    ({"labels": {names.MANAGED: "false"}}, None, Purpose.CLEANUP, "was not created by caldera"),
+    ({"namespace": "kube-system"}, job_of(), Purpose.STOP, "is in kube-system"),
+    ({"namespace": "kube-system"}, job_of(), Purpose.EVICT, "is in kube-system"),
+    ({"owner": "someone-else"}, job_of(), Purpose.STOP, "does not belong to job team/job"),
+    ({}, job_of("critical"), Purpose.EVICT, "of a critical job"),
+    ({}, job_of(protected="true"), Purpose.EVICT, "of a protected job"),
+    ({}, job_of(namespace="kube-system"), Purpose.EVICT, "of a system job"),
+    ({}, None, Purpose.EVICT, "belongs to no job caldera knows"),
+    ({"labels": {"protected": "true", names.PROTECTED: "true"}}, job_of(), Purpose.EVICT, None),
+    ({"priority": 1000, "priorityClassName": "critical-job"}, job_of(), Purpose.EVICT, None),
+    ({}, job_of("critical"), Purpose.STOP, None),
+    ({}, job_of(protected="true"), Purpose.CLEANUP, None),
 ]
 
 
 @pytest.mark.parametrize(
-    ("change", "purpose", "want"),
+    ("change", "job", "purpose", "want"),
     GUARD_CASES,
     ids=[
         "a normal victim",
         "not caldera's",
         "kube-system, even to stop",
         "kube-system victim",
-        "priority 1000",
-        "critical class",
-        "system class",
-        "critical label",
-        "protected label",
-        "user's protected label",
-        "system label",
+        "another owner's pod under the name",
+        "critical job",
+        "protected job",
+        "system job",
+        "no job",
+        "labels a user wrote protect nothing",
+        "a pod's priority fields protect nothing either",
         "a critical gang that broke may be stopped",
         "a protected job's leftovers may be cleaned",
     ],
 )
-def test_guard(change: dict[str, Any], purpose: Purpose, want: str | None) -> None:
-    got = refusal(caldera_pod(**change), purpose)
+def test_guard(change: dict[str, Any], job: Job | None, purpose: Purpose, want: str | None) -> None:
+    got = refusal(caldera_pod(**change), purpose, job)
     if want is None:
         assert got is None
     else:

@@ -132,11 +132,22 @@ QUEUE_CASES = [
             "weight": 80,
             "reclaimable": False,
             "capability": {"nvidia.com/gpu": "512"},
-            "deserved": {"nvidia.com/gpu": "384"},
+            "deserved": {"cpu": "1000", "memory": "4096Gi", "nvidia.com/gpu": "384"},
             "guarantee": {"resource": {"cpu": "1000", "memory": "4096Gi", "nvidia.com/gpu": "256"}},
         },
-        {names.QUEUE_STATE: "Open"},
-        id="quotas: guarantee nests under resource",
+        {names.QUEUE_STATE: "Open", names.DESERVED: '{"nvidia.com/gpu": "384"}'},
+        id="quotas: guarantee nests under resource, deserved raised to it",
+    ),
+    pytest.param(
+        Queue("serving", weight=40, guarantee=Resources(16_000, 0, 0), reclaimable=False),
+        {
+            "weight": 40,
+            "reclaimable": False,
+            "deserved": {"nvidia.com/gpu": "16"},
+            "guarantee": {"resource": {"nvidia.com/gpu": "16"}},
+        },
+        {names.QUEUE_STATE: "Open", names.DESERVED: "{}"},
+        id="a guarantee without deserved: Volcano 1.15's webhook wants deserved >= guarantee",
     ),
     pytest.param(
         Queue(
@@ -176,14 +187,16 @@ def test_volcano_queue(
 
 
 @pytest.mark.parametrize(
-    "queue", [p.values[0] for p in QUEUE_CASES if p.values[0].weight > 0], ids=["prod", "half"]
+    "queue",
+    [p.values[0] for p in QUEUE_CASES if p.values[0].weight > 0],
+    ids=["prod", "serving", "half"],
 )
 def test_a_rendered_queue_reads_back_as_the_same_queue(queue: Queue) -> None:
     assert queue_from_volcano(volcano_queue(queue, SETTINGS), SETTINGS) == queue
 
 
 def test_a_closed_queue_with_windows_reads_back_with_them() -> None:
-    queue = QUEUE_CASES[1].values[0]
+    queue = next(p.values[0] for p in QUEUE_CASES if p.values[0].name == "dev")
     back = queue_from_volcano(volcano_queue(queue, SETTINGS), SETTINGS)
     assert back.state is QueueState.CLOSED
     assert back.time_windows == queue.time_windows
@@ -355,7 +368,8 @@ def test_critical_and_protected_jobs_are_marked_not_preemptable_for_volcano_too(
     docs = list(yaml.safe_load_all((GOLDEN / "critical-job.yaml").read_text(encoding="utf-8")))
     group = next(d for d in docs if d["kind"] == "PodGroup")
     pods = [d for d in docs if d["kind"] == "Pod"]
-    assert group["spec"]["preemptable"] is False
+    assert "preemptable" not in group["spec"]  # no Volcano PodGroup CRD has this field
+    assert group["metadata"]["annotations"][names.VOLCANO_PREEMPTABLE] == "false"
     assert group["spec"]["minMember"] == 1
     assert all(p["metadata"]["annotations"][names.VOLCANO_PREEMPTABLE] == "false" for p in pods)
     assert all(p["metadata"]["labels"][names.PROTECTED] == "true" for p in pods)

@@ -1,17 +1,19 @@
-"""The Kubernetes runtime on an in-memory cluster: admission, starts pinned where the cycle
-decided, preemption with the grace period and requeue, what may never be deleted, restart
-recovery, and the cluster's facts (failures, lost nodes, foreign pods) winning over memory."""
+"""The Kubernetes runtime on an in-memory cluster: admission of TrainingJobs, starts pinned
+where the cycle decided, preemption with the grace period and requeue, what may never be
+deleted, restart recovery from the status and the pods, and the cluster's facts (failures,
+lost nodes, foreign pods) winning over memory."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
-from k8s_support import NAMESPACE, World
+from k8s_support import NAMESPACE, World, training_job
 
 from caldera.core import Decisions, Evict, EvictReason
-from caldera.k8s import ClusterUnavailable, KubeSettings, names
+from caldera.k8s import ClusterUnavailable, Invalid, NamespaceBinding, QuotaExceeded, names
 from caldera.model import JobState
 
 GRACE = 120
@@ -41,60 +43,103 @@ def submit_large(world: World) -> None:
 @pytest.mark.parametrize(
     ("name", "namespace", "fields", "want"),
     [
-        ("ok-name", NAMESPACE, {"queue": "nope"}, "unknown queue 'nope'"),
+        ("ok-name", NAMESPACE, {"queue": "nope"}, "queue nope is not bound to namespace team"),
         ("ok-name", NAMESPACE, {"gpus": 0.5, "tasks": 2}, "fractional gpus"),
-        ("ok-name", NAMESPACE, {"bogus": 1}, "bogus: unknown key"),
         ("ok-name", NAMESPACE, {"type": "critical"}, "may not submit critical jobs"),
         ("Bad_Name", NAMESPACE, {}, "not a DNS label"),
         ("x" * 41, NAMESPACE, {}, "longer than 40 characters"),
         ("ok-name", NAMESPACE, {"gpus": 16}, "no node in the cluster can host"),
         ("ok-name", NAMESPACE, {"template": {"spec": {"nodeName": "n-0"}}}, "nodeName is set"),
+        (
+            "ok-name",
+            NAMESPACE,
+            {"template": {"spec": {"hostNetwork": True}}},
+            "may not use the host network",
+        ),
+        (
+            "ok-name",
+            NAMESPACE,
+            {"template": {"spec": {"volumes": [{"name": "h", "hostPath": {"path": "/"}}]}}},
+            "may not mount a hostPath volume",
+        ),
+        (
+            "ok-name",
+            NAMESPACE,
+            {
+                "template": {
+                    "spec": {"containers": [{"name": "m", "securityContext": {"privileged": True}}]}
+                }
+            },
+            "may not run a privileged container",
+        ),
+        (
+            "ok-name",
+            NAMESPACE,
+            {"template": {"spec": {"serviceAccountName": "cluster-admin"}}},
+            "service account the operator allows",
+        ),
     ],
     ids=[
-        "unknown queue",
+        "queue not bound to the namespace",
         "share for a gang",
-        "unknown key",
-        "critical from an unlisted namespace",
+        "critical from a namespace not allowed it",
         "not a DNS name",
         "name too long",
         "bigger than any node",
         "template pins a node",
+        "host network",
+        "hostPath",
+        "privileged",
+        "foreign service account",
     ],
 )
-def test_a_record_that_cannot_run_is_rejected_on_the_record(
+def test_a_job_that_cannot_run_is_rejected_with_a_condition_and_an_event(
     name: str, namespace: str, fields: dict[str, Any], want: str
 ) -> None:
     world = World().hypernode("a", "n", count=1).start()
     world.submit(name, namespace, **fields)
     world.step()
-    record = world.record(name, namespace)
-    assert record["metadata"]["labels"][names.STATE] == "Rejected"
+    assert world.state(name, namespace) == "Rejected"
     assert want in world.status(name, namespace)["reason"]
+    assert world.condition(name, "Admitted", namespace) == ("False", "Rejected")
+    assert world.condition(name, "Finished", namespace) == ("True", "Rejected")
+    assert world.events(name, namespace) == ["Rejected"]
     assert world.pods(name, namespace) == []
 
 
-def test_critical_is_accepted_only_from_listed_namespaces() -> None:
-    settings = KubeSettings(image="img", critical_namespaces=("serving",))
-    world = World(settings=settings).hypernode("a", "n", count=1).start()
+def test_critical_is_accepted_only_from_namespaces_allowed_it() -> None:
+    world = World().hypernode("a", "n", count=1).start()
     world.submit("chat", "serving", type="critical", gpus=1)
     world.step()
     assert world.state("chat", "serving") == "Running"
 
 
-def test_a_closed_queue_rejects_and_a_bad_yaml_record_is_rejected_in_one_line() -> None:
+def test_tasks_asking_for_different_resources_are_rejected() -> None:
+    world = World().hypernode("a", "n", count=1).start()
+    spec = training_job(tasks=1, gpus=8)
+    spec["tasks"].append({"name": "ps", "replicas": 1, "gpus": 0, "template": {}})
+    world.cluster.submit(NAMESPACE, "mixed", spec)
+    world.step()
+    assert "every replica must ask for the same GPUs" in world.status("mixed")["reason"]
+
+
+def test_a_closed_queue_rejects() -> None:
     world = World(queues=[{"name": "team"}, {"name": "old", "state": "Closed"}])
+    world.settings = replace(world.settings, namespaces={"team": NamespaceBinding(("team", "old"))})
     world.hypernode("a", "n", count=1).start()
     world.submit("late", queue="old")
-    world.cluster.create_config_map(
-        NAMESPACE,
-        {
-            "metadata": {"name": "broken", "labels": {names.JOB_RECORD: "true"}},
-            "data": {names.RECORD_KEY: "queue: [unclosed"},
-        },
-    )
     world.step()
     assert "queue 'old' is Closed" in world.status("late")["reason"]
-    assert world.status("broken")["reason"] == "data.job.yaml is not valid YAML"
+
+
+def test_jobs_outside_the_served_namespaces_are_never_read() -> None:
+    world = World().hypernode("a", "n", count=2).start()
+    world.cluster.submit("kube-system", "sysjob", training_job(tasks=2))
+    world.cluster.submit("elsewhere", "job", training_job())
+    world.step()
+    assert world.job("sysjob", "kube-system").get("status") is None
+    assert world.job("job", "elsewhere").get("status") is None
+    assert world.cluster.pods == {}
 
 
 # -- starting ----------------------------------------------------------------------------------
@@ -104,9 +149,8 @@ def test_a_start_creates_the_gang_pinned_where_the_cycle_placed_it() -> None:
     world = World().hypernode("a", "n", count=4).start()
     world.submit("gang", type="large-job", tasks=3, gpus=8, cpu=16, memory="64Gi")
     world.step()
-    status = world.status("gang")
-    assert status["state"] == "Running"
-    decided = [task["placement"]["node"] for task in status["tasks"]]
+    assert world.state("gang") == "Running"
+    decided = [placement["node"] for placement in world.placements("gang")]
     assert world.pinned("gang") == decided
     assert len(set(decided)) == 3
     group = world.cluster.pod_groups[(NAMESPACE, "gang-1")]
@@ -116,8 +160,13 @@ def test_a_start_creates_the_gang_pinned_where_the_cycle_placed_it() -> None:
     assert all(p["status"]["phase"] == "Running" for p in pods)  # the fake bound the gang
     assert all(p["spec"]["terminationGracePeriodSeconds"] == GRACE for p in pods)
     assert all(p["metadata"]["ownerReferences"][0]["name"] == "gang" for p in pods)
-    for task, pod in zip(status["tasks"], pods, strict=True):
-        assert json.loads(pod["metadata"]["annotations"][names.PLACEMENT]) == task["placement"]
+    assert all(p["metadata"]["ownerReferences"][0]["kind"] == "TrainingJob" for p in pods)
+    assert world.condition("gang", "Running") == ("False", "Starting")  # pods created
+    world.step()
+    assert world.condition("gang", "Running") == ("True", "Running")  # pods running
+    assert world.events("gang") == ["Admitted", "Started"]
+    assert world.status("gang")["gpus"] == "24"
+    assert world.status("gang")["wait"] == "0s"
 
 
 def test_useful_work_starts_when_the_containers_run_not_at_the_decision() -> None:
@@ -135,16 +184,22 @@ def test_useful_work_starts_when_the_containers_run_not_at_the_decision() -> Non
 
 def test_a_large_job_preempts_normal_jobs_with_the_grace_period_and_takes_their_nodes() -> None:
     world = two_normals_on_a_full_hypernode()
-    submitted = {name: world.status(name)["submit"] for name in ("small0", "small1")}
+    submitted = {name: world.submitted_at(name) for name in ("small0", "small1")}
     submit_large(world)
 
-    # Evicted: both pods deleted with the grace period, both records Releasing.
+    # Evicted: both pods evicted with the grace period, both jobs Releasing.
     assert world.cluster.deletions == [
         (NAMESPACE, "small0-1-0", GRACE),
         (NAMESPACE, "small1-1-0", GRACE),
     ]
     assert {world.state("small0"), world.state("small1")} == {"Releasing"}
-    assert world.status("small0")["evicted_for"] == f"{NAMESPACE}/big"
+    assert world.status("small0")["controller"]["evicted_for"] == f"{NAMESPACE}/big"
+    assert world.condition("small0", "Preempted") == ("True", "Preempted")
+    assert [a for a in world.cluster.actions if a[0] == "evict"] == [
+        ("evict", "pod", f"{NAMESPACE}/small0-1-0"),
+        ("evict", "pod", f"{NAMESPACE}/small1-1-0"),
+    ]  # through the Eviction API
+    assert world.events("small0")[-1] == "Preempted"
     nomination = world.nomination("big")
     assert nomination is not None
     assert sorted(nomination["victims"]) == [f"{NAMESPACE}/small0", f"{NAMESPACE}/small1"]
@@ -164,9 +219,10 @@ def test_a_large_job_preempts_normal_jobs_with_the_grace_period_and_takes_their_
     for name in ("small0", "small1"):
         status = world.status(name)
         assert status["state"] == "Pending"
-        assert status["submit"] == submitted[name]
+        assert world.submitted_at(name) == submitted[name]
         assert status["evictions"] == 1
-        assert status["lost_gpu_seconds"] == pytest.approx(8 * 601)
+        assert status["lostGPUSeconds"] == pytest.approx(8 * 601)
+        assert world.events(name)[-1] == "Requeued"
     assert world.state("big") == "Running"
     assert world.pinned("big") == [p["node"] for p in nomination["placement"]]
     assert world.nomination("big") is None
@@ -196,8 +252,8 @@ def test_a_checkpoint_the_job_reports_on_its_pod_limits_the_lost_work() -> None:
     world.step()
     submit_large(world)
     world.step(GRACE)
-    assert world.status("small0")["saved_work"] == pytest.approx(500)
-    assert world.status("small0")["lost_gpu_seconds"] == pytest.approx(8 * 101)
+    assert world.status("small0")["controller"]["saved_work"] == pytest.approx(500)
+    assert world.status("small0")["lostGPUSeconds"] == pytest.approx(8 * 101)
 
 
 def test_only_the_tasks_above_min_available_give_way_when_that_is_enough() -> None:
@@ -218,71 +274,68 @@ def test_only_the_tasks_above_min_available_give_way_when_that_is_enough() -> No
 
 
 def test_a_critical_job_is_never_a_victim_the_large_job_waits() -> None:
-    settings = KubeSettings(image="img", critical_namespaces=("*",))
-    world = World(settings=settings).hypernode("a", "n", count=2).start()
-    world.submit("infer", type="critical", gpus=8)
+    world = World().hypernode("a", "n", count=2).start()
+    world.submit("infer", "serving", type="critical", gpus=8)
     world.submit("small")
     world.step(600)
     submit_large(world)
     world.step(GRACE + 1)
-    assert world.state("infer") == "Running"
-    assert (NAMESPACE, "infer-1-0") not in {(ns, pod) for ns, pod, _ in world.cluster.deletions}
+    assert world.state("infer", "serving") == "Running"
+    assert ("serving", "infer-1-0") not in {(ns, pod) for ns, pod, _ in world.cluster.deletions}
     assert world.state("big") == "Pending"
 
 
 @pytest.mark.parametrize(
-    "fields",
-    [{"type": "critical"}, {"labels": {"protected": "true"}}],
+    ("namespace", "fields"),
+    [("serving", {"type": "critical"}), (NAMESPACE, {"protected": True})],
     ids=["critical", "protected"],
 )
 def test_an_eviction_of_a_critical_or_protected_job_is_refused_even_if_asked(
-    fields: dict[str, Any],
+    namespace: str, fields: dict[str, Any]
 ) -> None:
-    settings = KubeSettings(image="img", critical_namespaces=("*",))
-    world = World(settings=settings).hypernode("a", "n", count=1).start()
-    job_id = world.submit("keep", **fields)
+    world = World().hypernode("a", "n", count=1).start()
+    job_id = world.submit("keep", namespace, **fields)
     world.step()
     snapshot = world.rt.snapshot(world.cluster.clock.now)
-    world.rt.apply(
+    world.rt.kernel.apply(
         Decisions(evictions=(Evict(job_id, EvictReason.PREEMPT, "someone", (), 8000),)), snapshot
     )
+    world.rt.actuator.flush()
     assert world.cluster.deletions == []
-    assert world.rt.stats.refused_evictions == 1
-    assert world.state("keep") == "Running"
+    assert world.rt.kernel.stats.refused_evictions == 1
+    assert world.state("keep", namespace) == "Running"
 
 
-@pytest.mark.parametrize(
-    ("tamper", "why"),
-    [
-        (lambda pod: pod["metadata"]["labels"].update({names.JOB_TYPE: "critical"}), "critical"),
-        (lambda pod: pod["spec"].update({"priority": 1000}), "critical"),
-        (lambda pod: pod["metadata"]["labels"].update({names.PROTECTED: "true"}), "protected"),
-    ],
-    ids=["labelled critical", "priority 1000", "labelled protected"],
-)
-def test_the_live_pod_is_checked_before_every_delete(
-    tamper: Any, why: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Defence in depth: the job looks like a fine victim, but its pod says otherwise."""
+def test_protection_comes_from_the_job_not_from_labels_a_user_can_write() -> None:
+    """Issue 10, defect 2: a running pod relabelled `protected=true` (or its template
+    labelled so) is still evicted; the labels never reach the pod from the template."""
+    world = World().hypernode("a", "n", count=2).start()
+    world.submit("small0", template={"metadata": {"labels": {"protected": "true", "team": "x"}}})
+    world.submit("small1")
+    world.step(600)
+    labels = world.pods("small0")[0]["metadata"]["labels"]
+    assert "protected" not in labels and labels["team"] == "x"
+    for pod in ("small0-1-0", "small1-1-0"):
+        world.cluster.pod(NAMESPACE, pod)["metadata"]["labels"].update(
+            {"protected": "true", names.PROTECTED: "true", "caldera.io/system": "true"}
+        )
+    submit_large(world)
+    assert sorted(world.deleted()) == ["small0-1-0", "small1-1-0"]
+    world.step(GRACE + 1)
+    assert world.state("big") == "Running"
+
+
+def test_the_live_pod_is_checked_before_every_eviction(caplog: pytest.LogCaptureFixture) -> None:
+    """Defence in depth: a pod that took a victim's name but belongs to someone else (another
+    owner) is never removed."""
     world = two_normals_on_a_full_hypernode()
     for pod in ("small0-1-0", "small1-1-0"):
-        tamper(world.cluster.pod(NAMESPACE, pod))
+        world.cluster.pod(NAMESPACE, pod)["metadata"]["ownerReferences"][0]["uid"] = "other"
     submit_large(world)
     assert world.cluster.deletions == []
-    assert world.rt.stats.refused_deletes == 2
-    assert f"pod {NAMESPACE}/small0-1-0 is {why}" in caplog.text
+    assert world.rt.actuator.refused_deletes == 2
+    assert f"pod {NAMESPACE}/small0-1-0 does not belong to job {NAMESPACE}/small0" in caplog.text
     assert {p["metadata"].get("deletionTimestamp") for p in world.cluster.pods.values()} == {None}
-
-
-def test_nothing_in_kube_system_is_deleted_even_to_stop_a_broken_gang() -> None:
-    world = World().hypernode("a", "n", count=2).start()
-    world.submit("sysjob", "kube-system", tasks=2, gpus=8)
-    world.step()
-    assert world.state("sysjob", "kube-system") == "Running"
-    world.cluster.finish("kube-system", "sysjob-1-0", exit_code=1)
-    world.step()
-    assert world.cluster.deletions == []
-    assert world.rt.stats.refused_deletes == 1
 
 
 # -- restart -----------------------------------------------------------------------------------
@@ -328,15 +381,18 @@ class FailingDeletes:
     def delete_pod(self, *args: Any, **kwargs: Any) -> bool:
         raise ClusterUnavailable("cannot reach the Kubernetes API at fake://: connection reset")
 
+    def evict_pod(self, *args: Any, **kwargs: Any) -> bool:
+        raise ClusterUnavailable("cannot reach the Kubernetes API at fake://: connection reset")
+
 
 def test_an_eviction_recorded_but_never_sent_is_sent_by_the_next_controller() -> None:
     world = two_normals_on_a_full_hypernode()
-    world.rt.api = FailingDeletes(world.cluster)
+    world.rt.actuator.api = FailingDeletes(world.cluster)
     world.submit("big", type="large-job", tasks=2, gpus=8)
     world.cluster.advance(1)
     with pytest.raises(ClusterUnavailable):
         world.rt.step()
-    assert world.state("small0") == "Releasing"  # written before the deletes went out
+    assert world.state("small0") == "Releasing"  # written before the evictions went out
     assert world.cluster.deletions == []
 
     world.restart()
@@ -352,7 +408,7 @@ def test_a_start_recorded_but_never_created_is_requeued_and_started_again() -> N
         def create_pod(self, *args: Any, **kwargs: Any) -> Any:
             raise ClusterUnavailable("cannot reach the Kubernetes API at fake://: timed out")
 
-    world.rt.api = FailingCreates(world.cluster)
+    world.rt.actuator.api = FailingCreates(world.cluster)
     world.submit("job")
     with pytest.raises(ClusterUnavailable):
         world.rt.step()
@@ -375,10 +431,14 @@ def test_all_pods_succeeding_finishes_the_job_and_cleans_up() -> None:
         world.cluster.finish(NAMESPACE, pod, 0)
     world.step()
     assert world.state("train") == "Succeeded"
-    assert world.status("train")["exit_code"] == 0
+    assert world.status("train")["exitCode"] == 0
+    assert world.condition("train", "Finished") == ("True", "Succeeded")
+    assert world.condition("train", "Succeeded") == ("True", "Succeeded")
     assert (NAMESPACE, "train-1") not in world.cluster.pod_groups
     assert (NAMESPACE, "train") not in world.cluster.services
+    assert world.pods("train") == []  # finished pods are garbage-collected
     assert f"{NAMESPACE}/train" not in world.rt.jobs
+    assert "controller" not in world.status("train")
 
 
 @pytest.mark.parametrize(("retries", "want"), [(0, "Failed"), (1, "Running")])
@@ -393,15 +453,16 @@ def test_a_failed_member_stops_the_gang_then_fails_or_retries_it(retries: int, w
     world.step(GRACE)
     assert world.state("train") == want
     if want == "Failed":
-        assert world.status("train")["exit_code"] == 3
+        assert world.status("train")["exitCode"] == 3
         assert world.status("train")["reason"] == "exited with code 3"
+        assert world.condition("train", "Finished") == ("True", "Failed")
     else:
         assert world.status("train")["attempts"] == 2
         assert sorted(p["metadata"]["name"] for p in world.pods("train")) == [
-            "train-1-0",
             "train-2-0",
             "train-2-1",
-        ]
+        ]  # the failed attempt's pod was garbage-collected
+        assert "Retrying" in world.events("train")
 
 
 def test_a_lost_node_requeues_its_gang_and_it_restarts_elsewhere() -> None:
@@ -439,15 +500,16 @@ def test_a_start_volcano_never_binds_is_given_up_and_requeued() -> None:
     world.cluster.nodes["n-0"]["spec"]["unschedulable"] = True
     world.step(world.settings.bind_timeout + 1)
     assert world.deleted() == ["job-1-0"]
+    assert "StartTimeout" in world.events("job")
     world.step(1)
     assert world.state("job") == "Pending"
 
 
-def test_a_deleted_record_stops_its_pods_and_their_room_returns_only_when_they_are_gone() -> None:
+def test_a_deleted_job_stops_its_pods_and_their_room_returns_only_when_they_are_gone() -> None:
     world = World().hypernode("a", "n", count=1).start()
     world.submit("first")
     world.step()
-    world.cluster.delete_record(NAMESPACE, "first")  # the GC deletes the pod with grace
+    world.cluster.delete_job(NAMESPACE, "first")  # the GC deletes the pod with grace
     world.submit("second")
     world.step()
     assert f"{NAMESPACE}/first" not in world.rt.jobs
@@ -462,10 +524,12 @@ def test_the_throttle_holds_small_submissions_until_the_large_job_runs() -> None
     world.submit("late")
     world.step()
     assert world.state("late") == "Held"
-    assert world.status("late")["hold_reason"] == "throttle"
+    assert world.status("late")["controller"]["hold_reason"] == "throttle"
+    assert world.condition("late", "Held") == ("True", "Held")
     world.step(GRACE)
     assert world.state("big") == "Running"
     assert world.state("late") == "Pending"
+    assert world.condition("late", "Held") == ("False", "Released")
     assert world.rt.jobs[f"{NAMESPACE}/late"].state is JobState.PENDING
 
 
@@ -485,7 +549,7 @@ def test_a_drained_node_stops_the_gang_and_it_is_requeued_not_failed() -> None:
     assert world.state("train") == "Running"
     status = world.status("train")
     assert status["attempts"] == 2
-    assert status.get("exit_code") is None  # lost, not failed
+    assert status.get("exitCode") is None  # lost, not failed
     assert drained not in world.pinned("train")[-2:]
 
 
@@ -504,7 +568,7 @@ def test_an_elastic_job_grows_onto_room_that_frees_up() -> None:
     assert pods[1]["metadata"]["annotations"][names.GROUP_NAME] == "elastic-1"  # same gang
     env = {e["name"]: e["value"] for e in pods[1]["spec"]["containers"][0]["env"]}
     assert (env["RANK"], env["MASTER_ADDR"]) == ("1", "elastic-0.elastic")
-    assert len(world.status("elastic")["tasks"]) == 2
+    assert world.status("elastic")["controller"]["tasks"] == 2
 
 
 def test_an_eviction_budget_spreads_one_plan_over_cycles_and_the_plan_survives() -> None:
@@ -553,26 +617,60 @@ def test_an_empty_node_list_is_not_taken_for_a_vanished_cluster() -> None:
     assert world.status("train")["attempts"] == 1
 
 
-def test_a_record_edited_after_admission_does_not_change_the_job() -> None:
-    world = World().hypernode("a", "n", count=1).start()
-    world.submit("job", gpus=4)
-    world.step()
-    record = world.record("job")
-    record["data"][names.RECORD_KEY] = "queue: [broken"
-    world.restart()
-    world.step(10)
-    assert world.cluster.deletions == []
-    assert world.state("job") == "Running"
-    assert world.rt.jobs[f"{NAMESPACE}/job"].spec.gpu == 4000
-
-
-def test_an_unreadable_status_leaves_the_pods_alone_and_their_room_taken() -> None:
+def test_a_status_the_controller_cannot_read_leaves_the_pods_alone_and_their_room_taken() -> None:
     world = World().hypernode("a", "n", count=1).start()
     world.submit("job")
     world.step()
-    world.record("job")["metadata"]["annotations"][names.STATUS] = "{not json"
+    world.job("job")["status"]["state"] = "Bogus"
     world.restart()
     world.submit("next")
     world.step(10)
     assert world.cluster.deletions == []
     assert world.state("next") == "Pending"
+
+
+def test_a_restart_takes_the_tasks_back_from_the_pods() -> None:
+    """Issue 9, defect 9: the status holds no per-task state; the pods carry it."""
+    world = World().hypernode("a", "n", count=4).start()
+    world.submit("gang", tasks=4, gpus=8)
+    world.step()
+    world.step(60)
+    assert "tasks" not in world.status("gang")["controller"] or isinstance(
+        world.status("gang")["controller"]["tasks"], int
+    )
+    before = world.rt.jobs[f"{NAMESPACE}/gang"].view()
+    after = world.restart().jobs[f"{NAMESPACE}/gang"].view()
+    assert (after.placement, after.state, after.running_since) == (
+        before.placement,
+        before.state,
+        before.running_since,
+    )
+    assert world.cluster.deletions == []
+    world.step(60)
+    assert world.state("gang") == "Running"
+    assert world.status("gang")["attempts"] == 1
+
+
+def test_a_quota_refusal_is_not_now_and_spends_no_retry() -> None:
+    """Issue 9, defect 3: a ResourceQuota 403 on pod create requeued, not failed."""
+    world = World().hypernode("a", "n", count=1).start()
+    world.cluster.create_errors.append(
+        QuotaExceeded('create pod team/job-1-0: pods "job-1-0" is forbidden: exceeded quota')
+    )
+    world.submit("job")
+    world.step()
+    assert world.state("job") == "Pending"
+    assert "CreateRefused" in world.events("job")
+    world.step(1)
+    status = world.status("job")
+    assert (status["state"], status["attempts"], status["retries"]) == ("Running", 2, 0)
+
+
+def test_a_refused_create_fails_the_job_with_the_servers_words() -> None:
+    world = World().hypernode("a", "n", count=1).start()
+    world.cluster.create_errors.append(Invalid("admission webhook denied the pod"))
+    world.submit("job")
+    world.step()
+    world.step(1)
+    assert world.state("job") == "Failed"
+    assert "admission webhook denied the pod" in world.status("job")["reason"]

@@ -1,7 +1,8 @@
 """`caldera k8s`: the Kubernetes/Volcano runtime from the command line.
 
-    caldera k8s render FILE [--image IMAGE] [--rbac]       manifests as YAML, for review/GitOps
-    caldera k8s run [--kubeconfig PATH] [--namespace NS] [--config FILE] [--dry-run] [--once]
+    caldera k8s render FILE [--crds] [--rbac] [--image IMAGE]   manifests as YAML (install, GitOps)
+    caldera k8s run --config FILE [--kubeconfig PATH] [--dry-run] [--once]   the controller
+    caldera k8s submit|get|list|cancel|wait …                   TrainingJobs, as a user (k8s_jobs)
     caldera k8s dev-cluster start|kubeconfig|stop [--dir DIR]   a real control plane on 127.0.0.1
 
 Every failure is one line on stderr and a non-zero exit: 2 for a bad file or command line,
@@ -14,13 +15,13 @@ import logging
 import signal
 import sys
 import threading
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from caldera.cli.errors import EXIT_BAD_INPUT, EXIT_FAILURE, fail
+from caldera.cli.k8s_jobs import register as register_job_commands
 
 if TYPE_CHECKING:
     from caldera.k8s.client import KubeClusterAPI
@@ -31,11 +32,12 @@ __all__ = ["k8s_app"]
 
 k8s_app = typer.Typer(
     name="k8s",
-    help="Kubernetes with Volcano: render manifests, run the controller.",
+    help="Kubernetes with Volcano: render manifests, run the controller, submit TrainingJobs.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+register_job_commands(k8s_app)
 
 
 @k8s_app.command()
@@ -47,7 +49,15 @@ def render(
         str | None, typer.Option(help="Image for jobs that name none (scenario jobs).")
     ] = None,
     rbac: Annotated[
-        bool, typer.Option("--rbac", help="Also print the controller's ServiceAccount and RBAC.")
+        bool,
+        typer.Option(
+            "--rbac",
+            help="Also print the controller's ServiceAccount and RBAC, the users' roles and the "
+            "admission policy.",
+        ),
+    ] = False,
+    crds: Annotated[
+        bool, typer.Option("--crds", help="Also print the TrainingJob CustomResourceDefinition.")
     ] = False,
 ) -> None:
     """Print PriorityClasses, Volcano Queues and (for a scenario) the pods of the jobs the
@@ -59,7 +69,7 @@ def render(
 
     try:
         config, scenario = load_render_input(file, parse_scenario)
-        plan = plan_manifests(config, scenario, image, rbac)
+        plan = plan_manifests(config, scenario, image, rbac, crds)
     except (KubeConfigError, RenderError) as error:
         fail(str(error), EXIT_BAD_INPUT)
     what = "a scenario: jobs placed by one cycle on an empty cluster" if scenario else "a config"
@@ -75,10 +85,6 @@ def run(
         typer.Option(help="kubeconfig file (default: in-cluster account, then ~/.kube/config)."),
     ] = None,
     context: Annotated[str | None, typer.Option(help="kubeconfig context.")] = None,
-    namespace: Annotated[
-        str | None,
-        typer.Option("--namespace", "-n", help="Read job records here only (default: all)."),
-    ] = None,
     config: Annotated[
         Path | None,
         typer.Option(help="caldera config: queues, policy, kubernetes: (DESIGN §8)."),
@@ -93,7 +99,7 @@ def run(
     ] = True,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
-    """Run the controller: admit job records, run the cycle, create and delete pods."""
+    """Run the controller: admit TrainingJobs, run the cycle, create and evict pods."""
     from caldera.k8s.api import ClusterError
     from caldera.k8s.client import KubeClusterAPI
     from caldera.k8s.config import KubeConfigError, load_kube_config
@@ -108,8 +114,12 @@ def run(
     except KubeConfigError as error:
         fail(str(error), EXIT_BAD_INPUT)
     settings = loaded.settings
-    if namespace is not None:
-        settings = replace(settings, namespace=namespace)
+    if not settings.namespaces:
+        fail(
+            "no namespaces to serve: list them under kubernetes.namespaces in --config "
+            "(caldera reads TrainingJobs only there)",
+            EXIT_BAD_INPUT,
+        )
     try:
         api = KubeClusterAPI.from_kubeconfig(
             str(kubeconfig) if kubeconfig else None, context, settings.request_timeout
@@ -130,23 +140,27 @@ def _run(
     once: bool,
     sync: bool,
 ) -> None:
+    from caldera.errors import NotFound
     from caldera.k8s.api import ClusterError
+    from caldera.k8s.cache import InformerCache
     from caldera.k8s.controller import Controller, DryRunCluster, sync_cluster_objects
     from caldera.k8s.render import queue_from_volcano
     from caldera.k8s.runtime import KubeRuntime
 
     try:
-        api.check(settings.namespace)
+        api.check(list(settings.namespaces))
         queues = loaded.queues or tuple(queue_from_volcano(q, settings) for q in api.list_queues())
         if not queues:
             fail("no queues: give --config with queues, or create Volcano Queues first")
         cluster = DryRunCluster(api) if dry_run else api
         if sync and loaded.queues:
             sync_cluster_objects(cluster, loaded.queues, settings)
-        runtime = KubeRuntime(cluster, queues, loaded.policy, settings)
+        # One step lists what it reads; a running controller keeps an informer cache.
+        reads = None if dry_run or once else InformerCache(api, settings)
+        runtime = KubeRuntime(cluster, queues, loaded.policy, settings, reads=reads)
         if dry_run or once:
             runtime.step()
-    except ClusterError as error:
+    except (ClusterError, NotFound) as error:
         fail(str(error), EXIT_FAILURE)
     if dry_run:
         assert isinstance(cluster, DryRunCluster)
@@ -161,7 +175,9 @@ def _run(
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     logging.getLogger("caldera.k8s").info(
-        "controller running: %d queue(s), namespace %s", len(queues), settings.namespace or "*"
+        "controller running: %d queue(s), namespaces %s",
+        len(queues),
+        ", ".join(settings.namespaces),
     )
     Controller(runtime, resync=settings.resync).run(stop)
 

@@ -1,8 +1,11 @@
 """The Kubernetes runtime (DESIGN §1, §7): caldera's decision core driving a cluster that
 runs the Volcano batch scheduler.
 
+- `crd`: the TrainingJob resource users submit (`caldera.io/v1alpha1`);
+- `admission`: RBAC and the ValidatingAdmissionPolicy (who may submit what, where);
 - `render`: PriorityClasses, Volcano Queues, and a started job's PodGroup + pinned Pods;
-- `KubeRuntime`: reads nodes, job records and pods, runs the cycle, applies its decisions;
+- `KubeRuntime`: reads nodes, TrainingJobs and pods, runs the cycle, applies its decisions
+  through the runtime kernel (`caldera.runtime`) and `KubeActuator`;
 - `ClusterAPI`: the one seam to a cluster — `caldera.k8s.client.KubeClusterAPI` (the
   official `kubernetes` client) and `FakeCluster` (in memory, for tests);
 - `caldera.k8s.controller.Controller`: the loop (watches, wake-ups, resync) behind
@@ -17,14 +20,16 @@ from caldera.k8s.api import (
     ClusterConflict,
     ClusterError,
     ClusterUnavailable,
+    EvictionBlocked,
     Forbidden,
     Invalid,
+    QuotaExceeded,
     VolcanoMissing,
 )
 from caldera.k8s.fake import FakeClock, FakeCluster
 from caldera.k8s.guard import Purpose, refusal
+from caldera.k8s.jobs import KubeJob, KubeTask
 from caldera.k8s.nodes import Blocked, NodeState, foreign_usage, read_nodes
-from caldera.k8s.records import JobRequest, KubeJob, KubeTask, RecordError
 from caldera.k8s.render import (
     Owner,
     RenderError,
@@ -39,7 +44,8 @@ from caldera.k8s.render import (
     volcano_queue,
 )
 from caldera.k8s.runtime import KubeRuntime, KubeStats
-from caldera.k8s.settings import GpuShare, KubeSettings, NodeLabels
+from caldera.k8s.settings import GpuShare, KubeSettings, NamespaceBinding, NodeLabels
+from caldera.k8s.trainingjob import read_training_job
 
 __all__ = [
     "Blocked",
@@ -47,22 +53,23 @@ __all__ = [
     "ClusterConflict",
     "ClusterError",
     "ClusterUnavailable",
+    "EvictionBlocked",
     "FakeClock",
     "FakeCluster",
     "Forbidden",
     "GpuShare",
     "Invalid",
-    "JobRequest",
     "KubeJob",
     "KubeRuntime",
     "KubeSettings",
     "KubeStats",
     "KubeTask",
+    "NamespaceBinding",
     "NodeLabels",
     "NodeState",
     "Owner",
     "Purpose",
-    "RecordError",
+    "QuotaExceeded",
     "RenderError",
     "VolcanoMissing",
     "Workload",
@@ -72,6 +79,7 @@ __all__ = [
     "priority_classes",
     "queue_from_volcano",
     "read_nodes",
+    "read_training_job",
     "refusal",
     "render_start",
     "task_pod",

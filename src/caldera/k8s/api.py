@@ -10,7 +10,7 @@ Every failure is a `ClusterError` whose message is one line meant for the operat
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -18,8 +18,10 @@ from caldera.errors import (
     ClusterConflict,
     ClusterError,
     ClusterUnavailable,
+    EvictionBlocked,
     Forbidden,
     Invalid,
+    QuotaExceeded,
     VolcanoMissing,
 )
 
@@ -28,8 +30,10 @@ __all__ = [
     "ClusterConflict",
     "ClusterError",
     "ClusterUnavailable",
+    "EvictionBlocked",
     "Forbidden",
     "Invalid",
+    "QuotaExceeded",
     "VolcanoMissing",
     "from_rfc3339",
     "to_rfc3339",
@@ -50,10 +54,10 @@ def from_rfc3339(text: str) -> float:
 class ClusterAPI(Protocol):
     """What the Kubernetes runtime needs from a cluster. `namespace=""` lists everywhere."""
 
-    def check(self, namespace: str) -> None:
-        """Raise ClusterUnavailable / VolcanoMissing / Forbidden if the controller cannot
-        work here; return when the API server, the Volcano CRDs and the reads it needs are
-        all there."""
+    def check(self, namespaces: Sequence[str]) -> None:
+        """Raise ClusterUnavailable / VolcanoMissing / Forbidden / NotFound if the controller
+        cannot work here; return when the API server, the TrainingJob CRD, the Volcano CRDs
+        and the reads it needs in `namespaces` are all there."""
         ...
 
     def list_nodes(self, label_selector: str = "") -> list[Object]: ...
@@ -73,6 +77,14 @@ class ClusterAPI(Protocol):
         precondition: never delete a newer pod that took the name. False if already gone."""
         ...
 
+    def evict_pod(
+        self, namespace: str, name: str, grace_seconds: int, uid: str | None = None
+    ) -> bool:
+        """Evict through the Eviction API (PodDisruptionBudgets are honoured, the pod gets
+        the DisruptionTarget condition). EvictionBlocked when a budget refuses now; False if
+        the pod is already gone."""
+        ...
+
     def create_service(self, namespace: str, body: Object) -> Object: ...
 
     def delete_service(self, namespace: str, name: str) -> bool: ...
@@ -81,7 +93,16 @@ class ClusterAPI(Protocol):
 
     def delete_pod_group(self, namespace: str, name: str) -> bool: ...
 
-    def list_config_maps(self, namespace: str, label_selector: str = "") -> list[Object]: ...
+    def list_jobs(self, namespace: str) -> list[Object]:
+        """The TrainingJobs of one namespace."""
+        ...
+
+    def patch_job_status(self, namespace: str, name: str, status: Object) -> Object:
+        """A JSON merge patch of the TrainingJob's status subresource (null deletes).
+        NotFound when the job is gone."""
+        ...
+
+    def create_event(self, namespace: str, body: Object) -> None: ...
 
     def read_config_map(self, namespace: str, name: str) -> Object | None: ...
 
@@ -105,6 +126,6 @@ class ClusterAPI(Protocol):
     def watch(
         self, kind: str, namespace: str, label_selector: str, timeout_seconds: int
     ) -> Iterator[str]:
-        """Event types ("ADDED", "MODIFIED", "DELETED") on `kind` ("pods", "configmaps",
+        """Event types ("ADDED", "MODIFIED", "DELETED") on `kind` ("pods", "trainingjobs",
         "nodes") until `timeout_seconds` pass; the caller only uses them as a wake-up."""
         ...

@@ -1,24 +1,32 @@
 """`KubeClusterAPI`: the `ClusterAPI` seam on the official `kubernetes` Python client.
 
-CoreV1Api for nodes, pods, Services and ConfigMaps; CustomObjectsApi for Volcano's
+CoreV1Api for nodes, pods (and their evictions), Services, Events and the state ConfigMap;
+CustomObjectsApi for caldera's TrainingJobs (and their status subresource) and Volcano's
 `scheduling.volcano.sh/v1beta1` Queues and PodGroups; SchedulingV1Api for PriorityClasses.
 Responses are read raw (`_preload_content=False`) and decoded as JSON, so the runtime sees
 exactly what the API server sent — the same dicts `FakeCluster` hands out — without the
 client's model classes in between. Requests are the client's own: paths, query parameters,
 bodies and headers are whatever it builds (tests check them against a local HTTP stub).
 
-Two details the client does not do by itself:
-- a ConfigMap patch is sent as `application/merge-patch+json` (the client would otherwise
-  pick JSON Patch, which wants a list of operations);
-- every call has a timeout (`request_timeout`) and connection errors are not retried, so an
-  unreachable cluster fails fast with one line, not after minutes.
+What the client does not do by itself:
+- patches are sent as `application/merge-patch+json` (the client would otherwise pick JSON
+  Patch, which wants a list of operations);
+- every call has a timeout (`request_timeout`); a refused connection is not retried, so an
+  unreachable cluster fails fast with one line, not after minutes;
+- an API server that is busy — 429 from API Priority and Fairness, 500/502/503/504, a read
+  timeout — is asked again after a back-off with jitter (its `Retry-After` honoured), a few
+  times within `retry_budget` seconds, before the call fails (issue 9, defect 3);
+- a 403 from a ResourceQuota is `QuotaExceeded` (not now), not `Forbidden` (never).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from typing import Any, TypeVar, cast
 
 import kubernetes
 import urllib3
@@ -26,22 +34,26 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from caldera.errors import NotFound
+from caldera.k8s import names
 from caldera.k8s.api import (
     ClusterConflict,
     ClusterError,
     ClusterUnavailable,
+    EvictionBlocked,
     Forbidden,
     Invalid,
     Object,
+    QuotaExceeded,
     VolcanoMissing,
 )
 
-__all__ = ["KubeClusterAPI", "load_api_client"]
+__all__ = ["Expired", "KubeClusterAPI", "load_api_client"]
 
 VOLCANO_GROUP = "scheduling.volcano.sh"
 VOLCANO_VERSION = "v1beta1"
 _MERGE_PATCH = "application/merge-patch+json"
 _T = TypeVar("_T")
+_BUSY = frozenset({429, 500, 502, 503, 504})
 
 # The client's signatures name its model classes (V1Pod, V1DeleteOptions, …); caldera sends
 # the same objects as plain dicts in wire form, which the client serialises as they are.
@@ -72,6 +84,42 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
     return client.ApiClient(configuration)
 
 
+class _Busy(Exception):
+    """The server asked to come back later (or did not answer in time)."""
+
+    def __init__(self, message: str, retry_after: float | None = None, status: int = 0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+        self.status = status
+
+
+def _retry_after(error: ApiException) -> float | None:
+    headers = error.headers or {}
+    value = headers.get("Retry-After") or headers.get("retry-after")
+    try:
+        return min(max(float(value), 0.0), 30.0) if value is not None else None
+    except ValueError:
+        return None
+
+
+class Expired(ClusterError):
+    """A watch's resourceVersion is too old (410 Gone): the cache must list again."""
+
+
+def _lines(response: Any) -> Iterator[str]:
+    """The lines of a streamed watch response, as they arrive."""
+    pending = b""
+    for chunk in response.stream(amt=None, decode_content=False):
+        pending += chunk
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            if line.strip():
+                yield line.decode()
+    if pending.strip():
+        yield pending.decode()
+
+
 def _message(error: ApiException) -> str:
     try:
         body = json.loads(error.body or "")
@@ -84,13 +132,24 @@ def _message(error: ApiException) -> str:
 class KubeClusterAPI:
     """Implements `ClusterAPI` against a real API server."""
 
-    def __init__(self, api_client: Any, request_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        request_timeout: float = 30.0,
+        retry_budget: float = 10.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.api_client = api_client
         self.host = str(api_client.configuration.host)
         self.timeout = request_timeout
+        self.retry_budget = retry_budget  # seconds of back-off one call may spend
+        self.sleep = sleep
+        self.requests = 0  # API requests sent (retries included)
+        self.retries = 0
         self.core: Any = client.CoreV1Api(api_client)
         self.custom: Any = client.CustomObjectsApi(api_client)
         self.scheduling: Any = client.SchedulingV1Api(api_client)
+        self.coordination: Any = client.CoordinationV1Api(api_client)
         self.version: Any = client.VersionApi(api_client)
 
     @classmethod
@@ -105,8 +164,28 @@ class KubeClusterAPI:
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    def _call(self, what: str, call: Callable[[], _T], volcano: bool = False) -> _T:
-        """Run one client call; turn its failures into one-line ClusterErrors."""
+    def _call(
+        self, what: str, call: Callable[[], _T], volcano: bool = False, retry: bool = True
+    ) -> _T:
+        """Run one client call, asking a busy server again; turn failures into one-line
+        ClusterErrors."""
+        waited = 0.0
+        attempt = 0
+        while True:
+            try:
+                return self._once(what, call, volcano)
+            except _Busy as busy:
+                attempt += 1
+                pause = busy.retry_after or min(0.2 * 2**attempt, 5.0)
+                pause *= 1.0 + random.random() * 0.25  # jitter: controllers must not sync up
+                if not retry or waited + pause > self.retry_budget:
+                    raise ClusterUnavailable(busy.message) from None
+                self.retries += 1
+                self.sleep(pause)
+                waited += pause
+
+    def _once(self, what: str, call: Callable[[], _T], volcano: bool) -> _T:
+        self.requests += 1
         try:
             return call()
         except ApiException as error:
@@ -121,17 +200,23 @@ class KubeClusterAPI:
                         f"{VOLCANO_VERSION} not found on {self.host}): install Volcano first"
                     ) from None
                 raise NotFound(what) from None
+            if status == 403 and "exceeded quota" in text:
+                raise QuotaExceeded(f"{what}: {text}") from None
             if status in (401, 403):
                 raise Forbidden(f"{what}: forbidden ({status}): {text}") from None
             if status == 409:
                 raise ClusterConflict(f"{what}: {text or 'conflict'}") from None
             if status in (400, 415, 422):
                 raise Invalid(f"{what}: {text or 'invalid'}") from None
-            if status == 0 or status >= 500:
-                raise ClusterUnavailable(
-                    f"{what}: the API server at {self.host} answered {status}: {text}"
+            if status in _BUSY or status == 0:
+                raise _Busy(
+                    f"{what}: the API server at {self.host} answered {status}: {text}",
+                    _retry_after(error),
+                    status,
                 ) from None
             raise ClusterError(f"{what}: HTTP {status}: {text}") from None
+        except urllib3.exceptions.ReadTimeoutError:
+            raise _Busy(f"{what}: the API server at {self.host} did not answer in time") from None
         except (urllib3.exceptions.HTTPError, OSError) as error:
             reason = getattr(error, "reason", None) or error
             text = " ".join(str(reason).split())
@@ -165,7 +250,7 @@ class KubeClusterAPI:
 
     # -- ClusterAPI --------------------------------------------------------------------------
 
-    def check(self, namespace: str) -> None:
+    def check(self, namespaces: Sequence[str]) -> None:
         t = self.timeout
         self._call(
             "GET /version",
@@ -175,6 +260,25 @@ class KubeClusterAPI:
             "list nodes",
             lambda: self.core.list_node(limit=1, _request_timeout=t, _preload_content=False),
         )
+        for namespace in namespaces:
+            try:
+                self._call(
+                    f"list {names.PLURAL} in {namespace}",
+                    partial(
+                        self.custom.list_namespaced_custom_object,
+                        names.GROUP,
+                        names.VERSION,
+                        namespace,
+                        names.PLURAL,
+                        limit=1,
+                        _request_timeout=t,
+                    ),
+                )
+            except NotFound:
+                raise NotFound(
+                    f"the TrainingJob CRD ({names.PLURAL}.{names.GROUP}) is not installed on "
+                    f"{self.host}: apply `caldera k8s render --crds` first"
+                ) from None
         try:
             self._call(
                 "list Volcano queues",
@@ -183,10 +287,11 @@ class KubeClusterAPI:
                 ),
                 volcano=True,
             )
-            if namespace:
+            for namespace in namespaces[:1]:
                 self._call(
                     "list Volcano podgroups",
-                    lambda: self.custom.list_namespaced_custom_object(
+                    partial(
+                        self.custom.list_namespaced_custom_object,
                         VOLCANO_GROUP,
                         VOLCANO_VERSION,
                         namespace,
@@ -259,6 +364,35 @@ class KubeClusterAPI:
             ),
         )
 
+    def evict_pod(
+        self, namespace: str, name: str, grace_seconds: int, uid: str | None = None
+    ) -> bool:
+        options: Object = {"gracePeriodSeconds": grace_seconds}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": options,
+        }
+        what = f"evict pod {namespace}/{name}"
+        try:
+            self._call(
+                what,
+                lambda: self.core.create_namespaced_pod_eviction(
+                    name, namespace, body, _request_timeout=self.timeout, _preload_content=False
+                ),
+                retry=False,
+            )
+        except NotFound:
+            return False
+        except ClusterUnavailable as error:
+            if "429" in str(error):  # the Eviction API's answer when a budget says no
+                raise EvictionBlocked(f"{what}: {error}") from None
+            raise
+        return True
+
     def create_service(self, namespace: str, body: Object) -> Object:
         created: Object = self._json(
             self._call(
@@ -308,19 +442,45 @@ class KubeClusterAPI:
             volcano=True,
         )
 
-    def list_config_maps(self, namespace: str, label_selector: str = "") -> list[Object]:
-        options = {
-            "label_selector": label_selector or None,
-            "_request_timeout": self.timeout,
-            "_preload_content": False,
-        }
-        if namespace:
-            return self._items(
-                "list configmaps",
-                lambda: self.core.list_namespaced_config_map(namespace, **options),
-            )
+    def list_jobs(self, namespace: str) -> list[Object]:
         return self._items(
-            "list configmaps", lambda: self.core.list_config_map_for_all_namespaces(**options)
+            f"list {names.PLURAL} in {namespace}",
+            lambda: self.custom.list_namespaced_custom_object(
+                names.GROUP,
+                names.VERSION,
+                namespace,
+                names.PLURAL,
+                _request_timeout=self.timeout,
+                _preload_content=False,
+            ),
+        )
+
+    def patch_job_status(self, namespace: str, name: str, status: Object) -> Object:
+        patched: Object = self._json(
+            self._call(
+                f"update the status of {names.KIND} {namespace}/{name}",
+                lambda: self.custom.patch_namespaced_custom_object_status(
+                    names.GROUP,
+                    names.VERSION,
+                    namespace,
+                    names.PLURAL,
+                    name,
+                    {"status": status},
+                    _content_type=_MERGE_PATCH,
+                    _request_timeout=self.timeout,
+                    _preload_content=False,
+                ),
+            )
+        )
+        return patched
+
+    def create_event(self, namespace: str, body: Object) -> None:
+        self._call(
+            f"create event in {namespace}",
+            lambda: self.core.create_namespaced_event(
+                namespace, body, _request_timeout=self.timeout, _preload_content=False
+            ),
+            retry=False,
         )
 
     def read_config_map(self, namespace: str, name: str) -> Object | None:
@@ -361,6 +521,38 @@ class KubeClusterAPI:
         except NotFound:
             raise Invalid(f"{what}: not found") from None
         return patched
+
+    # -- leases (leader election) ----------------------------------------------------------
+
+    def read_lease(self, namespace: str, name: str) -> Object | None:
+        return self._read(
+            f"read lease {namespace}/{name}",
+            lambda: self.coordination.read_namespaced_lease(
+                name, namespace, _request_timeout=self.timeout, _preload_content=False
+            ),
+        )
+
+    def create_lease(self, namespace: str, body: Object) -> Object:
+        created: Object = self._json(
+            self._call(
+                f"create lease {namespace}/{body['metadata']['name']}",
+                lambda: self.coordination.create_namespaced_lease(
+                    namespace, body, _request_timeout=self.timeout, _preload_content=False
+                ),
+            )
+        )
+        return created
+
+    def replace_lease(self, namespace: str, name: str, body: Object) -> Object:
+        replaced: Object = self._json(
+            self._call(
+                f"renew lease {namespace}/{name}",
+                lambda: self.coordination.replace_namespaced_lease(
+                    name, namespace, body, _request_timeout=self.timeout, _preload_content=False
+                ),
+            )
+        )
+        return replaced
 
     def list_queues(self) -> list[Object]:
         found = self._call(
@@ -434,15 +626,88 @@ class KubeClusterAPI:
                 f"needs {want[0]} and {want[1]} (Kubernetes cannot change them: delete it first)"
             )
 
+    def _list_jobs_raw(self, namespace: str, **options: Any) -> Any:
+        return self.custom.list_namespaced_custom_object(
+            names.GROUP, names.VERSION, namespace, names.PLURAL, **options
+        )
+
+    def _lister(self, kind: str, namespace: str) -> Callable[..., Any]:
+        if kind == "nodes":
+            return cast(Callable[..., Any], self.core.list_node)
+        if kind == "pods":
+            if namespace:
+                return partial(self.core.list_namespaced_pod, namespace)
+            return cast(Callable[..., Any], self.core.list_pod_for_all_namespaces)
+        if kind == names.PLURAL:
+            return partial(self._list_jobs_raw, namespace)
+        raise ValueError(f"cannot list {kind}")
+
+    def list_objects(
+        self, kind: str, namespace: str, label_selector: str = "", field_selector: str = ""
+    ) -> tuple[list[Object], str]:
+        """Every object of `kind` (pods, nodes, trainingjobs) and the list's resourceVersion,
+        from which a watch carries on."""
+        lister = self._lister(kind, namespace)
+        body = self._json(
+            self._call(
+                f"list {kind}",
+                lambda: lister(
+                    label_selector=label_selector or None,
+                    field_selector=field_selector or None,
+                    _request_timeout=self.timeout,
+                    _preload_content=False,
+                ),
+            )
+        )
+        return list(body.get("items") or []), str(body["metadata"].get("resourceVersion", ""))
+
+    def watch_objects(
+        self,
+        kind: str,
+        namespace: str,
+        label_selector: str,
+        field_selector: str,
+        resource_version: str,
+        timeout_seconds: int,
+    ) -> Iterator[tuple[str, Object]]:
+        """(type, object) from `resource_version` on, with bookmarks, until `timeout_seconds`
+        pass. `Expired` when the version is too old (410 Gone): list again."""
+        lister = self._lister(kind, namespace)
+        response = self._call(
+            f"watch {kind}",
+            lambda: lister(
+                watch=True,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                label_selector=label_selector or None,
+                field_selector=field_selector or None,
+                timeout_seconds=timeout_seconds,
+                _request_timeout=(self.timeout, timeout_seconds + self.timeout),
+                _preload_content=False,
+            ),
+        )
+        try:
+            for line in _lines(response):
+                event = json.loads(line)
+                kind_of = str(event.get("type", ""))
+                obj = event.get("object") or {}
+                if kind_of == "ERROR":
+                    if obj.get("code") == 410:
+                        raise Expired(f"watch {kind}: {obj.get('message', 'too old')}")
+                    raise ClusterError(f"watch {kind}: {obj.get('message', obj)}")
+                yield kind_of, obj
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            raise ClusterUnavailable(f"watch {kind} on {self.host}: {error}") from None
+        finally:
+            response.close()
+            response.release_conn()
+
     def watch(
         self, kind: str, namespace: str, label_selector: str, timeout_seconds: int
     ) -> Iterator[str]:
         functions: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
             "pods": (self.core.list_namespaced_pod, self.core.list_pod_for_all_namespaces),
-            "configmaps": (
-                self.core.list_namespaced_config_map,
-                self.core.list_config_map_for_all_namespaces,
-            ),
+            names.PLURAL: (self._list_jobs_raw, self._list_jobs_raw),
             "nodes": (self.core.list_node, self.core.list_node),
         }
         namespaced, everywhere = functions[kind]

@@ -88,6 +88,13 @@ def parse_kube_config(data: dict[str, Any]) -> KubeConfig:
             deployment = parse_deployment(model)
         except ConfigError as error:
             raise KubeConfigError(str(error)) from None
+        known = {queue.name for queue in deployment.queues}
+        for namespace, binding in settings.namespaces.items():
+            for queue in binding.queues:
+                if queue not in known:
+                    raise KubeConfigError(
+                        f"kubernetes.namespaces.{namespace}.queues: unknown queue {queue!r}"
+                    )
         return KubeConfig(deployment.queues, deployment.policy, settings)
     unknown = set(rest) - set(ConfigFileModel.model_fields)
     if unknown:

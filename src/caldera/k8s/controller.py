@@ -1,11 +1,12 @@
 """The controller loop behind `caldera k8s run`: when to call `KubeRuntime.step`.
 
 The runtime is level-triggered (each step reads what is there), so the loop only decides
-*when*: at once after a watch event (pods, job records, nodes), at the cycle's wake-up time
+*when*: at once after a change (pods, TrainingJobs, nodes), at the cycle's wake-up time
 (grace-period ends, throttle timeouts, window edges), and every `resync` seconds anyway.
-Watches are only wake-ups: a missed or failed watch costs latency, never correctness. Bursts
-of events share one step (`min_gap`). A failing API server is logged in one line and retried
-with back-off; the loop never dies of it.
+With an informer cache (`caldera.k8s.cache.InformerCache`, what `caldera k8s run` uses) the
+informers' watches wake it; with plain listing, wake-up watches do. Bursts of changes share
+one step (`min_gap`). A failing API server is logged in one line and retried with back-off;
+the loop never dies of it.
 
 `DryRunCluster` wraps a cluster: it reads for real and writes nothing, recording one line per
 write it would have made. `caldera k8s run --dry-run` is one step through it.
@@ -17,10 +18,12 @@ import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
+from caldera.errors import NotFound
 from caldera.k8s import names
 from caldera.k8s.api import ClusterAPI, ClusterError, Object
+from caldera.k8s.cache import InformerCache
 from caldera.k8s.render import priority_classes, volcano_queue
 from caldera.k8s.runtime import KubeRuntime
 from caldera.k8s.settings import KubeSettings
@@ -52,8 +55,8 @@ class DryRunCluster:
         made.setdefault("metadata", {}).setdefault("uid", "dry-run")
         return made
 
-    def check(self, namespace: str) -> None:
-        self.api.check(namespace)
+    def check(self, namespaces: Sequence[str]) -> None:
+        self.api.check(namespaces)
 
     def list_nodes(self, label_selector: str = "") -> list[Object]:
         return self.api.list_nodes(label_selector)
@@ -66,8 +69,8 @@ class DryRunCluster:
     def read_pod(self, namespace: str, name: str) -> Object | None:
         return self.api.read_pod(namespace, name)
 
-    def list_config_maps(self, namespace: str, label_selector: str = "") -> list[Object]:
-        return self.api.list_config_maps(namespace, label_selector)
+    def list_jobs(self, namespace: str) -> list[Object]:
+        return self.api.list_jobs(namespace)
 
     def read_config_map(self, namespace: str, name: str) -> Object | None:
         return self.api.read_config_map(namespace, name)
@@ -95,6 +98,12 @@ class DryRunCluster:
     def create_service(self, namespace: str, body: Object) -> Object:
         return self._plan(f"create service {namespace}/{body['metadata']['name']}", body)
 
+    def evict_pod(
+        self, namespace: str, name: str, grace_seconds: int, uid: str | None = None
+    ) -> bool:
+        self._plan(f"evict pod {namespace}/{name} (grace {grace_seconds} s)")
+        return True
+
     def delete_service(self, namespace: str, name: str) -> bool:
         self._plan(f"delete service {namespace}/{name}")
         return True
@@ -110,10 +119,15 @@ class DryRunCluster:
         return self._plan(f"create configmap {namespace}/{body['metadata']['name']}", body)
 
     def patch_config_map(self, namespace: str, name: str, patch: Object) -> Object:
-        labels = (patch.get("metadata") or {}).get("labels") or {}
-        state = labels.get(names.STATE)
+        return self._plan(f"update configmap {namespace}/{name}", patch)
+
+    def patch_job_status(self, namespace: str, name: str, status: Object) -> Object:
+        state = status.get("state")
         suffix = f" (state {state})" if state else ""
-        return self._plan(f"update configmap {namespace}/{name}{suffix}", patch)
+        return self._plan(f"update {names.KIND} {namespace}/{name} status{suffix}", status)
+
+    def create_event(self, namespace: str, body: Object) -> None:
+        self._plan(f"event {body['reason']} on {namespace}/{body['involvedObject']['name']}")
 
     def apply_queue(self, body: Object) -> None:
         self._plan(f"apply queue {body['metadata']['name']}")
@@ -163,15 +177,16 @@ class Controller:
                 backoff = min(backoff * 2, 60.0)
 
     def start_watches(self, stop: threading.Event) -> list[threading.Thread]:
-        namespace = self.settings.namespace
-        watches: list[tuple[str, str, str]] = [
-            ("pods", namespace, f"{names.MANAGED}=true"),
-            ("configmaps", namespace, f"{names.JOB_RECORD}=true"),
-            ("nodes", "", self.settings.node_selector),
-        ]
+        watches: list[tuple[str, str, str]] = [("nodes", "", self.settings.node_selector)]
+        for namespace in self.settings.namespaces:
+            watches.append(("pods", namespace, f"{names.MANAGED}=true"))
+            watches.append((names.PLURAL, namespace, ""))
         threads = [
             threading.Thread(
-                target=self._watch, args=(*w, stop), name=f"caldera-watch-{w[0]}", daemon=True
+                target=self._watch,
+                args=(*w, stop),
+                name=f"caldera-watch-{w[0]}-{w[1] or 'all'}",
+                daemon=True,
             )
             for w in watches
         ]
@@ -180,7 +195,14 @@ class Controller:
         return threads
 
     def run(self, stop: threading.Event, watches: bool = True) -> None:
-        if watches:
+        reads = self.runtime.reads
+        if isinstance(reads, InformerCache):
+            # The informers are the watches: their changes wake the loop.
+            reads.wake = self.wake
+            for informer in reads.informers.values():
+                informer.wake = self.wake
+            reads.start(stop)
+        elif watches:
             self.start_watches(stop)
         backoff = 1.0
         while not stop.is_set():
@@ -189,7 +211,7 @@ class Controller:
                 self.runtime.step()
                 self.steps += 1
                 backoff = 1.0
-            except ClusterError as error:
+            except (ClusterError, NotFound) as error:
                 log.error("%s (retrying in %.0f s)", error, backoff)
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 60.0)

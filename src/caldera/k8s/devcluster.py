@@ -460,6 +460,23 @@ class DevCluster:
             if self._owns_folder:
                 shutil.rmtree(self.folder, ignore_errors=True)
 
+    def restart_apiserver(self) -> float:
+        """Stop the API server (SIGTERM, as a rolling upgrade does) and start it again with
+        the same port, etcd and certificates; return the seconds it was away. For tests of
+        clients that must ride out an API-server restart."""
+        assert self.folder is not None
+        bins = Path(self._state["bins"])
+        began = time.monotonic()
+        _terminate({"kube-apiserver": self.pids["kube-apiserver"]}, str(bins))
+        old = self._procs.pop("kube-apiserver", None)
+        if old is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                old.wait(timeout=5)
+        self._launch_apiserver(bins, self.folder)
+        self._wait_ready(time.monotonic())
+        self._save_state()
+        return round(time.monotonic() - began, 2)
+
     @property
     def pids(self) -> dict[str, int]:
         """Process id of each component started."""

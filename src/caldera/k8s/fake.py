@@ -7,8 +7,12 @@
 - deletions that honour grace periods on a fake clock: a deleted pod gets a
   deletionTimestamp and goes away when its grace period ends, or earlier if the test said it
   exits on SIGTERM (an emergency checkpoint); a finished pod goes away at once;
-- ConfigMaps with JSON merge patches, PodGroups, Services, Queues, PriorityClasses;
-- owner references: deleting a record deletes what it owns, pods with their grace period.
+- TrainingJobs whose status only the status subresource changes (a status sent with the
+  object on create is dropped, as the API server does), Events, the state ConfigMap with
+  JSON merge patches, PodGroups, Services, Queues, PriorityClasses;
+- evictions through the Eviction API (a test may make one refused, as a
+  PodDisruptionBudget would), which mark the pod DisruptionTarget;
+- owner references: deleting a job deletes what it owns, pods with their grace period.
 
 It refuses what a real cluster would (a second object with one name, a stale precondition,
 a pod pinned to no node) so that runtime bugs fail loudly here first. Every write is logged
@@ -19,16 +23,16 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
+from caldera.errors import NotFound
 from caldera.k8s import names
 from caldera.k8s.api import (
     ClusterConflict,
     ClusterUnavailable,
+    EvictionBlocked,
     Invalid,
     Object,
     VolcanoMissing,
@@ -115,7 +119,10 @@ class FakeCluster:
     reachable: bool = True
     nodes: dict[str, Object] = field(default_factory=dict)
     pods: dict[tuple[str, str], Object] = field(default_factory=dict)
+    jobs: dict[tuple[str, str], Object] = field(default_factory=dict)
+    events: list[Object] = field(default_factory=list)
     config_maps: dict[tuple[str, str], Object] = field(default_factory=dict)
+    leases: dict[tuple[str, str], Object] = field(default_factory=dict)
     pod_groups: dict[tuple[str, str], Object] = field(default_factory=dict)
     services: dict[tuple[str, str], Object] = field(default_factory=dict)
     queues: dict[str, Object] = field(default_factory=dict)
@@ -125,6 +132,9 @@ class FakeCluster:
     _terminating: dict[tuple[str, str], _Terminating] = field(default_factory=dict)
     _exits: dict[tuple[str, str], tuple[float, int]] = field(default_factory=dict)
     _sigterm_exit: dict[tuple[str, str], float] = field(default_factory=dict)
+    blocked_evictions: set[tuple[str, str]] = field(default_factory=set)  # a PDB says no
+    create_errors: list[Exception] = field(default_factory=list)  # the next pod creates fail
+    requests: int = 0  # API calls answered (reads and writes)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
     # -- building the world (test helpers) -------------------------------------------------
@@ -184,22 +194,23 @@ class FakeCluster:
         self.pods[(namespace, name)] = pod
         return pod
 
-    def submit(self, namespace: str, name: str, request: Mapping[str, Any]) -> Object:
-        """Create a job record, as `kubectl apply` of a record ConfigMap would."""
-        return self.create_config_map(
-            namespace,
-            {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": name, "labels": {names.JOB_RECORD: "true"}},
-                "data": {names.RECORD_KEY: yaml.safe_dump(dict(request), sort_keys=True)},
-            },
-        )
+    def submit(self, namespace: str, name: str, spec: Mapping[str, Any]) -> Object:
+        """Create a TrainingJob, as `kubectl apply` would (a status sent along is dropped)."""
+        self._check()
+        body = {
+            "apiVersion": names.API_VERSION,
+            "kind": names.KIND,
+            "metadata": {"name": name},
+            "spec": copy.deepcopy(dict(spec)),
+        }
+        obj = self._create_in(self.jobs, "trainingjob", namespace, body)
+        self.jobs[(namespace, name)]["metadata"]["generation"] = 1
+        return obj
 
-    def delete_record(self, namespace: str, name: str) -> None:
-        """The user deletes a record; the garbage collector deletes what it owned."""
-        record = self.config_maps.pop((namespace, name))
-        uid = record["metadata"]["uid"]
+    def delete_job(self, namespace: str, name: str) -> None:
+        """The user deletes a TrainingJob; the garbage collector deletes what it owned."""
+        job = self.jobs.pop((namespace, name))
+        uid = job["metadata"]["uid"]
         for store in (self.services, self.pod_groups):
             for key in [k for k, o in store.items() if self._owned_by(o, uid)]:
                 del store[key]
@@ -224,8 +235,16 @@ class FakeCluster:
     def pod(self, namespace: str, name: str) -> Object:
         return self.pods[(namespace, name)]
 
-    def record(self, namespace: str, name: str) -> Object:
-        return self.config_maps[(namespace, name)]
+    def job(self, namespace: str, name: str) -> Object:
+        return self.jobs[(namespace, name)]
+
+    def events_of(self, namespace: str, name: str) -> list[tuple[str, str]]:
+        """(reason, message) of the Events about one TrainingJob, oldest first."""
+        return [
+            (e["reason"], e["message"])
+            for e in self.events
+            if e["involvedObject"]["namespace"] == namespace and e["involvedObject"]["name"] == name
+        ]
 
     # -- the cluster's own behaviour --------------------------------------------------------
 
@@ -337,6 +356,7 @@ class FakeCluster:
         self._terminating[(namespace, name)] = _Terminating(gone_at)
 
     def _check(self) -> None:
+        self.requests += 1
         if not self.reachable:
             raise ClusterUnavailable(
                 "cannot reach the Kubernetes API at fake://: connection refused"
@@ -367,7 +387,7 @@ class FakeCluster:
 
     # -- ClusterAPI --------------------------------------------------------------------------
 
-    def check(self, namespace: str) -> None:
+    def check(self, namespaces: Sequence[str]) -> None:
         self._check_volcano()
 
     def list_nodes(self, label_selector: str = "") -> list[Object]:
@@ -400,6 +420,8 @@ class FakeCluster:
 
     def create_pod(self, namespace: str, body: Object) -> Object:
         self._check()
+        if self.create_errors:
+            raise self.create_errors.pop(0)
         pod = self._new(body, namespace)
         key = (namespace, pod["metadata"]["name"])
         if key in self.pods:
@@ -428,6 +450,29 @@ class FakeCluster:
             raise ClusterConflict(f"pod {name}: precondition failed (uid changed)")
         self.deletions.append((namespace, name, grace_seconds))
         self.actions.append(("delete", "pod", f"{namespace}/{name}"))
+        self._start_deletion(namespace, name, grace_seconds)
+        return True
+
+    def evict_pod(
+        self, namespace: str, name: str, grace_seconds: int, uid: str | None = None
+    ) -> bool:
+        self._check()
+        pod = self.pods.get((namespace, name))
+        if pod is None:
+            return False
+        if (namespace, name) in self.blocked_evictions:
+            raise EvictionBlocked(
+                f"evict pod {namespace}/{name}: Cannot evict pod as it would violate the "
+                "pod's disruption budget."
+            )
+        if uid is not None and pod["metadata"]["uid"] != uid:
+            raise ClusterConflict(f"pod {name}: precondition failed (uid changed)")
+        conditions = pod["status"].setdefault("conditions", [])
+        conditions.append(
+            {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+        )
+        self.deletions.append((namespace, name, grace_seconds))
+        self.actions.append(("evict", "pod", f"{namespace}/{name}"))
         self._start_deletion(namespace, name, grace_seconds)
         return True
 
@@ -466,14 +511,24 @@ class FakeCluster:
         self._check_volcano()
         return self._delete_in(self.pod_groups, "podgroup", namespace, name)
 
-    def list_config_maps(self, namespace: str, label_selector: str = "") -> list[Object]:
+    def list_jobs(self, namespace: str) -> list[Object]:
         self._check()
-        return [
-            copy.deepcopy(c)
-            for (ns, _), c in sorted(self.config_maps.items())
-            if (not namespace or ns == namespace)
-            and label_selector_matches(c["metadata"].get("labels") or {}, label_selector)
-        ]
+        return [copy.deepcopy(j) for (ns, _), j in sorted(self.jobs.items()) if ns == namespace]
+
+    def patch_job_status(self, namespace: str, name: str, status: Object) -> Object:
+        self._check()
+        key = (namespace, name)
+        if key not in self.jobs:
+            raise NotFound(f"trainingjob {namespace}/{name}")
+        job = self.jobs[key]
+        job["status"] = merge_patch(job.get("status") or {}, status)
+        job["metadata"]["resourceVersion"] = str(next(self._ids))
+        self.actions.append(("patch", "trainingjob/status", f"{namespace}/{name}"))
+        return copy.deepcopy(job)
+
+    def create_event(self, namespace: str, body: Object) -> None:
+        self._check()
+        self.events.append(copy.deepcopy(body))
 
     def read_config_map(self, namespace: str, name: str) -> Object | None:
         self._check()
@@ -494,6 +549,28 @@ class FakeCluster:
         self.config_maps[key] = patched
         self.actions.append(("patch", "configmap", f"{namespace}/{name}"))
         return copy.deepcopy(patched)
+
+    def read_lease(self, namespace: str, name: str) -> Object | None:
+        self._check()
+        found = self.leases.get((namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
+    def create_lease(self, namespace: str, body: Object) -> Object:
+        self._check()
+        return self._create_in(self.leases, "lease", namespace, body)
+
+    def replace_lease(self, namespace: str, name: str, body: Object) -> Object:
+        """Optimistic concurrency: the body's resourceVersion must be the stored one."""
+        self._check()
+        stored = self.leases.get((namespace, name))
+        if stored is None:
+            raise NotFound(f"lease {namespace}/{name}")
+        if body["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
+            raise ClusterConflict(f"lease {name}: the object has been modified")
+        replaced = copy.deepcopy(body)
+        replaced["metadata"]["resourceVersion"] = str(next(self._ids))
+        self.leases[(namespace, name)] = replaced
+        return copy.deepcopy(replaced)
 
     def list_queues(self) -> list[Object]:
         self._check_volcano()

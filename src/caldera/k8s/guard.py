@@ -1,26 +1,31 @@
-"""The last check before any pod is deleted: refuse what caldera must never touch.
+"""The last check before any pod is removed: refuse what caldera must never touch.
 
 DESIGN §3 says no runtime may ever evict a critical job, a protected job or a
-conformance-protected one. The decision core never asks; the runtime checks the job before
-acting on an eviction; and this guard checks the *live pod* the API returns just before the
-delete is sent — three independent lines, so a bug in one (or a pod relabelled by hand)
-cannot take down online inference or the GPU device plugin.
+conformance-protected one. The decision core never asks; the kernel refuses such an
+eviction before it reaches the cluster; and this guard checks once more, just before the
+request is sent, the *live pod* the API returns against the *job* caldera knows.
 
-`Purpose` says why a pod is being deleted. Only evictions (preempt, reclaim, window) are
-held to the protection rules: a job whose gang broke, whose start timed out or whose record
-the user deleted is stopping for its own reasons. But no purpose lets caldera delete a pod
-it did not create, or anything in `kube-system`.
+Protection is judged from the job (its TrainingJob's spec, whose `type: critical` and
+`protected: true` the API server admits only for users holding the RBAC verbs, and which is
+immutable) — never from the pod's labels, which a user could write (issue 10, defect 2: a
+running pod relabelled `protected=true` deadlocked an eviction). The pod only has to be
+caldera's: created by caldera, for this job (its owner is the job's TrainingJob), outside
+the cluster's own namespaces.
+
+`Purpose` says why a pod is being removed. Only evictions (preempt, reclaim, window) are
+held to the protection rules: a job whose gang broke, whose start timed out or whose
+TrainingJob the user deleted is stopping for its own reasons.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from caldera.k8s import names
-from caldera.model import CRITICAL_PRIORITY, PRIORITY_CLASSES, JobType
-from caldera.model.jobtypes import SYSTEM_PRIORITY_CLASSES
+from caldera.k8s.settings import RESERVED_NAMESPACES
+from caldera.model import CRITICAL_PRIORITY, JobSpec
 
 __all__ = ["Purpose", "refusal"]
 
@@ -28,33 +33,40 @@ __all__ = ["Purpose", "refusal"]
 class Purpose(StrEnum):
     EVICT = "evict"  # the cycle chose it as a victim (preempt, reclaim, window)
     STOP = "stop"  # its own gang broke, or its start timed out: stop the rest
-    CLEANUP = "cleanup"  # its record is gone, or the pod is left over from an old attempt
+    CLEANUP = "cleanup"  # its job is gone, or the pod is left over from an old attempt
 
 
-_CRITICAL_CLASSES = frozenset({PRIORITY_CLASSES[JobType.CRITICAL].name}) | SYSTEM_PRIORITY_CLASSES
+class _Job(Protocol):
+    @property
+    def spec(self) -> JobSpec: ...
+
+    @property
+    def uid(self) -> str: ...
 
 
-def refusal(pod: Mapping[str, Any], purpose: Purpose) -> str | None:
-    """Why this pod must not be deleted for `purpose`, or None when it may be."""
+def refusal(pod: Mapping[str, Any], purpose: Purpose, job: _Job | None = None) -> str | None:
+    """Why this pod must not be removed for `purpose`, or None when it may be. `job`: the
+    job caldera removes it for (None: a pod no job claims)."""
     metadata = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
     labels = metadata.get("labels") or {}
     where = f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
     if labels.get(names.MANAGED) != "true":
         return f"pod {where} was not created by caldera"
-    if metadata.get("namespace") == names.KUBE_SYSTEM:
-        return f"pod {where} is in kube-system"
+    if metadata.get("namespace") in RESERVED_NAMESPACES:
+        return f"pod {where} is in {metadata.get('namespace')}"
+    if job is not None:
+        owners = {ref.get("uid") for ref in metadata.get("ownerReferences") or []}
+        if job.uid not in owners:
+            return f"pod {where} does not belong to job {job.spec.id}"
     if purpose is not Purpose.EVICT:
         return None
-    priority = spec.get("priority")
-    if (
-        (isinstance(priority, int) and priority >= CRITICAL_PRIORITY)
-        or spec.get("priorityClassName") in _CRITICAL_CLASSES
-        or labels.get(names.JOB_TYPE) == JobType.CRITICAL.value
-    ):
-        return f"pod {where} is critical"
-    if labels.get(names.PROTECTED) == "true" or labels.get("protected") == "true":
-        return f"pod {where} is protected"
-    if labels.get("caldera.io/system") == "true":
-        return f"pod {where} is a system pod"
+    if job is None:
+        return f"pod {where} belongs to no job caldera knows: not a victim"
+    spec = job.spec
+    if spec.priority >= CRITICAL_PRIORITY:
+        return f"pod {where} is of a critical job"
+    if spec.protected:
+        return f"pod {where} is of a protected job"
+    if spec.conformance_protected:
+        return f"pod {where} is of a system job"
     return None

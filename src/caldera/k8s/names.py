@@ -1,9 +1,9 @@
-"""The labels, annotations and object names caldera uses on a cluster.
+"""The API group, labels, annotations and object names caldera uses on a cluster.
 
 One module so that the renderer, the runtime, the guard and the docs agree on every key.
-Labels are what selectors read (which pods are caldera's, which record a pod belongs to);
+Labels are what selectors read (which pods are caldera's, which job a pod belongs to);
 annotations carry what does not fit a label value (job ids with a slash, JSON placements,
-nominations, the runtime status of a job record).
+the reservation a job started in).
 """
 
 from __future__ import annotations
@@ -11,27 +11,32 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "API_VERSION",
     "ATTEMPT",
     "CHECKPOINT",
+    "DESERVED",
+    "GROUP",
     "GROUP_NAME",
     "JOB",
     "JOB_ID",
-    "JOB_RECORD",
     "JOB_TYPE",
+    "KIND",
     "KUBE_SYSTEM",
     "MANAGED",
     "NOMINATION",
     "PLACEMENT",
+    "PLURAL",
     "PROGRESS",
     "PROTECTED",
     "QUEUE",
     "QUEUE_STATE",
     "RANK",
-    "RECORD_KEY",
-    "STATE",
+    "RESERVED_KEYS",
+    "RESERVED_PREFIXES",
     "STATE_CONFIG_MAP",
-    "STATUS",
+    "TASK",
     "TIME_WINDOWS",
+    "VERSION",
     "VOLCANO_PREEMPTABLE",
     "job_id",
     "name_problem",
@@ -40,42 +45,77 @@ __all__ = [
     "split_job_id",
 ]
 
+# -- the job resource ----------------------------------------------------------------------
+GROUP = "caldera.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "TrainingJob"
+PLURAL = "trainingjobs"
+
 # -- labels --------------------------------------------------------------------------------
 MANAGED = "caldera.io/managed"  # "true" on every pod, PodGroup and Service caldera creates
-JOB_RECORD = "caldera.io/job-record"  # "true" on a ConfigMap that is a job submission
-JOB = "caldera.io/job"  # the record's name, on everything created for it
+JOB = "caldera.io/job"  # the TrainingJob's name, on everything created for it
 JOB_TYPE = "caldera.io/job-type"
 QUEUE = "caldera.io/queue"
-STATE = "caldera.io/state"  # on a record: Held, Pending, Running, Releasing, ... (kubectl -l)
 ATTEMPT = "caldera.io/attempt"
 RANK = "caldera.io/rank"
-PROTECTED = "caldera.io/protected"  # "true" on pods of a job labelled protected: "true"
+TASK = "caldera.io/task"  # the TrainingJob task (replica group) a pod is a replica of
+PROTECTED = "caldera.io/protected"  # informational: protection is read from the job's spec
+
+# Label and annotation prefixes a user's pod template may not set: the ones schedulers read
+# (a template label `volcano.sh/preemptable` would change what happens to the pod); caldera's
+# own keys are `RESERVED_KEYS` below. Stripped from templates.
+RESERVED_PREFIXES = ("volcano.sh/", "scheduling.k8s.io/", "scheduling.volcano.sh/")
 
 # -- annotations ---------------------------------------------------------------------------
 JOB_ID = "caldera.io/job-id"  # NAMESPACE/NAME: the id the decision core knows the job by
 PLACEMENT = "caldera.io/placement"  # a pod's decided node, devices and milli-GPUs (JSON)
-NOMINATION = "caldera.io/nomination"  # room reserved for a preemptor (JSON, node names)
-STATUS = "caldera.io/status"  # a record's runtime state: attempts, work, tasks (JSON)
+NOMINATION = "caldera.io/nomination"  # the reservation a job started in (JSON, node names)
 QUEUE_STATE = "caldera.io/queue-state"  # Open / Closing / Closed, on a Volcano Queue
 TIME_WINDOWS = "caldera.io/time-windows"  # a queue's windows (JSON), on a Volcano Queue
+# On a Volcano Queue whose `deserved` was raised to its guarantee (Volcano wants guarantee
+# <= deserved <= capability): caldera's own deserved share (JSON ResourceList; {}: none,
+# the weight's).
+DESERVED = "caldera.io/deserved"
 PROGRESS = "caldera.io/progress"  # written by a job on its own pod: fraction done, 0..1
 CHECKPOINT = "caldera.io/checkpoint"  # written by a job on its own pod: {"time": unix}
 GROUP_NAME = "scheduling.k8s.io/group-name"  # Volcano: the PodGroup a pod belongs to
 VOLCANO_PREEMPTABLE = "volcano.sh/preemptable"  # Volcano: "false" keeps its own preempt off
 
+# Every key above: a template that set one could pass its pod off as another job's, as
+# protected, or as having checkpointed (issue 10, defect 2). Stripped from templates.
+RESERVED_KEYS = frozenset(
+    {
+        MANAGED,
+        JOB,
+        JOB_TYPE,
+        QUEUE,
+        ATTEMPT,
+        RANK,
+        TASK,
+        PROTECTED,
+        JOB_ID,
+        PLACEMENT,
+        NOMINATION,
+        PROGRESS,
+        CHECKPOINT,
+        "protected",
+        "caldera.io/system",
+    }
+)
+
 # -- objects -------------------------------------------------------------------------------
-RECORD_KEY = "job.yaml"  # the record ConfigMap's data key holding the request
 STATE_CONFIG_MAP = "caldera-state"  # queue waiting modes (throttles), in the state namespace
 KUBE_SYSTEM = "kube-system"
 
-# A record name becomes a pod hostname prefix and a Service name: a DNS-1123 label, short
+# A job name becomes a pod hostname prefix and a Service name: a DNS-1123 label, short
 # enough that "-<attempt>-<rank>" and the Service's DNS name still fit in 63 characters.
 _MAX_NAME = 40
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def name_problem(name: str) -> str | None:
-    """Why a record name cannot be a caldera job name, or None when it can."""
+    """Why a TrainingJob's name cannot be a caldera job name, or None when it can."""
     if len(name) > _MAX_NAME:
         return f"job name {name!r} is longer than {_MAX_NAME} characters"
     if not _DNS_LABEL.match(name):

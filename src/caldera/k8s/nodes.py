@@ -206,12 +206,15 @@ def pod_requests(pod: Mapping[str, Any], gpu_resource: str) -> tuple[int, int, i
 def foreign_usage(
     pods: Iterable[Mapping[str, Any]], node_names: Iterable[str], settings: KubeSettings
 ) -> dict[str, Blocked]:
-    """What pods caldera did not create hold on caldera's nodes (bound, not finished)."""
+    """What pods caldera did not create hold on caldera's nodes (bound, not finished). A pod is
+    caldera's only in a namespace caldera serves: a label anyone can write elsewhere hides
+    nothing."""
     wanted = set(node_names)
     usage: dict[str, list[int]] = {}
     for pod in pods:
         metadata = pod.get("metadata") or {}
-        if (metadata.get("labels") or {}).get(names.MANAGED) == "true":
+        ours = (metadata.get("labels") or {}).get(names.MANAGED) == "true"
+        if ours and (not settings.namespaces or metadata.get("namespace") in settings.namespaces):
             continue
         node = (pod.get("spec") or {}).get("nodeName")
         phase = (pod.get("status") or {}).get("phase")

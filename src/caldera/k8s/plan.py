@@ -14,12 +14,13 @@ from dataclasses import dataclass, replace
 from caldera.config import Scenario
 from caldera.core import JobView, Snapshot, admit, run
 from caldera.k8s import names
+from caldera.k8s.admission import admission_policy, controller_rbac, user_roles
 from caldera.k8s.api import Object
 from caldera.k8s.config import KubeConfig
+from caldera.k8s.crd import training_job_crd
 from caldera.k8s.render import (
     RenderError,
     Workload,
-    controller_rbac,
     priority_classes,
     render_start,
     volcano_queue,
@@ -43,12 +44,17 @@ def plan_manifests(
     scenario: Scenario | None = None,
     image: str | None = None,
     rbac: bool = False,
+    crds: bool = False,
 ) -> Plan:
     settings = config.settings
     objects: list[Object] = []
     notes: list[str] = []
+    if crds:
+        objects.append(training_job_crd())
     if rbac:
-        objects.extend(controller_rbac(settings.state_namespace))
+        objects.extend(controller_rbac(settings))
+        objects.extend(user_roles())
+        objects.extend(admission_policy(settings))
     objects.extend(priority_classes())
     objects.extend(volcano_queue(queue, settings) for queue in config.queues)
     if scenario is None:

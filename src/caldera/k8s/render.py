@@ -60,6 +60,7 @@ from caldera.model import (
     Node,
     Queue,
     QueueState,
+    Resources,
     TimeWindow,
 )
 from caldera.runtime.wire import ByName, nomination_to_wire, placement_to_wire
@@ -67,8 +68,8 @@ from caldera.runtime.wire import ByName, nomination_to_wire, placement_to_wire
 __all__ = [
     "Owner",
     "RenderError",
+    "TaskTemplate",
     "Workload",
-    "controller_rbac",
     "job_service",
     "mig_resource",
     "pod_group",
@@ -97,13 +98,13 @@ _SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "schedulerName", "priorityClas
 
 @dataclass(frozen=True, slots=True)
 class Owner:
-    """The object everything created for a job belongs to (its record): deleting the record
-    deletes the job's pods, PodGroup and Service through Kubernetes' garbage collector."""
+    """The object everything created for a job belongs to (its TrainingJob): deleting the
+    job deletes its pods, PodGroup and Service through Kubernetes' garbage collector."""
 
     name: str
     uid: str
-    kind: str = "ConfigMap"
-    api_version: str = "v1"
+    kind: str = names.KIND
+    api_version: str = names.API_VERSION
 
     def reference(self) -> list[dict[str, Any]]:
         return [
@@ -112,24 +113,48 @@ class Owner:
                 "kind": self.kind,
                 "name": self.name,
                 "uid": self.uid,
+                "controller": True,
                 "blockOwnerDeletion": False,
             }
         ]
 
 
+@dataclass(frozen=True, slots=True)
+class TaskTemplate:
+    """One task of a TrainingJob: `replicas` pods from one pod template."""
+
+    name: str
+    replicas: int
+    template: Mapping[str, Any]
+
+
 @dataclass(frozen=True)
 class Workload:
-    """What each task runs: the image, argv, environment and an optional pod template."""
+    """What each task runs. A TrainingJob gives `groups` (ranks in order: the first group's
+    replicas are ranks 0…); a scenario's job gives an image and a command for every rank."""
 
     image: str = ""
     command: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     template: Mapping[str, Any] | None = None
+    groups: tuple[TaskTemplate, ...] = ()
+
+    def group_of(self, rank: int) -> tuple[str, Mapping[str, Any] | None]:
+        """The task name and pod template of one rank (ranks past the groups: the last)."""
+        first = 0
+        for group in self.groups:
+            if rank < first + group.replicas:
+                return group.name, group.template
+            first += group.replicas
+        if self.groups:
+            return self.groups[-1].name, self.groups[-1].template
+        return "", self.template
 
     def check(self, settings: KubeSettings) -> None:
         """RenderError when no pod could be made from this workload."""
-        _container_base(self, settings)
+        for group in self.groups or (TaskTemplate("", 1, self.template or {}),):
+            _container_base(self, group.template, settings)
 
 
 # -- priority classes and queues -----------------------------------------------------------
@@ -170,7 +195,16 @@ def volcano_queue(queue: Queue, settings: KubeSettings) -> dict[str, Any]:
     if queue.time_windows:
         annotations[names.TIME_WINDOWS] = _windows_json(queue.time_windows)
     spec: dict[str, Any] = {"weight": max(queue.weight, 1), "reclaimable": queue.reclaimable}
-    for key, quota in (("capability", queue.capability), ("deserved", queue.deserved)):
+    deserved = queue.deserved
+    if queue.guarantee is not None:
+        # Volcano's queue webhook (>= 1.15) and its capacity plugin want guarantee <=
+        # deserved <= capability in every resource: a guarantee without a deserved share
+        # (caldera derives deserved from the weight) is rendered as deserved = guarantee.
+        deserved = _at_least(deserved, queue.guarantee)
+        if deserved != queue.deserved:  # caldera's own share, for reading it back
+            own = resource_list(queue.deserved, settings.gpu_resource) if queue.deserved else {}
+            annotations[names.DESERVED] = json.dumps(own, sort_keys=True)
+    for key, quota in (("capability", queue.capability), ("deserved", deserved)):
         if quota is not None and resource_list(quota, settings.gpu_resource):
             spec[key] = resource_list(quota, settings.gpu_resource)
     if queue.guarantee is not None and resource_list(queue.guarantee, settings.gpu_resource):
@@ -185,6 +219,15 @@ def volcano_queue(queue: Queue, settings: KubeSettings) -> dict[str, Any]:
         },
         "spec": spec,
     }
+
+
+def _at_least(quota: Resources | None, floor: Resources) -> Resources:
+    """`quota` raised to `floor` in every resource `floor` sets (unset: `floor` itself)."""
+    if quota is None:
+        return floor
+    return Resources(
+        max(quota.gpu, floor.gpu), max(quota.cpu, floor.cpu), max(quota.memory, floor.memory)
+    )
 
 
 def queue_from_volcano(obj: Mapping[str, Any], settings: KubeSettings) -> Queue:
@@ -209,10 +252,13 @@ def queue_from_volcano(obj: Mapping[str, Any], settings: KubeSettings) -> Queue:
         return resources_from_list(dict(values), settings.gpu_resource) if values else None
 
     guarantee = spec.get("guarantee") or {}
+    deserved = spec.get("deserved")
+    if names.DESERVED in annotations:
+        deserved = json.loads(annotations[names.DESERVED])
     return Queue(
         name=str(metadata["name"]),
         weight=int(spec.get("weight", 1)),
-        deserved=quota(spec.get("deserved")),
+        deserved=quota(deserved),
         guarantee=quota(guarantee.get("resource")),
         capability=quota(spec.get("capability")),
         reclaimable=bool(spec.get("reclaimable", True)),
@@ -281,7 +327,10 @@ def pod_group(
             "highestTierAllowed": spec.topology.highest_tier,
         }
     if _never_preempted(spec):
-        group_spec["preemptable"] = False  # Volcano's own preempt/reclaim must not touch it
+        # Volcano's own preempt/reclaim must not touch it. Volcano reads this annotation on
+        # PodGroups and pods; no PodGroup CRD has a `spec.preemptable` field (issue 9,
+        # defect 10), so one set there would be pruned.
+        annotations[names.VOLCANO_PREEMPTABLE] = "false"
     return {
         "apiVersion": VOLCANO_SCHEDULING_API,
         "kind": "PodGroup",
@@ -312,11 +361,24 @@ def job_service(spec: JobSpec, owner: Owner | None = None) -> dict[str, Any]:
     }
 
 
+def _user_keys(values: Any) -> dict[str, str]:
+    """A template's labels or annotations less the ones caldera and schedulers read: a
+    template label may not make a pod look protected, another job's, or Volcano's
+    (issue 10, defect 2)."""
+    if not isinstance(values, Mapping):
+        return {}
+    return {
+        str(key): str(value)
+        for key, value in values.items()
+        if not str(key).startswith(names.RESERVED_PREFIXES) and str(key) not in names.RESERVED_KEYS
+    }
+
+
 def _container_base(
-    workload: Workload, settings: KubeSettings
+    workload: Workload, template_in: Mapping[str, Any] | None, settings: KubeSettings
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """(template metadata, pod spec, first container) from the workload, checked."""
-    template = copy.deepcopy(dict(workload.template or {}))
+    """(template metadata, pod spec, first container) from one pod template, checked."""
+    template = copy.deepcopy(dict(template_in or {}))
     unknown = set(template) - {"metadata", "spec"}
     if unknown:
         raise RenderError(f"template: unknown key {sorted(unknown)[0]!r} (metadata, spec)")
@@ -355,6 +417,10 @@ def mig_resource(profile: str, gpu_resource: str) -> str:
 def _gpu_resources(spec: JobSpec, node: Node, settings: KubeSettings) -> dict[str, str]:
     if spec.gpu_profile is not None:
         return {mig_resource(spec.gpu_profile, settings.gpu_resource): "1"}
+    if spec.time_shared:
+        # One of N tasks time-sharing a device: the device plugin's time-slicing replicas are
+        # advertised as the GPU resource itself (caldera accounts the 1/N).
+        return {settings.gpu_resource: "1"}
     if spec.gpu >= GPU_MILLI:
         return {settings.gpu_resource: str(spec.gpu // GPU_MILLI)}
     if spec.gpu <= 0:
@@ -370,6 +436,13 @@ def _gpu_resources(spec: JobSpec, node: Node, settings: KubeSettings) -> dict[st
             f"a {spec.gpu / GPU_MILLI:g} GPU share cannot be given in {share.resource}"
         )
     return {share.resource: str(math.ceil(spec.gpu * node.gpu_memory / GPU_MILLI))}
+
+
+def _is_gpu(resource: str, settings: KubeSettings) -> bool:
+    prefix = settings.gpu_resource.rsplit("/", 1)[0]
+    return resource in (settings.gpu_resource, settings.gpu_share.resource) or resource.startswith(
+        f"{prefix}/mig-"
+    )
 
 
 def _env_list(env: Mapping[str, str]) -> list[dict[str, str]]:
@@ -390,15 +463,18 @@ def task_pod(
 ) -> dict[str, Any]:
     """One task's pod, pinned to its decided node, in the job's PodGroup."""
     node = nodes[placement.node]
-    template_meta, pod_spec, container = _container_base(workload, settings)
+    task_name, template = workload.group_of(rank)
+    template_meta, pod_spec, container = _container_base(workload, template, settings)
     grace = math.ceil(grace_period)
     gang = spec.tasks > 1
-    labels = {**(template_meta.get("labels") or {}), **_job_labels(spec, attempt)}
+    labels = {**_user_keys(template_meta.get("labels")), **_job_labels(spec, attempt)}
     labels[names.RANK] = str(rank)
+    if task_name:
+        labels[names.TASK] = task_name
     if spec.protected:
         labels[names.PROTECTED] = "true"
     annotations = {
-        **(template_meta.get("annotations") or {}),
+        **_user_keys(template_meta.get("annotations")),
         names.GROUP_NAME: names.pod_group_name(spec.name, attempt),
         names.JOB_ID: spec.id,
         names.PLACEMENT: json.dumps(
@@ -431,6 +507,8 @@ def task_pod(
         "MASTER_ADDR": f"{spec.name}-{master_rank}.{spec.name}" if gang else "127.0.0.1",
         "MASTER_PORT": str(settings.master_port),
     }
+    if task_name:
+        caldera_env["CALDERA_TASK"] = task_name
     if 0 < spec.gpu < GPU_MILLI:
         caldera_env["CALDERA_GPU_FRACTION"] = f"{spec.gpu / GPU_MILLI:g}"
     env = {
@@ -445,11 +523,17 @@ def task_pod(
     requests = dict(resources.get("requests") or {})
     limits = dict(resources.get("limits") or {})
     gpu = _gpu_resources(spec, node, settings)
+    for key in [k for k in (*requests, *limits) if _is_gpu(k, settings)]:
+        requests.pop(key, None)  # caldera asks for the GPUs it decided, in the form it chose
+        limits.pop(key, None)
     requests.update(gpu)
     limits.update(gpu)  # extended resources must have limits equal to requests
-    if spec.cpu:
+    # CPU and memory: a TrainingJob's containers ask for them (the spec sums them); a job
+    # given only totals (a scenario's) gets them on its first container.
+    declared = [c.get("resources") or {} for c in pod_spec["containers"]]
+    if spec.cpu and not any("cpu" in (r.get("requests") or {}) for r in declared):
         requests["cpu"] = cpu_quantity(spec.cpu)
-    if spec.memory:
+    if spec.memory and not any("memory" in (r.get("requests") or {}) for r in declared):
         requests["memory"] = memory_quantity(spec.memory)
     resources = {"requests": requests}
     if limits:
@@ -516,72 +600,6 @@ def render_start(
             )
         )
     return objects
-
-
-# What the controller does on a cluster, verb by verb: every call `KubeClusterAPI` makes is
-# covered here (a test replays the calls against these rules), and nothing more.
-RBAC_RULES: tuple[dict[str, list[str]], ...] = (
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
-    {
-        "apiGroups": [""],
-        "resources": ["pods"],
-        "verbs": ["get", "list", "watch", "create", "delete"],
-    },
-    {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "delete"]},
-    {
-        "apiGroups": [""],
-        "resources": ["configmaps"],
-        "verbs": ["get", "list", "watch", "create", "patch"],
-    },
-    {
-        "apiGroups": ["scheduling.volcano.sh"],
-        "resources": ["podgroups"],
-        "verbs": ["get", "list", "create", "delete"],
-    },
-    {
-        "apiGroups": ["scheduling.volcano.sh"],
-        "resources": ["queues"],
-        "verbs": ["get", "list", "create", "update"],
-    },
-    {
-        "apiGroups": ["scheduling.k8s.io"],
-        "resources": ["priorityclasses"],
-        "verbs": ["get", "create"],
-    },
-)
-
-
-def controller_rbac(
-    namespace: str = "caldera-system", name: str = "caldera-controller"
-) -> list[dict[str, Any]]:
-    """The controller's namespace, ServiceAccount, ClusterRole and its binding. Cluster-wide:
-    caldera must see every pod on its nodes to know what room is really free."""
-    labels = {names.MANAGED: "true"}
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": name, "labels": labels},
-            "rules": [copy.deepcopy(rule) for rule in RBAC_RULES],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name, "labels": labels},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": name,
-            },
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
-        },
-    ]
 
 
 def to_yaml(objects: Iterable[Mapping[str, Any]]) -> str:

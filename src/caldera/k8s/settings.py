@@ -1,13 +1,14 @@
 """Settings of the Kubernetes runtime: the `kubernetes:` section of a caldera config file.
 
     kubernetes:
-      namespace: ""                  # where job records are read ("" = every namespace)
+      namespaces:                    # the only namespaces whose TrainingJobs caldera reads
+        team-a: {queues: [team-a]}   # the first queue is the default
+        serving: {queues: [serving], critical: true, service_accounts: [default, inference]}
       state_namespace: caldera-system
       image: registry.example.com/train:v1    # for records that name none
       gpu_resource: nvidia.com/gpu
       gpu_share: {resource: volcano.sh/gpu-memory, unit: mib}
       labels: {gpu_model: nvidia.com/gpu.product, hypernode: caldera.io/hypernode, ...}
-      critical_namespaces: [inference]
 
 Everything has a default that matches a stock NVIDIA GPU Operator + Volcano cluster, so the
 section is optional. The rest of the file is the service's configuration (DESIGN §8): queues
@@ -16,18 +17,28 @@ and policy mean the same thing to every runtime.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "RESERVED_NAMESPACES",
     "GpuShare",
     "KubeSettings",
     "KubeSettingsModel",
+    "NamespaceBinding",
     "NodeLabels",
     "settings_from_model",
 ]
+
+# Namespaces caldera never reads jobs in nor creates pods in, whatever the configuration says:
+# the cluster's own (DESIGN §4.1, conformance) and the API server's.
+RESERVED_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +70,28 @@ class NodeLabels:
 
 
 @dataclass(frozen=True, slots=True)
+class NamespaceBinding:
+    """What the operator lets one namespace do (as Kueue's LocalQueue binds a namespace to a
+    ClusterQueue): the queues its jobs may name (the first is the default when a job names
+    none), whether it may submit `critical` at all (which *users* may is checked by the API
+    server: `caldera.k8s.admission`), and the service accounts its pods may run as."""
+
+    queues: tuple[str, ...]
+    critical: bool = False
+    service_accounts: tuple[str, ...] = ("default",)
+
+    @property
+    def default_queue(self) -> str:
+        return self.queues[0]
+
+
+_NO_NAMESPACES: Mapping[str, NamespaceBinding] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
 class KubeSettings:
-    namespace: str = ""
+    # The only namespaces whose TrainingJobs caldera reads and where it creates pods.
+    namespaces: Mapping[str, NamespaceBinding] = field(default_factory=lambda: _NO_NAMESPACES)
     state_namespace: str = "caldera-system"
     scheduler_name: str = "volcano"
     image: str = ""
@@ -70,17 +101,21 @@ class KubeSettings:
     node_selector: str = ""  # label selector: the nodes caldera schedules on ("" = all)
     checkpoint_root: str = "/checkpoints"  # CALDERA_CHECKPOINT_DIR = root/namespace/name
     master_port: int = 29500
-    # Namespaces whose records may be of type critical ("*": any). Who may submit critical
-    # is an authorisation decision (seed 003, "mistake one"): nobody, unless listed.
-    critical_namespaces: tuple[str, ...] = ()
     # Seconds a started job's pods may stay unbound before the start is given up and the job
     # requeued (Volcano disagreed with caldera's view of the node: cordon, taint, a race).
     bind_timeout: float = 300.0
+    # Seconds a bound pod may take to run (image pull, init containers) before the start is
+    # given up and the job requeued (Kueue's waitForPodsReady): ImagePullBackOff holds no
+    # GPUs forever.
+    ready_timeout: float = 600.0
     resync: float = 30.0  # seconds between two full reconciles when nothing happens
     request_timeout: float = 30.0  # seconds per API request
 
-    def critical_allowed(self, namespace: str) -> bool:
-        return "*" in self.critical_namespaces or namespace in self.critical_namespaces
+    def binding(self, namespace: str) -> NamespaceBinding | None:
+        """The namespace's binding; None where caldera does not serve (never kube-system)."""
+        if namespace in RESERVED_NAMESPACES:
+            return None
+        return self.namespaces.get(namespace)
 
 
 class _Strict(BaseModel):
@@ -101,8 +136,14 @@ class NodeLabelsModel(_Strict):
     spine: str = "caldera.io/spine"
 
 
+class NamespaceBindingModel(_Strict):
+    queues: list[str] = Field(min_length=1)
+    critical: bool = False
+    service_accounts: list[str] = Field(default_factory=lambda: ["default"])
+
+
 class KubeSettingsModel(_Strict):
-    namespace: str = ""
+    namespaces: dict[str, NamespaceBindingModel] = Field(default_factory=dict)
     state_namespace: str = Field(default="caldera-system", min_length=1)
     scheduler_name: str = Field(default="volcano", min_length=1)
     image: str = ""
@@ -112,15 +153,32 @@ class KubeSettingsModel(_Strict):
     node_selector: str = ""
     checkpoint_root: str = "/checkpoints"
     master_port: int = Field(default=29500, ge=1, le=65535)
-    critical_namespaces: list[str] = Field(default_factory=list)
     bind_timeout: float = Field(default=300.0, gt=0)
+    ready_timeout: float = Field(default=600.0, gt=0)
     resync: float = Field(default=30.0, gt=0, le=3600)
     request_timeout: float = Field(default=30.0, gt=0, le=600)
+
+    @field_validator("namespaces")
+    @classmethod
+    def _served(cls, value: dict[str, NamespaceBindingModel]) -> dict[str, NamespaceBindingModel]:
+        for namespace in value:
+            if namespace in RESERVED_NAMESPACES:
+                raise ValueError(f"{namespace} is the cluster's own: caldera never serves it")
+            if not _DNS_LABEL.match(namespace):
+                raise ValueError(f"{namespace!r} is not a namespace name")
+        return value
 
 
 def settings_from_model(model: KubeSettingsModel) -> KubeSettings:
     return KubeSettings(
-        namespace=model.namespace,
+        namespaces=MappingProxyType(
+            {
+                namespace: NamespaceBinding(
+                    tuple(binding.queues), binding.critical, tuple(binding.service_accounts)
+                )
+                for namespace, binding in sorted(model.namespaces.items())
+            }
+        ),
         state_namespace=model.state_namespace,
         scheduler_name=model.scheduler_name,
         image=model.image,
@@ -130,8 +188,8 @@ def settings_from_model(model: KubeSettingsModel) -> KubeSettings:
         node_selector=model.node_selector,
         checkpoint_root=model.checkpoint_root,
         master_port=model.master_port,
-        critical_namespaces=tuple(model.critical_namespaces),
         bind_timeout=model.bind_timeout,
+        ready_timeout=model.ready_timeout,
         resync=model.resync,
         request_timeout=model.request_timeout,
     )

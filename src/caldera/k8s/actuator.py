@@ -1,0 +1,487 @@
+"""The controller's effects (`caldera.runtime.Effects`): what the kernel's decisions do to the
+cluster, kept as data until the TrainingJobs' status says why.
+
+The kernel changes jobs in memory and calls these effects; they only record: statuses to
+write, Events, the queues' waiting modes, and typed intents (`Create`, `Remove`, `Cleanup`).
+`flush` writes the statuses first (so a crash never leaves a pod nobody's status explains),
+then carries the intents out, then sends the Events. A reader can print what is about to
+happen (`pending`).
+
+Every pod removal reads the live pod first and passes the guard (`caldera.k8s.guard`):
+evictions go through the Eviction API (PodDisruptionBudgets, the DisruptionTarget
+condition), stops and clean-ups are plain deletes with the grace period.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from caldera.core import Evict, Nomination, PolicyConfig, Room, TaskPlacement, Throttle
+from caldera.errors import NotFound
+from caldera.k8s import names
+from caldera.k8s.api import (
+    ClusterAPI,
+    ClusterConflict,
+    ClusterError,
+    ClusterUnavailable,
+    EvictionBlocked,
+    Object,
+    QuotaExceeded,
+)
+from caldera.k8s.events import JobEvent, Reason, event_body, narrate
+from caldera.k8s.guard import Purpose, refusal
+from caldera.k8s.jobs import KubeJob, KubeTask
+from caldera.k8s.render import Owner, RenderError, render_start
+from caldera.k8s.settings import KubeSettings
+from caldera.k8s.status import rejected_status, status_body
+from caldera.model import GPU_MILLI, Node
+from caldera.runtime import EventKind
+from caldera.runtime.wire import ByName, nomination_to_wire
+
+__all__ = ["Cleanup", "Create", "Intent", "KubeActuator", "Remove"]
+
+log = logging.getLogger("caldera.k8s")
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    """Create one object of a start (Service, PodGroup, Pod), in creation order."""
+
+    job: KubeJob
+    body: Object
+    task: KubeTask | None = None  # the task a pod runs
+
+
+@dataclass(frozen=True, slots=True)
+class Remove:
+    """Remove a task's pod: evict it (a decision of the cycle) or delete it (its gang
+    stopped) with the grace period, after the guard read the live pod."""
+
+    job: KubeJob | None  # None: a pod no job claims (clean-up)
+    namespace: str
+    pod: str
+    grace: int
+    purpose: Purpose
+    task: KubeTask | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Cleanup:
+    """Delete what an attempt or a finished job left: its PodGroup, Service, ended pods."""
+
+    namespace: str
+    kind: str  # "podgroup" | "service" | "pod"
+    name: str
+
+
+Intent = Create | Remove | Cleanup
+
+
+@dataclass
+class KubeActuator:
+    """Effects for the controller's kernel, and the one place that writes to the cluster."""
+
+    api: ClusterAPI
+    settings: KubeSettings
+    policy: PolicyConfig
+    room: Room
+    nodes: tuple[Node, ...]
+    jobs: Mapping[str, KubeJob]  # the kernel's live jobs (to name a preemptor)
+    throttles: dict[str, Throttle]
+    settle: Callable[[KubeJob], None]  # a task ended while acting: the kernel moves it on
+    clock: Callable[[], float]
+    instance: str = field(default_factory=socket.gethostname)
+    dirty: dict[str, KubeJob] = field(default_factory=dict)
+    rejections: list[tuple[str, str, Object]] = field(default_factory=list)
+    pending: list[Intent] = field(default_factory=list)
+    events: list[JobEvent] = field(default_factory=list)
+    throttles_dirty: bool = False
+    refused_deletes: int = 0
+    api_errors: int = 0
+    _starts: dict[str, list[Object]] = field(default_factory=dict)
+    _sequence: int = 0
+    # Pods created and not yet seen by the reads (an informer lags the API by a moment):
+    # (namespace, pod) → when. Until seen (or `EXPECT` seconds pass) a missing pod is not gone.
+    expected: dict[tuple[str, str], float] = field(default_factory=dict)
+    # TrainingJobs this controller ended or refused (uid): a lagging cache still shows them
+    # as they were; they are never taken back nor admitted twice.
+    settled: set[str] = field(default_factory=set)
+
+    @property
+    def keys(self) -> ByName:
+        return ByName(self.nodes)
+
+    @property
+    def grace(self) -> int:
+        return max(int(-(-self.policy.grace_period // 1)), 0)
+
+    # -- Effects ---------------------------------------------------------------------------
+
+    def make_tasks(
+        self,
+        job: KubeJob,
+        placement: tuple[TaskPlacement, ...],
+        attempt: int,
+        first_rank: int,
+        started_under: Nomination | None,
+    ) -> list[KubeTask] | None:
+        grow = first_rank > 0
+        master = min((t.rank for t in job.running), default=first_rank)
+        nomination = started_under
+        try:
+            objects = render_start(
+                job.spec,
+                job.workload,
+                placement,
+                self.nodes,
+                attempt,
+                self.policy.grace_period,
+                self.settings,
+                first_rank=first_rank,
+                master_rank=master,
+                owner=Owner(job.name, job.uid),
+                started_under=nomination,
+                grow=grow,
+            )
+        except RenderError as error:
+            # A node without what the job needs (a GPU share where the memory is unknown):
+            # the cycle would choose it again; the job cannot run as written.
+            log.error("cannot start %s: %s", job.id, error)
+            job.reason = f"cannot be started: {error}"
+            self.record(EventKind.REJECT, job, 0.0, reason=job.reason)
+            return None
+        if not self.room.take_all(placement):
+            # The core never asks for this; if it ever does, nobody gets a GPU twice.
+            log.error("refused start of %s: room on its nodes is taken", job.id)
+            return None
+        if not grow:
+            job.started_under = nomination_to_wire(nomination, self.keys)
+        self._starts[job.id] = objects
+        return [
+            KubeTask(
+                rank=first_rank + i,
+                attempt=attempt,
+                placement=p,
+                pod=names.pod_name(job.name, attempt, first_rank + i),
+                counted=True,
+            )
+            for i, p in enumerate(placement)
+        ]
+
+    def give(self, job: KubeJob, tasks: Sequence[KubeTask]) -> None:
+        for task in tasks:
+            if task.counted:
+                self.room.give(task.placement)
+                task.counted = False
+            if task.finished:  # an ended pod: nothing more to learn from it
+                task.finished = False
+                self.pending.append(Cleanup(job.namespace, "pod", task.pod))
+
+    def launch(self, job: KubeJob, tasks: Sequence[KubeTask], grow: bool, now: float) -> None:
+        by_pod = {t.pod: t for t in tasks}
+        for task in tasks:
+            task.created_at = now
+        for body in self._starts.pop(job.id, []):
+            made = by_pod.get(body["metadata"]["name"]) if body["kind"] == "Pod" else None
+            self.pending.append(Create(job, body, made))
+        where: dict[str, float] = {}
+        for task in tasks:
+            node = self.nodes[task.placement.node].name
+            where[node] = where.get(node, 0.0) + task.placement.gpu / GPU_MILLI
+        log.info("start %s attempt %d on %s", job.id, job.attempts, where)
+        self.record(EventKind.START, job, now, placement=where, grow=grow)
+
+    def signal(
+        self,
+        job: KubeJob,
+        tasks: Sequence[KubeTask],
+        evict: Evict,
+        now: float,
+        detail: Mapping[str, Any],
+    ) -> None:
+        for task in tasks:
+            self.pending.append(
+                Remove(job, job.namespace, task.pod, self.grace, Purpose.EVICT, task)
+            )
+        log.info(
+            "evict %s tasks %s (%s for %s), grace %d s",
+            job.id,
+            [t.rank for t in tasks],
+            evict.reason.value,
+            evict.preemptor,
+            self.grace,
+        )
+        self.record(
+            EventKind.EVICT,
+            job,
+            now,
+            reason=evict.reason.value,
+            preemptor=evict.preemptor,
+            tasks=[t.rank for t in tasks],
+            grace=self.policy.grace_period,
+            whole=not job.running,
+        )
+
+    def stop(self, job: KubeJob, tasks: Sequence[KubeTask], now: float) -> None:
+        for task in tasks:
+            self.pending.append(
+                Remove(job, job.namespace, task.pod, self.grace, Purpose.STOP, task)
+            )
+
+    def progressing(self, job: KubeJob, gpu: int, now: float) -> None:
+        pass  # the controller counts nothing here: Prometheus reads the pods
+
+    def persist(self, job: KubeJob) -> None:
+        self.dirty[job.id] = job
+
+    def record(
+        self, kind: EventKind | Reason, job: KubeJob | None, now: float, **data: Any
+    ) -> None:
+        if kind is EventKind.THROTTLE_ON or kind is EventKind.THROTTLE_OFF:
+            self.throttles_dirty = True
+            log.info("queue %s: %s", data.get("queue"), kind.value)
+            if job is None:
+                return
+        if job is None:
+            return
+        said = narrate(kind, job, now, data)
+        if kind is EventKind.REQUEUE:
+            self._cleanup_attempt(job)
+        if said is not None:
+            reason, message = said
+            self.events.append(JobEvent(job.namespace, job.name, job.uid, reason, message, now))
+        self.dirty[job.id] = job
+
+    def retired(self, job: KubeJob) -> None:
+        """The job ended and holds nothing: its status is final; its attempt's PodGroup,
+        Service and finished pods go (issue 9, defect 10: pods were never cleaned up)."""
+        self._cleanup_attempt(job)
+        if job.spec.tasks > 1:
+            self.pending.append(Cleanup(job.namespace, "service", job.name))
+        self.dirty[job.id] = job
+        self.settled.add(job.uid)
+
+    # -- the controller's own findings ------------------------------------------------------
+
+    def note(self, reason: Reason, job: KubeJob, now: float, message: str) -> None:
+        """An Event (and condition) about something the controller saw, not decided."""
+        self.record(reason, job, now, message=message)
+
+    def reject(self, obj: Object, reason: str, now: float) -> None:
+        """A TrainingJob refused before it became a job: its status says why, and an Event."""
+        metadata = obj["metadata"]
+        namespace, name = metadata["namespace"], metadata["name"]
+        self.settled.add(metadata["uid"])
+        self.rejections.append((namespace, name, rejected_status(reason, now, obj)))
+        self.events.append(JobEvent(namespace, name, metadata["uid"], Reason.REJECTED, reason, now))
+
+    def remove(
+        self, job: KubeJob | None, namespace: str, pod: str, grace: int, purpose: Purpose
+    ) -> None:
+        self.pending.append(Remove(job, namespace, pod, grace, purpose))
+
+    def _cleanup_attempt(self, job: KubeJob) -> None:
+        if job.attempts:
+            group = names.pod_group_name(job.name, job.attempts)
+            self.pending.append(Cleanup(job.namespace, "podgroup", group))
+
+    # -- carrying it out -------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write the statuses and waiting modes, then act, then tell. On an unreachable API
+        server what is left stays queued for the next flush."""
+        while self.dirty or self.throttles_dirty or self.pending or self.rejections:
+            while self.rejections:
+                namespace, name, body = self.rejections[0]
+                self._patch_status(f"{namespace}/{name}", namespace, name, body)
+                self.rejections.pop(0)
+            dirty = dict(self.dirty)
+            for job_id, job in dirty.items():
+                self._write_status(job)
+                self.dirty.pop(job_id, None)
+            if self.throttles_dirty:
+                self._write_throttles()
+                self.throttles_dirty = False
+            while self.pending:
+                intent = self.pending[0]
+                try:
+                    self._carry_out(intent)
+                except ClusterUnavailable:
+                    raise  # it stays first in line
+                self.pending.pop(0)
+        self._send_events()
+
+    def _write_status(self, job: KubeJob) -> None:
+        self._patch_status(job.id, job.namespace, job.name, status_body(job, self.keys))
+
+    def _patch_status(self, job_id: str, namespace: str, name: str, body: Object) -> None:
+        try:
+            self.api.patch_job_status(namespace, name, body)
+        except NotFound:
+            pass  # deleted meanwhile: the next look forgets it
+        except ClusterUnavailable:
+            raise
+        except ClusterError as error:
+            self.api_errors += 1
+            log.warning("cannot update the status of %s: %s", job_id, error)
+
+    def _write_throttles(self) -> None:
+        data = {q: {"job": t.job, "since": t.since} for q, t in sorted(self.throttles.items())}
+        patch = {"data": {"throttles": json.dumps(data, sort_keys=True)}}
+        namespace = self.settings.state_namespace
+        try:
+            self.api.patch_config_map(namespace, names.STATE_CONFIG_MAP, patch)
+        except ClusterUnavailable:
+            raise
+        except ClusterError:
+            body = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": names.STATE_CONFIG_MAP, "labels": {names.MANAGED: "true"}},
+                **patch,
+            }
+            try:
+                self.api.create_config_map(namespace, body)
+            except ClusterConflict:
+                pass
+            except NotFound:
+                raise ClusterError(
+                    f"namespace {namespace} (kubernetes.state_namespace) does not exist: "
+                    "create it (caldera k8s render --rbac)"
+                ) from None
+
+    def _carry_out(self, intent: Intent) -> None:
+        if isinstance(intent, Create):
+            self._create(intent)
+        elif isinstance(intent, Remove):
+            self._remove(intent)
+        else:
+            self._cleanup(intent)
+
+    def _create(self, intent: Create) -> None:
+        job, body = intent.job, intent.body
+        kind, name = body["kind"], body["metadata"]["name"]
+        if job.id not in self.jobs or (intent.task is not None and intent.task.done):
+            return  # the job ended (or was deleted) before its objects were made
+        create = {
+            "Pod": self.api.create_pod,
+            "PodGroup": self.api.create_pod_group,
+            "Service": self.api.create_service,
+        }[kind]
+        try:
+            create(job.namespace, body)
+            if intent.task is not None:
+                self.expected[(job.namespace, name)] = self.clock()
+        except ClusterConflict:
+            self._check_ours(intent)  # issue 9, defect 10: a 409 is not proof it is ours
+            return
+        except NotFound:
+            # Issue 9, defect 10: the namespace (or the job) went away meanwhile; the next
+            # look forgets the job. The task never began.
+            if intent.task is not None:
+                intent.task.done, intent.task.exit_code = True, None
+                self.settle(job)
+            return
+        except ClusterUnavailable:
+            raise
+        except QuotaExceeded as error:
+            # Issue 9, defect 3: the namespace is full for now, not forever. The task never
+            # began and it is not the job's fault: its gang is requeued, no retry is spent.
+            log.warning("cannot create %s %s now: %s", kind, name, error)
+            if intent.task is not None:
+                intent.task.done, intent.task.exit_code = True, None
+                self.note(Reason.CREATE_REFUSED, job, self.clock(), f"not now: {error}")
+                self.settle(job)
+        except ClusterError as error:
+            self.api_errors += 1
+            log.error("cannot create %s %s: %s", kind, name, error)
+            if intent.task is not None:
+                # Refused for good (admission, RBAC, invalid): the task ended before it began.
+                intent.task.done, intent.task.exit_code = True, 1
+                job.reason = str(error)
+                self.note(Reason.CREATE_REFUSED, job, self.clock(), str(error))
+                self.settle(job)
+
+    def _check_ours(self, intent: Create) -> None:
+        """An object with the name exists: carry on only if it is the one this start made
+        (owned by the job, of this attempt); otherwise the task cannot run under its name."""
+        if intent.task is None:
+            return  # a PodGroup or Service of an earlier try of the same start
+        job = intent.job
+        pod = self.api.read_pod(job.namespace, intent.task.pod)
+        metadata = (pod or {}).get("metadata") or {}
+        owners = {ref.get("uid") for ref in metadata.get("ownerReferences") or []}
+        attempt = (metadata.get("labels") or {}).get(names.ATTEMPT)
+        if pod is not None and job.uid in owners and attempt == str(intent.task.attempt):
+            return  # ours: a flush retried after its answer was lost
+        message = f"pod {intent.task.pod} already exists and is not this job's"
+        log.error("%s: %s", job.id, message)
+        intent.task.done, intent.task.exit_code = True, None
+        self.note(Reason.CREATE_REFUSED, job, self.clock(), message)
+        self.settle(job)
+
+    def _remove(self, intent: Remove) -> None:
+        pod = self.api.read_pod(intent.namespace, intent.pod)
+        if pod is None or "deletionTimestamp" in pod["metadata"]:
+            return  # gone, or already going: its own grace period runs
+        refused = refusal(pod, intent.purpose, intent.job)
+        if refused is not None:
+            self.refused_deletes += 1
+            log.error("refused to remove pod (%s): %s", intent.purpose.value, refused)
+            return
+        uid = pod["metadata"].get("uid")
+        try:
+            if intent.purpose is Purpose.EVICT:
+                self.api.evict_pod(intent.namespace, intent.pod, intent.grace, uid)
+            else:
+                self.api.delete_pod(intent.namespace, intent.pod, intent.grace, uid)
+        except NotFound:
+            pass  # gone meanwhile
+        except ClusterConflict:
+            pass  # a newer pod took the name: not the one meant
+        except EvictionBlocked as error:
+            log.warning("%s", error)
+            if intent.job is not None:
+                self.note(Reason.EVICTION_REFUSED, intent.job, self.clock(), str(error))
+        except ClusterUnavailable:
+            raise
+        except ClusterError as error:
+            self.api_errors += 1
+            log.error("cannot remove pod %s/%s: %s", intent.namespace, intent.pod, error)
+
+    def _cleanup(self, intent: Cleanup) -> None:
+        delete: Callable[[str, str], bool] = {
+            "podgroup": self.api.delete_pod_group,
+            "service": self.api.delete_service,
+            "pod": lambda namespace, name: self.api.delete_pod(namespace, name, 0),
+        }[intent.kind]
+        try:
+            delete(intent.namespace, intent.name)
+        except NotFound:
+            pass
+        except ClusterUnavailable:
+            raise
+        except ClusterError as error:
+            self.api_errors += 1
+            log.warning("clean-up of %s/%s failed: %s", intent.namespace, intent.name, error)
+
+    def _send_events(self) -> None:
+        events, self.events = self.events, []
+        for event in events:
+            self._sequence += 1
+            try:
+                body = event_body(event, self.instance, self._sequence)
+                self.api.create_event(event.namespace, body)
+            except (ClusterError, NotFound) as error:  # best effort: the status is the record
+                log.debug(
+                    "event %s on %s/%s dropped: %s",
+                    event.reason,
+                    event.namespace,
+                    event.name,
+                    error,
+                )

@@ -1,0 +1,307 @@
+"""Who may do what, enforced where Kubernetes enforces it: RBAC and a ValidatingAdmissionPolicy.
+
+caldera decides nothing from fields a user wrote about their own rights (DESIGN §7). What
+this module renders:
+
+- `controller_rbac`: the controller's ServiceAccount; a ClusterRole that only *reads* the
+  cluster (nodes, every pod: to know what room is really free), and a Role bound in each
+  served namespace for what it writes there (pods, their evictions, PodGroups, Services,
+  Events, TrainingJob status) — it cannot create a pod anywhere else, kube-system included;
+  a Role in its own namespace for its state ConfigMap and its leader-election Lease.
+- `user_roles`: ClusterRoles an operator binds per namespace with a RoleBinding:
+  `caldera-submitter` (submit, watch, delete TrainingJobs, read their pods and Events),
+  `caldera-critical` (the RBAC verb `critical` on trainingjobs) and `caldera-protect` (the
+  verb `protect`). RBAC accepts any verb; these two are checked by the policy below.
+- `admission_policy`: a ValidatingAdmissionPolicy (+ binding) the API server runs on every
+  TrainingJob create, before anything is stored:
+  * the namespace is one caldera serves, and the queue one its binding allows;
+  * `type: critical` only where the binding allows critical *and* the requesting user holds
+    the verb `critical` on trainingjobs in that namespace (CEL `authorizer`: the user's own
+    RBAC, groups included); `protected: true` likewise with the verb `protect`;
+  * the pod templates ask for nothing the submitter could not do alone: no host network,
+    PID or IPC, no hostPath volume, no privileged container or added capability, no host
+    port, and a service account only from the namespace's list.
+  The controller checks the same template rules and bindings again before it creates a pod
+  (`caldera.k8s.trainingjob`), for a cluster where the policy is missing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from caldera.k8s import names
+from caldera.k8s.settings import KubeSettings
+
+__all__ = [
+    "CONTROLLER_READ_RULES",
+    "CONTROLLER_STATE_RULES",
+    "CONTROLLER_WRITE_RULES",
+    "CRITICAL_VERB",
+    "POLICY_NAME",
+    "PROTECT_VERB",
+    "admission_policy",
+    "controller_rbac",
+    "user_roles",
+]
+
+POLICY_NAME = "caldera-trainingjobs"
+CRITICAL_VERB = "critical"
+PROTECT_VERB = "protect"
+_RBAC = "rbac.authorization.k8s.io/v1"
+_VOLCANO = "scheduling.volcano.sh"
+
+
+def _rule(group: str, resources: Iterable[str], verbs: Iterable[str]) -> dict[str, list[str]]:
+    return {"apiGroups": [group], "resources": list(resources), "verbs": list(verbs)}
+
+
+# Cluster-wide, read only (and the cluster-scoped objects caldera keeps: PriorityClasses,
+# Volcano Queues, the CRD check).
+CONTROLLER_READ_RULES: tuple[dict[str, list[str]], ...] = (
+    _rule("", ["nodes"], ["get", "list", "watch"]),
+    _rule("", ["pods"], ["get", "list", "watch"]),
+    _rule("scheduling.k8s.io", ["priorityclasses"], ["get", "create"]),
+    _rule(_VOLCANO, ["queues"], ["get", "list", "create", "update"]),
+)
+# In each served namespace only.
+CONTROLLER_WRITE_RULES: tuple[dict[str, list[str]], ...] = (
+    _rule(names.GROUP, [names.PLURAL], ["get", "list", "watch"]),
+    _rule(names.GROUP, [f"{names.PLURAL}/status"], ["get", "patch", "update"]),
+    _rule("", ["pods"], ["get", "list", "watch", "create", "delete"]),
+    _rule("", ["pods/eviction"], ["create"]),
+    _rule("", ["services"], ["create", "delete"]),
+    _rule("", ["events"], ["create", "patch"]),
+    _rule("events.k8s.io", ["events"], ["create", "patch"]),
+    _rule(_VOLCANO, ["podgroups"], ["get", "list", "create", "delete"]),
+)
+# In the controller's own namespace: the queues' waiting modes and the leader Lease.
+CONTROLLER_STATE_RULES: tuple[dict[str, list[str]], ...] = (
+    _rule("", ["configmaps"], ["get", "create", "patch"]),
+    _rule("coordination.k8s.io", ["leases"], ["get", "create", "update"]),
+    _rule("", ["events"], ["create", "patch"]),
+)
+
+
+def _role(kind: str, name: str, rules: Iterable[dict[str, list[str]]], **meta: Any) -> Any:
+    return {
+        "apiVersion": _RBAC,
+        "kind": kind,
+        "metadata": {"name": name, "labels": {names.MANAGED: "true"}, **meta},
+        "rules": [copy.deepcopy(rule) for rule in rules],
+    }
+
+
+def _binding(
+    kind: str, name: str, role_kind: str, role: str, account: str, account_ns: str, **meta: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": _RBAC,
+        "kind": kind,
+        "metadata": {"name": name, "labels": {names.MANAGED: "true"}, **meta},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": account_ns}],
+    }
+
+
+def controller_rbac(
+    settings: KubeSettings, name: str = "caldera-controller"
+) -> list[dict[str, Any]]:
+    """The controller's namespace, ServiceAccount and every role and binding it needs."""
+    home = settings.state_namespace
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": home}},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": home, "labels": {names.MANAGED: "true"}},
+        },
+        _role("ClusterRole", f"{name}-read", CONTROLLER_READ_RULES),
+        _binding("ClusterRoleBinding", f"{name}-read", "ClusterRole", f"{name}-read", name, home),
+        _role("ClusterRole", f"{name}-jobs", CONTROLLER_WRITE_RULES),
+        _role("Role", f"{name}-state", CONTROLLER_STATE_RULES, namespace=home),
+        _binding(
+            "RoleBinding", f"{name}-state", "Role", f"{name}-state", name, home, namespace=home
+        ),
+    ]
+    for namespace in settings.namespaces:
+        objects.append(
+            _binding(
+                "RoleBinding",
+                f"{name}-jobs",
+                "ClusterRole",
+                f"{name}-jobs",
+                name,
+                home,
+                namespace=namespace,
+            )
+        )
+    return objects
+
+
+def user_roles() -> list[dict[str, Any]]:
+    """ClusterRoles for people, to bind per namespace (`kubectl create rolebinding`)."""
+    submit = (
+        _rule(names.GROUP, [names.PLURAL], ["get", "list", "watch", "create", "delete"]),
+        _rule(names.GROUP, [f"{names.PLURAL}/status"], ["get"]),
+        _rule("", ["pods", "pods/log", "events"], ["get", "list", "watch"]),
+    )
+    return [
+        _role("ClusterRole", "caldera-submitter", submit),
+        _role(
+            "ClusterRole", "caldera-critical", [_rule(names.GROUP, [names.PLURAL], [CRITICAL_VERB])]
+        ),
+        _role(
+            "ClusterRole", "caldera-protect", [_rule(names.GROUP, [names.PLURAL], [PROTECT_VERB])]
+        ),
+    ]
+
+
+# -- the ValidatingAdmissionPolicy -----------------------------------------------------------
+
+
+def _cel(value: Any) -> str:
+    """A CEL literal for a string, list of strings or map of those (JSON's syntax is CEL's,
+    once double quotes are single-quoted-safe: json.dumps escapes them)."""
+    return json.dumps(value, sort_keys=True)
+
+
+def _allowed(verb: str) -> str:
+    return (
+        f"authorizer.group('{names.GROUP}').resource('{names.PLURAL}')"
+        f".namespace(request.namespace).check('{verb}').allowed()"
+    )
+
+
+_SPEC = "(has(t.template.spec) ? t.template.spec : {})"
+
+
+def _pod_rules() -> list[tuple[str, str]]:
+    """(CEL over every task `t`, message) for the pod-template rules."""
+    containers = (
+        f"((has({_SPEC}.containers) ? {_SPEC}.containers : []) + "
+        f"(has({_SPEC}.initContainers) ? {_SPEC}.initContainers : []))"
+    )
+    return [
+        (
+            f"!({_SPEC}.?hostNetwork.orValue(false) || {_SPEC}.?hostPID.orValue(false) || "
+            f"{_SPEC}.?hostIPC.orValue(false))",
+            "a pod template may not use the host network, PID or IPC namespace",
+        ),
+        (
+            f"!{_SPEC}.?volumes.orValue([]).exists(v, has(v.hostPath))",
+            "a pod template may not mount a hostPath volume",
+        ),
+        (
+            f"!{containers}.exists(c, c.?securityContext.?privileged.orValue(false) || "
+            "c.?securityContext.?allowPrivilegeEscalation.orValue(false) || "
+            "c.?securityContext.?capabilities.?add.orValue([]).size() > 0)",
+            "a pod template may not run a privileged container, allow privilege escalation "
+            "or add capabilities",
+        ),
+        (
+            f"!{containers}.exists(c, c.?ports.orValue([]).exists(p, has(p.hostPort)))",
+            "a pod template may not bind a host port",
+        ),
+    ]
+
+
+def admission_policy(settings: KubeSettings) -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicy and its binding, from the namespace bindings."""
+    bindings = settings.namespaces
+    queues = {ns: list(b.queues) for ns, b in bindings.items()}
+    critical = sorted(ns for ns, b in bindings.items() if b.critical)
+    accounts = {ns: list(b.service_accounts) for ns, b in bindings.items()}
+    validations: list[dict[str, Any]] = [
+        {
+            "expression": f"request.namespace in {_cel(sorted(bindings))}",
+            "messageExpression": "'caldera serves no jobs in namespace ' + request.namespace "
+            "+ ' (ask the operator to bind it: kubernetes.namespaces)'",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": "!has(object.spec.queue) || !(request.namespace in variables.queues) "
+            "|| object.spec.queue in variables.queues[request.namespace]",
+            "messageExpression": "'queue ' + object.spec.queue + ' is not bound to namespace ' "
+            "+ request.namespace + ' (allowed: ' + "
+            "variables.queues[request.namespace].join(', ') + ')'",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"!variables.critical || request.namespace in {_cel(critical)}",
+            "messageExpression": "'namespace ' + request.namespace + "
+            "' may not submit type critical (kubernetes.namespaces.' + request.namespace + "
+            "'.critical)'",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f"!variables.critical || {_allowed(CRITICAL_VERB)}",
+            "messageExpression": "'user ' + request.userInfo.username + "
+            f"' may not submit type critical in ' + request.namespace + ' (needs the RBAC verb "
+            f"{CRITICAL_VERB} on {names.PLURAL}.{names.GROUP}: ClusterRole caldera-critical)'",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": "!object.spec.?protected.orValue(false) || " + _allowed(PROTECT_VERB),
+            "messageExpression": "'user ' + request.userInfo.username + "
+            f"' may not submit a protected job in ' + request.namespace + ' (needs the RBAC verb "
+            f"{PROTECT_VERB} on {names.PLURAL}.{names.GROUP}: ClusterRole caldera-protect)'",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": "object.spec.tasks.all(t, "
+            f"!has({_SPEC}.serviceAccountName) || "
+            f"{_SPEC}.serviceAccountName in variables.accounts)",
+            "messageExpression": "'a pod template may run only as a service account of ' + "
+            "request.namespace + ' that the operator allows: ' + variables.accounts.join(', ')",
+            "reason": "Forbidden",
+        },
+    ]
+    for rule, message in _pod_rules():
+        validations.append(
+            {
+                "expression": f"object.spec.tasks.all(t, {rule})",
+                "message": message,
+                "reason": "Forbidden",
+            }
+        )
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": POLICY_NAME, "labels": {names.MANAGED: "true"}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [names.GROUP],
+                        "apiVersions": ["*"],
+                        "resources": [names.PLURAL],
+                        "operations": ["CREATE"],
+                    }
+                ]
+            },
+            "variables": [
+                {
+                    "name": "critical",
+                    "expression": "object.spec.?type.orValue('normal') == 'critical'",
+                },
+                {"name": "queues", "expression": _cel(queues)},
+                {
+                    "name": "accounts",
+                    "expression": f"request.namespace in {_cel(accounts)} ? "
+                    f"{_cel(accounts)}[request.namespace] : ['default']",
+                },
+            ],
+            "validations": validations,
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": POLICY_NAME, "labels": {names.MANAGED: "true"}},
+        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]

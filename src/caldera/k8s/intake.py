@@ -1,0 +1,220 @@
+"""TrainingJobs into jobs: admit new ones, take back running ones, forget deleted ones.
+
+- A TrainingJob without a status is new: the platform layer (DESIGN §7) reads it
+  (`caldera.k8s.trainingjob`: namespace binding, queue, critical, pod templates), then the
+  core's admission accepts, holds or rejects it. Its status is written by the controller
+  alone; the API server dropped any a user sent (status subresource), so a status the
+  controller finds is one it wrote.
+- A TrainingJob whose status says Pending, Held, Running or Releasing is one a previous
+  controller ran (restart, fail-over): the job is rebuilt from its spec (immutable) and the
+  status, its tasks from the pods of its current attempt (placement, rank, deletion), and
+  tasks whose pods vanished meanwhile are counted lost (the gang is stopped and requeued).
+- A job whose TrainingJob is gone was cancelled by its owner: its pods (owned by the
+  TrainingJob) are deleted by the garbage collector; their room stays taken until they are.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from caldera.core import admit
+from caldera.errors import RecordError, RenderError
+from caldera.k8s import names
+from caldera.k8s.api import Object, from_rfc3339
+from caldera.k8s.events import Reason
+from caldera.k8s.guard import Purpose
+from caldera.k8s.jobs import KubeJob, task_from_pod
+from caldera.k8s.status import restore, submit_time
+from caldera.k8s.trainingjob import read_training_job
+from caldera.model import JobState
+from caldera.model.lifecycle import TERMINAL
+from caldera.runtime import EventKind
+
+if TYPE_CHECKING:
+    from caldera.k8s.runtime import KubeRuntime
+
+__all__ = ["Intake"]
+
+log = logging.getLogger("caldera.k8s")
+
+_FINAL = frozenset(state.value for state in TERMINAL)
+
+
+class Intake:
+    def __init__(self, runtime: KubeRuntime) -> None:
+        self.runtime = runtime
+        # (namespace, job name) whose TrainingJob exists but cannot be taken back: its pods
+        # are left alone (their room stays taken) rather than guessed about.
+        self.unreadable: set[tuple[str, str]] = set()
+
+    def reconcile(self, objects: Iterable[Object], pods: Iterable[Object], now: float) -> None:
+        runtime = self.runtime
+        by_job: dict[tuple[str, str], list[Object]] = {}
+        for pod in pods:
+            metadata = pod["metadata"]
+            job = (metadata.get("labels") or {}).get(names.JOB)
+            if job:
+                by_job.setdefault((metadata["namespace"], job), []).append(pod)
+        present: set[str] = set()
+        uids: set[str] = set()
+        self.unreadable = set()
+        for obj in objects:
+            metadata = obj["metadata"]
+            namespace, name, uid = metadata["namespace"], metadata["name"], metadata["uid"]
+            uids.add(uid)
+            job_id = names.job_id(namespace, name)
+            present.add(job_id)
+            known = runtime.jobs.get(job_id)
+            if known is not None:
+                if known.uid == uid:
+                    continue
+                self.forget(known)  # deleted and re-created between two looks
+            status = obj.get("status") or {}
+            settled = runtime.actuator.settled
+            if uid in settled:
+                if status.get("state") in _FINAL:
+                    settled.discard(uid)  # the cache caught up with what was written
+                continue
+            if not status.get("state"):
+                self.admit(obj, now)
+                continue
+            try:
+                state = JobState(status["state"])
+            except ValueError:
+                log.error("%s has an unreadable status.state %r", job_id, status["state"])
+                self.unreadable.add((namespace, name))
+                continue
+            if state not in TERMINAL:
+                self.load(obj, status, state, by_job.get((namespace, name), []), now)
+        for job_id, job in list(runtime.jobs.items()):
+            if job_id not in present:
+                self.forget(job)
+        runtime.actuator.settled &= uids  # deleted ones are gone for good
+
+    def admit(self, obj: Object, now: float) -> None:
+        """The platform layer (DESIGN §7): accept, hold or reject a new TrainingJob."""
+        runtime = self.runtime
+        created = obj["metadata"].get("creationTimestamp")
+        # Submitted when it was created, not when a controller first saw it: a job applied
+        # while the controller was away keeps its place in its queue.
+        submit = min(from_rfc3339(str(created)), now) if created else now
+        try:
+            accepted = read_training_job(obj, runtime.settings, runtime.queues, submit)
+            accepted.workload.check(runtime.settings)
+        except (RecordError, RenderError) as error:
+            self.reject(obj, str(error), now)
+            return
+        spec = accepted.spec
+        admission = admit(
+            spec,
+            runtime.queues,
+            runtime.throttles,
+            now,
+            runtime.nodes,
+            runtime.policy_config.week_offset,
+        )
+        if admission.state is JobState.REJECTED:
+            self.reject(obj, admission.reason, now)
+            return
+        job = self._job(obj, accepted.spec, accepted.workload, admission.state)
+        if admission.state is JobState.HELD:
+            job.hold_reason = admission.reason
+            job.hold_since = now
+        runtime.jobs[job.id] = job
+        held = admission.reason if admission.state is JobState.HELD else None
+        runtime.actuator.record(EventKind.SUBMIT, job, now, held=held)
+        runtime.kernel.mark(job)
+        runtime.cycle_needed = True
+        log.info("admitted %s (%s, %s): %s", job.id, spec.type.value, spec.queue, job.state.value)
+
+    def reject(self, obj: Object, reason: str, now: float) -> None:
+        """Refused before it became a job: Rejected, with the one-line reason."""
+        metadata = obj["metadata"]
+        log.info("rejected %s/%s: %s", metadata["namespace"], metadata["name"], reason)
+        self.runtime.actuator.reject(obj, reason, now)
+
+    def load(
+        self, obj: Object, status: dict[str, Any], state: JobState, pods: list[Object], now: float
+    ) -> None:
+        """Take back a job a previous controller was running (restart, fail-over)."""
+        runtime = self.runtime
+        metadata = obj["metadata"]
+        namespace, name = metadata["namespace"], metadata["name"]
+        submit = submit_time(status) or now
+        admitted = copy.deepcopy(obj)
+        if status.get("queue"):
+            admitted["spec"]["queue"] = status["queue"]  # the queue it was admitted to
+        try:
+            accepted = read_training_job(admitted, runtime.settings, runtime.queues, submit)
+        except RecordError as error:
+            log.error("%s/%s can no longer be read: %s", namespace, name, error)
+            self.unreadable.add((namespace, name))
+            return
+        job = self._job(obj, accepted.spec, accepted.workload, state)
+        restore(job, status, runtime.keys)
+        leaving = set((status.get("controller") or {}).get("leaving") or [])
+        found = 0
+        for pod in pods:
+            task = task_from_pod(pod, runtime.keys)
+            if task is None or task.attempt != job.attempts:
+                continue  # another attempt's, or its node is gone: the pod watcher sees it
+            found += 1
+            task.leaving = state is JobState.RELEASING or task.rank in leaving
+            if task.leaving and task.kill_at is None:
+                task.kill_at = now + runtime.policy_config.grace_period
+            job.tasks.append(task)
+            runtime.take(job, task)
+        job.tasks.sort(key=lambda t: t.rank)
+        job.lost_tasks = max(job.expected_tasks - found, 0)
+        runtime.jobs[job.id] = job
+        runtime.kernel.stale.add(job.id)
+        runtime.cycle_needed = True
+        log.info(
+            "took back %s (%s, attempt %d, %d task(s) found, %d lost)",
+            job.id,
+            state.value,
+            job.attempts,
+            found,
+            job.lost_tasks,
+        )
+        if job.lost_tasks and state is JobState.RUNNING:
+            runtime.actuator.note(
+                Reason.NOT_READY, job, now, f"{job.lost_tasks} pod(s) vanished while away"
+            )
+            runtime.settle(job)
+        elif state in (JobState.RUNNING, JobState.RELEASING) and not job.tasks:
+            runtime.settle(job)
+
+    def forget(self, job: KubeJob) -> None:
+        """The TrainingJob is gone (its owner deleted it): stop the pods (the garbage
+        collector does too), keep their room until they are gone, drop the job."""
+        runtime = self.runtime
+        log.info("%s was deleted: stopping its pods", job.id)
+        for task in job.tasks:
+            if task.done:
+                runtime.actuator.give(job, [task])
+                continue
+            if task.counted:  # its room stays taken until the pod is gone
+                runtime.orphans[(job.namespace, task.pod)] = task.placement
+                task.counted = False
+            runtime.actuator.remove(None, job.namespace, task.pod, runtime.grace, Purpose.CLEANUP)
+        job.tasks = []
+        del runtime.jobs[job.id]
+        runtime.actuator.dirty.pop(job.id, None)
+        runtime.kernel.stale.add(job.id)
+        runtime.cycle_needed = True
+
+    def _job(self, obj: Object, spec: Any, workload: Any, state: JobState) -> KubeJob:
+        metadata = obj["metadata"]
+        return KubeJob(
+            spec=spec,
+            state=state,
+            namespace=metadata["namespace"],
+            name=metadata["name"],
+            uid=metadata["uid"],
+            workload=workload,
+            generation=int(metadata.get("generation") or 1),
+        )

@@ -1,0 +1,221 @@
+"""Pods into task facts: which tasks ended, were bound, run, or were deleted by someone else.
+
+For each live job, each task's pod says:
+- gone → the task ended, unseen (deleted, evicted by a drain, its node lost);
+- Succeeded / Failed → ended with its container's exit code;
+- bound to its node → the start is under way; running → once `min_available` of them run,
+  the gang makes progress (its useful work resumes from what was saved);
+- deleted by someone else while it runs (a drain, `kubectl delete`) → its gang cannot run
+  whole: the rest is stopped and the job requeued;
+- not bound within `bind_timeout` (the scheduler disagreed with caldera's view), or bound
+  but not running within `ready_timeout` (an image that never pulls: Kueue's
+  `waitForPodsReady` is the model) → the start is given up, the job requeued, with an Event;
+- a job's reports on its own pod: `caldera.io/progress`, `caldera.io/checkpoint`.
+Then the kernel settles each job whose tasks ended.
+
+Pods with caldera's label that no job claims are orphans: left from an old attempt or a
+deleted job. Their room stays taken until they are gone; running ones are deleted (never
+those of a TrainingJob that exists but cannot be read), ended ones are garbage-collected.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from caldera.k8s import names
+from caldera.k8s.api import Object, from_rfc3339
+from caldera.k8s.events import Reason
+from caldera.k8s.guard import Purpose
+from caldera.k8s.jobs import KubeJob, KubeTask
+from caldera.model import JobState
+
+if TYPE_CHECKING:
+    from caldera.k8s.runtime import KubeRuntime
+
+__all__ = ["PodWatcher", "exit_code", "started_at"]
+
+log = logging.getLogger("caldera.k8s")
+
+_ENDED = ("Succeeded", "Failed")
+EXPECT = 60.0  # seconds a pod caldera created may take to appear in what it reads
+
+
+def exit_code(pod: Mapping[str, Any]) -> int | None:
+    status = pod.get("status") or {}
+    for container in status.get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated is not None and "exitCode" in terminated:
+            return int(terminated["exitCode"])
+    phase = status.get("phase")
+    return 0 if phase == "Succeeded" else (1 if phase == "Failed" else None)
+
+
+def started_at(pod: Mapping[str, Any]) -> float | None:
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        running = (container.get("state") or {}).get("running")
+        if running and running.get("startedAt"):
+            return from_rfc3339(str(running["startedAt"]))
+    return None
+
+
+def _waiting_reason(pod: Mapping[str, Any]) -> str:
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason"):
+            return str(waiting["reason"])
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+class PodWatcher:
+    def __init__(self, runtime: KubeRuntime) -> None:
+        self.runtime = runtime
+        self._collected: set[tuple[str, str]] = set()  # ended orphans already deleted
+
+    def reconcile(self, pods: list[Object], now: float) -> None:
+        runtime = self.runtime
+        by_key = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+        unclaimed = dict(by_key)
+        for job in list(runtime.jobs.values()):
+            self._job(job, unclaimed, by_key, now)
+        for key, pod in unclaimed.items():
+            self._orphan(key, pod)
+        for key in [k for k in runtime.orphans if k not in by_key]:
+            runtime.release_orphan(key)
+        self._collected &= set(by_key)
+
+    def _job(
+        self,
+        job: KubeJob,
+        unclaimed: dict[tuple[str, str], Object],
+        pods: Mapping[tuple[str, str], Object],
+        now: float,
+    ) -> None:
+        runtime = self.runtime
+        settings = runtime.settings
+        changed = False
+        late: str | None = None
+        for task in job.tasks:
+            if task.done:
+                continue
+            key = (job.namespace, task.pod)
+            pod = unclaimed.pop(key, None)
+            expected = runtime.actuator.expected
+            if pod is None:
+                made = expected.get(key)
+                if made is not None and now - made < EXPECT:
+                    continue  # created a moment ago; the reads have not seen it yet
+                expected.pop(key, None)
+                task.done, task.exit_code = True, None  # gone: deleted, evicted, node lost
+                changed = True
+                continue
+            expected.pop(key, None)
+            phase = (pod.get("status") or {}).get("phase")
+            if phase in _ENDED:
+                task.done, task.exit_code = True, exit_code(pod)
+                task.finished = True
+                changed = True
+                continue
+            if pod["spec"].get("nodeName") and not task.bound:
+                task.bound = True
+                runtime.kernel.mark(job)
+            deleting = "deletionTimestamp" in pod["metadata"]
+            task.deleting = deleting
+            if deleting and not (task.leaving or task.kill_at is not None):
+                # Someone else deletes a running task's pod (a drain, kubectl, the node
+                # lifecycle controller): the task is ending, so is its gang.
+                late = late or f"pod {task.pod} is being deleted by someone else"
+            if (task.leaving or task.kill_at is not None) and not deleting:
+                self._resend(job, task)
+            waited = now - task.created_at
+            if not (task.leaving or task.kill_at is not None):
+                if not task.bound and waited > settings.bind_timeout:
+                    late = late or (
+                        f"pod {task.pod} not bound to its node in {settings.bind_timeout:g} s"
+                    )
+                elif task.bound and phase != "Running" and waited > settings.ready_timeout:
+                    late = late or (
+                        f"pod {task.pod} not running {settings.ready_timeout:g} s after its "
+                        f"start ({_waiting_reason(pod)})"
+                    )
+            self._reports(job, pod, now)
+        self._note_running(job, pods, now)
+        if changed:
+            runtime.settle(job)
+        elif late is not None and job.state is JobState.RUNNING:
+            log.warning("%s: %s; giving the start up", job.id, late)
+            reason = Reason.START_TIMEOUT if "not bound" in late else Reason.NOT_READY
+            runtime.actuator.note(reason, job, now, f"{late}: stopping the gang, requeued")
+            runtime.stop_gang(job, now)
+
+    def _resend(self, job: KubeJob, task: KubeTask) -> None:
+        """Recorded as leaving (or stopping) but its pod was not asked yet (a restart in
+        between, or an API error): ask now."""
+        if task.resent:
+            return
+        task.resent = True
+        purpose = Purpose.EVICT if task.leaving else Purpose.STOP
+        self.runtime.actuator.remove(job, job.namespace, task.pod, self.runtime.grace, purpose)
+
+    def _orphan(self, key: tuple[str, str], pod: Object) -> None:
+        """A caldera pod no job claims (its job was deleted or ended, or an old attempt)."""
+        runtime = self.runtime
+        phase = (pod.get("status") or {}).get("phase")
+        job = (pod["metadata"].get("labels") or {}).get(names.JOB, "")
+        if phase in _ENDED:
+            runtime.release_orphan(key)
+            if (key[0], job) not in runtime.intake.unreadable and key not in self._collected:
+                self._collected.add(key)  # garbage: an ended pod of a settled attempt
+                runtime.remove_pod(None, key, 0, Purpose.CLEANUP)
+            return
+        runtime.hold_orphan(key, pod)
+        if (key[0], job) in runtime.intake.unreadable:
+            return  # its TrainingJob exists but cannot be read: hold the room, touch nothing
+        if "deletionTimestamp" not in pod["metadata"] and key not in self._collected:
+            self._collected.add(key)
+            grace = int(pod["spec"].get("terminationGracePeriodSeconds") or runtime.grace)
+            runtime.remove_pod(None, key, grace, Purpose.CLEANUP)
+
+    def _note_running(
+        self, job: KubeJob, pods: Mapping[tuple[str, str], Object], now: float
+    ) -> None:
+        """Useful work starts when `min_available` tasks' containers run, not at the start
+        decision: images take time to pull."""
+        if job.state is not JobState.RUNNING or job.running_since is not None:
+            return
+        starts = []
+        for task in job.running:
+            pod = pods.get((job.namespace, task.pod))
+            if task.done or pod is None or (pod.get("status") or {}).get("phase") != "Running":
+                continue
+            starts.append(started_at(pod) or now)
+        if len(starts) >= job.spec.min_available:
+            self.runtime.kernel.begin_progress(job, min(max(starts), now))
+            self.runtime.actuator.record(Reason.RUNNING, job, now, pods=len(starts))
+
+    def _reports(self, job: KubeJob, pod: Object, now: float) -> None:
+        """Progress and checkpoints a job wrote on its own pod (optional)."""
+        annotations = pod["metadata"].get("annotations") or {}
+        progress = annotations.get(names.PROGRESS)
+        if progress is not None:
+            try:
+                value = min(max(float(progress), 0.0), 1.0)
+            except ValueError:
+                value = None
+            if value is not None and value != job.reported_progress:
+                job.reported_progress = value
+                self.runtime.kernel.mark(job)
+        checkpoint = annotations.get(names.CHECKPOINT)
+        if checkpoint is None:
+            return
+        try:
+            data = json.loads(checkpoint)
+            at = float(data["time"] if isinstance(data, dict) else data)
+        except (ValueError, KeyError, TypeError):
+            return
+        if at > (job.checkpoint_seen or 0.0):
+            job.checkpoint_seen = at
+            job.saved_work = max(job.saved_work, job.work_done(min(at, now)))
+            self.runtime.kernel.mark(job)

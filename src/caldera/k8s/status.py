@@ -1,0 +1,151 @@
+"""A TrainingJob's status: what the controller writes (and alone may write), and reads back.
+
+    status:
+      state: Running            queue: team-a       gpus: "32"       wait: 4m10s
+      attempts: 2  retries: 0  evictions: 1  lostGPUSeconds: 0  exitCode: …  reason: …
+      submitTime / startTime / endTime (RFC 3339)
+      conditions:               Admitted, Held, Running, Preempted, Finished, Succeeded
+      controller:               what a restarted controller needs (not an interface):
+        the wire fields every runtime keeps (`caldera.runtime.wire`), the submit time,
+        the reservation, the ranks of tasks leaving in a partial eviction, and how many
+        tasks the attempt was running — the tasks themselves are on their pods.
+
+Conditions are the kind `kubectl wait --for=condition=Running` reads; each moves with the
+decisions (`apply_event`): admitted, held by the throttle or a window, started (Running
+turns True once `min_available` pods run), preempted by whom, requeued, resumed, finished.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from caldera.k8s.api import to_rfc3339
+from caldera.k8s.jobs import Condition, KubeJob
+from caldera.model import GPU_MILLI, JobState
+from caldera.model.lifecycle import TERMINAL
+from caldera.runtime.wire import (
+    NodeKeys,
+    nomination_from_wire,
+    nomination_to_wire,
+    status_from_wire,
+    status_to_wire,
+)
+
+__all__ = [
+    "duration_text",
+    "gpus_text",
+    "rejected_status",
+    "restore",
+    "status_body",
+    "submit_time",
+]
+
+_CONDITION_ORDER = ("Admitted", "Held", "Running", "Preempted", "Finished", "Succeeded")
+
+
+def duration_text(seconds: float) -> str:
+    """`kubectl get`'s way of writing a duration: 45s, 3m12s, 2h5m, 3d4h."""
+    total = max(int(seconds), 0)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h"
+    if hours:
+        return f"{hours}h{minutes}m"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+def gpus_text(job: KubeJob) -> str:
+    total = job.spec.gpu * job.spec.tasks / GPU_MILLI
+    return f"{total:g}"
+
+
+def _time(t: float | None) -> str | None:
+    return to_rfc3339(t) if t is not None else None
+
+
+def status_body(job: KubeJob, keys: NodeKeys) -> dict[str, Any]:
+    """The whole status, as a JSON merge patch of `/status` (None removes a field)."""
+    leaving = [t.rank for t in job.tasks if t.leaving] if job.state is JobState.RUNNING else []
+    controller = {
+        **status_to_wire(job),
+        "submit": job.spec.submit,
+        "queue": job.spec.queue,
+        "nomination": nomination_to_wire(job.nomination, keys),
+        "startedUnder": job.started_under,
+        "leaving": leaving,
+        "tasks": sum(1 for t in job.tasks if not t.done),
+    }
+    wait = job.first_start - job.spec.submit if job.first_start is not None else None
+    order = {kind: i for i, kind in enumerate(_CONDITION_ORDER)}
+    conditions = sorted(job.conditions.values(), key=lambda c: (order.get(c.type, 99), c.type))
+    return {
+        "state": job.state.value,
+        "queue": job.spec.queue,
+        "gpus": gpus_text(job),
+        "wait": duration_text(wait) if wait is not None else None,
+        "reason": job.reason or (job.hold_reason if job.state is JobState.HELD else None),
+        "attempts": job.attempts,
+        "retries": job.retries,
+        "evictions": job.evictions,
+        "exitCode": job.exit_code,
+        "lostGPUSeconds": round(job.lost_gpu_seconds, 3),
+        "submitTime": _time(job.spec.submit),
+        "startTime": _time(job.first_start),
+        "endTime": _time(job.end_time),
+        "observedGeneration": job.generation,
+        "conditions": [c.to_wire(job.generation, to_rfc3339) for c in conditions],
+        # Finished jobs need nothing more: a restarted controller never takes them back.
+        "controller": None if job.state in TERMINAL else controller,
+    }
+
+
+def rejected_status(reason: str, now: float, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The status of a TrainingJob refused before it became a job."""
+    generation = int((obj.get("metadata") or {}).get("generation") or 1)
+    when = to_rfc3339(now)
+    conditions = [
+        ("Admitted", "False"),
+        ("Finished", "True"),
+    ]
+    return {
+        "state": JobState.REJECTED.value,
+        "reason": reason,
+        "submitTime": when,
+        "endTime": when,
+        "observedGeneration": generation,
+        "conditions": [
+            {
+                "type": kind,
+                "status": status,
+                "reason": "Rejected",
+                "message": reason,
+                "lastTransitionTime": when,
+                "observedGeneration": generation,
+            }
+            for kind, status in conditions
+        ],
+    }
+
+
+def submit_time(status: Mapping[str, Any]) -> float | None:
+    controller = status.get("controller") or {}
+    submit = controller.get("submit")
+    return float(submit) if submit is not None else None
+
+
+def restore(job: KubeJob, status: Mapping[str, Any], keys: NodeKeys) -> None:
+    """Put back what the status carries into a job rebuilt from its TrainingJob."""
+    controller = status.get("controller") or {}
+    status_from_wire(job, controller)
+    job.nomination = nomination_from_wire(controller.get("nomination"), keys)
+    job.started_under = controller.get("startedUnder")
+    job.expected_tasks = int(controller.get("tasks") or 0)
+    for data in status.get("conditions") or []:
+        if isinstance(data, Mapping) and data.get("type"):
+            condition = Condition.from_wire(data)
+            job.conditions[condition.type] = condition

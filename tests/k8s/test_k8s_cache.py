@@ -1,0 +1,155 @@
+"""The informer cache (issue 10, deliverable 2) against the local API stub: list once, watch
+from the list's resourceVersion with bookmarks, re-open a watch from where it was, re-list on
+410 Gone only, keep pods slim; and the runtime reading through it (a pod it just created and
+the cache has not seen yet is not taken for gone)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import kubernetes
+import pytest
+from apiserver_stub import StubAPIServer
+from k8s_support import SETTINGS, training_job
+
+from caldera.core import PolicyConfig
+from caldera.k8s import FakeClock, FakeCluster, KubeRuntime, names
+from caldera.k8s.cache import NOT_ENDED, Informer, InformerCache, slim_pod
+from caldera.k8s.client import KubeClusterAPI
+from caldera.model import Queue
+
+JOBS = f"{names.GROUP}/{names.VERSION}"
+
+
+@pytest.fixture
+def stub() -> Iterator[StubAPIServer]:
+    server = StubAPIServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def api(stub: StubAPIServer) -> Iterator[KubeClusterAPI]:
+    configuration = kubernetes.client.Configuration(host=stub.url)
+    configuration.retries = False
+    api_client = kubernetes.client.ApiClient(configuration)
+    yield KubeClusterAPI(api_client, request_timeout=5)
+    api_client.close()
+
+
+def pod(name: str, phase: str = "Running", **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"nodeName": "n-0", "containers": [{"name": "m", "image": "i", "args": ["x"]}]},
+        "status": {"phase": phase},
+    }
+
+
+def lists(stub: StubAPIServer) -> list[Any]:
+    return [r for r in stub.calls("GET", "/pods") if "watch" not in r.query]
+
+
+def test_an_informer_lists_once_then_follows_the_watch(
+    stub: StubAPIServer, api: KubeClusterAPI
+) -> None:
+    stub.put("v1", "pods", pod("a"), "team")
+    wake = threading.Event()
+    informer = Informer(api, "pods", "team", wake=wake)
+    informer.watch_once()  # lists first, then watches from that version
+    assert [p["metadata"]["name"] for p in informer.items()] == ["a"]
+    assert wake.is_set() and informer.lists == 1
+    stub.put("v1", "pods", pod("b"), "team")
+    stub.update("v1", "pods", "a", "team", {"status": {"phase": "Succeeded"}})
+    stub.remove("v1", "pods", "b", "team")
+    stub.put("v1", "pods", pod("c"), "team")
+    informer.watch_once()
+    informer.watch_once()  # a watch re-opened (after its timeout) carries on: no re-list
+    by_name = {p["metadata"]["name"]: p for p in informer.items()}
+    assert sorted(by_name) == ["a", "c"]
+    assert by_name["a"]["status"]["phase"] == "Succeeded"
+    assert informer.lists == 1 and len(lists(stub)) == 1
+    watches = [r for r in stub.calls("GET", "/pods") if r.query.get("watch") == ["true"]]
+    assert all(r.query["allowWatchBookmarks"] == ["true"] for r in watches)
+    versions = [int(r.query["resourceVersion"][0]) for r in watches]
+    assert versions == sorted(versions) and versions[-1] > versions[0]  # moved on
+
+
+def test_a_watch_answered_410_gone_lists_again(stub: StubAPIServer, api: KubeClusterAPI) -> None:
+    stub.put("v1", "pods", pod("a"), "team")
+    informer = Informer(api, "pods", "team")
+    informer.watch_once()
+    stub.put("v1", "pods", pod("b"), "team")
+    stub.compact()  # the version the informer holds is compacted away
+    informer.watch_once()  # 410 Gone
+    informer.watch_once()  # lists again, then watches
+    assert informer.lists == 2
+    assert sorted(p["metadata"]["name"] for p in informer.items()) == ["a", "b"]
+
+
+def test_the_running_pods_informer_drops_a_pod_that_ends(
+    stub: StubAPIServer, api: KubeClusterAPI
+) -> None:
+    stub.put("v1", "pods", pod("a"), "other")
+    informer = Informer(api, "pods", field_selector=NOT_ENDED, slim=slim_pod)
+    informer.watch_once()
+    assert [p["metadata"]["name"] for p in informer.items()] == ["a"]
+    stub.update("v1", "pods", "a", "other", {"status": {"phase": "Failed"}})
+    informer.watch_once()
+    # An object that stops matching a watch's field selector comes as DELETED.
+    assert informer.items() == []
+
+
+def test_pods_are_kept_slim() -> None:
+    full = pod("a", **{names.JOB: "j"})
+    full["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    full["metadata"]["managedFields"] = [{"manager": "kubectl"}] * 50
+    slim = slim_pod(full)
+    assert slim["metadata"]["labels"] == {names.JOB: "j"}
+    assert "managedFields" not in slim["metadata"]
+    assert slim["spec"]["containers"] == [{"name": "m", "resources": {"requests": {"cpu": "1"}}}]
+    assert slim["spec"]["nodeName"] == "n-0"
+
+
+def test_the_runtime_runs_a_job_through_the_informer_cache(
+    stub: StubAPIServer, api: KubeClusterAPI
+) -> None:
+    stub.put("v1", "nodes", FakeCluster().add_node("n-0"))
+    stub.put(
+        JOBS,
+        names.PLURAL,
+        {"metadata": {"name": "job", "generation": 1}, "spec": training_job(gpus=8)},
+        "team",
+    )
+    cache = InformerCache(api, SETTINGS)
+    clock = FakeClock()
+    runtime = KubeRuntime(api, [Queue("team")], PolicyConfig(), SETTINGS, clock, reads=cache)
+
+    def sync() -> None:
+        for informer in cache.informers.values():
+            informer.watch_once()
+
+    sync()
+    runtime.step()  # admitted, started: the pod is created
+    assert stub.get("v1", "pods", "job-1-0", "team") is not None
+    clock.now += 1
+    runtime.step()  # the cache has not seen the pod yet: it is not taken for gone
+    assert runtime.jobs["team/job"].tasks[0].done is False
+    sync()
+    stub.update(
+        "v1",
+        "pods",
+        "job-1-0",
+        "team",
+        {"spec": {"nodeName": "n-0"}, "status": {"phase": "Running"}},
+    )
+    sync()
+    clock.now += 1
+    runtime.step()
+    job = stub.get(JOBS, names.PLURAL, "job", "team")
+    assert job is not None and job["status"]["state"] == "Running"
+    assert runtime.jobs["team/job"].running_since is not None
+    lists_made = cache.lists
+    sync()
+    assert cache.lists == lists_made  # steady state: no re-list

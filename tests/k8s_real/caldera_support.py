@@ -1,0 +1,285 @@
+"""caldera installed on the session's real control plane, as an operator installs it, and the
+controller running as users run it (`caldera k8s run`, its own process).
+
+- `caldera` (session): the TrainingJob CRD, the users' ClusterRoles and the admission policy
+  from `caldera k8s render --crds --rbac`; namespaces `team-a` (normal jobs), `serving`
+  (critical allowed) and `elsewhere` (not served); RoleBindings: alice (group team-a) and
+  bob (group team-b) may submit in all three, only group team-a holds the `critical` verb,
+  in `serving`; one controller for the session (grace period 3 s, resync 2 s, short start
+  timeouts: compressed time). `restart_controller()` kills it (SIGKILL) and starts another.
+- `clean` (each test): afterwards every TrainingJob is deleted and the test waits until no
+  caldera pod is left, so each test starts on an empty cluster of 4 x 8 GPUs.
+- `Cluster.apply(user, manifest)`: `kubectl apply -f -` with that user's kubeconfig (the
+  real kubectl built with the control plane); `wait(...)`: `kubectl wait --for=condition=…`.
+
+kube-scheduler binds the pods (Volcano is not part of this control plane): it honours
+caldera's required node affinity, so a pod binds only where caldera decided, but pod by pod.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+import yaml
+from real_support import wait_for
+
+from caldera.k8s import names
+from caldera.k8s.client import load_api_client
+from caldera.k8s.devcluster import DevCluster
+
+__all__ = ["GRACE", "Cluster", "caldera", "clean", "training_job"]
+
+k8s: Any = kubernetes
+CALDERA = Path(sys.executable).with_name("caldera")
+GRACE = 3  # the policy's grace period, seconds
+SERVED = ("team-a", "serving")
+ELSEWHERE = "elsewhere"
+
+CONFIG: dict[str, Any] = {
+    "queues": [
+        {"name": "team-a", "weight": 1},
+        {"name": "serving", "weight": 1, "guarantee": {"gpu": 8}, "reclaimable": False},
+    ],
+    "policy": {"grace_period": GRACE, "throttle_timeout": 20},
+    "kubernetes": {
+        "namespaces": {
+            "team-a": {"queues": ["team-a"]},
+            "serving": {"queues": ["serving"], "critical": True},
+        },
+        "state_namespace": "caldera-system",
+        "scheduler_name": "default-scheduler",  # Volcano is not part of this control plane
+        "image": "registry.example/train:v1",
+        "resync": 2,
+        "bind_timeout": 20,
+        "ready_timeout": 20,
+    },
+}
+
+
+def training_job(
+    name: str,
+    replicas: int = 1,
+    gpus: int = 8,
+    type: str = "normal",
+    annotations: dict[str, str] | None = None,
+    status: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A TrainingJob manifest: `replicas` pods asking for `gpus` each (in the container's
+    limits, the Kubernetes way); `annotations` on the pod template (KWOK's stages read
+    `caldera.io/kwok-run-for` and friends)."""
+    template: dict[str, Any] = {
+        "spec": {
+            "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]
+        }
+    }
+    if annotations:
+        template["metadata"] = {"annotations": annotations}
+    manifest: dict[str, Any] = {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "type": type,
+            "tasks": [{"name": "worker", "replicas": replicas, "template": template}],
+            **spec,
+        },
+    }
+    if status is not None:
+        manifest["status"] = status
+    return manifest
+
+
+@dataclass
+class Cluster:
+    dev: DevCluster
+    folder: Path
+    log: Path
+    config: Path
+    proc: subprocess.Popen[bytes] | None = None
+    clients: list[Any] = field(default_factory=list)
+
+    # -- the controller ----------------------------------------------------------------------
+
+    def start_controller(self) -> None:
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [str(CALDERA), "k8s", "run",
+             "--kubeconfig", str(self.dev.kubeconfig()), "--config", str(self.config)],
+            stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1"},
+        )  # fmt: skip
+        out.close()
+
+    def stop_controller(self, kill: bool = False) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail("the controller did not stop on SIGTERM within 20 s")
+        self.proc = None
+
+    def restart_controller(self) -> None:
+        """A crash (SIGKILL: no clean shutdown) and a new controller, as a Deployment does."""
+        self.stop_controller(kill=True)
+        self.start_controller()
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    # -- users -------------------------------------------------------------------------------
+
+    def client(self, user: str = "admin") -> Any:
+        api_client = load_api_client(str(self.dev.kubeconfig(user)))
+        self.clients.append(api_client)
+        return api_client
+
+    def kubectl(
+        self, user: str, *args: str, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        bins = Path(self.dev._state["bins"])  # the kubectl built with the control plane
+        return subprocess.run(
+            [str(bins / "kubectl"), "--kubeconfig", str(self.dev.kubeconfig(user)), *args],
+            input=stdin, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    def apply(
+        self, user: str, namespace: str, manifest: dict[str, Any]
+    ) -> subprocess.CompletedProcess[str]:
+        return self.kubectl(
+            user, "-n", namespace, "apply", "-f", "-", stdin=yaml.safe_dump(manifest)
+        )
+
+    def wait(self, namespace: str, name: str, condition: str, timeout: int = 60) -> None:
+        """`kubectl wait --for=condition=…` on a TrainingJob (fails the test on timeout)."""
+        done = self.kubectl(
+            "admin", "-n", namespace, "wait", f"--for=condition={condition}",
+            f"{names.PLURAL}/{name}", f"--timeout={timeout}s",
+        )  # fmt: skip
+        assert done.returncode == 0, f"{name} {condition}: {done.stderr.strip()}\n{self.log_tail()}"
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def job(self, namespace: str, name: str) -> dict[str, Any]:
+        custom = k8s.client.CustomObjectsApi(self.client())
+        found: dict[str, Any] = custom.get_namespaced_custom_object(
+            names.GROUP, names.VERSION, namespace, names.PLURAL, name
+        )
+        return found
+
+    def status(self, namespace: str, name: str) -> dict[str, Any]:
+        return dict(self.job(namespace, name).get("status") or {})
+
+    def state(self, namespace: str, name: str) -> str:
+        return str(self.status(namespace, name).get("state", ""))
+
+    def condition(self, namespace: str, name: str, kind: str) -> tuple[str, str, str] | None:
+        for condition in self.status(namespace, name).get("conditions") or []:
+            if condition["type"] == kind:
+                return condition["status"], condition["reason"], condition.get("message", "")
+        return None
+
+    def events(self, namespace: str, name: str) -> list[str]:
+        core = k8s.client.CoreV1Api(self.client())
+        found = core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={names.KIND}"
+        ).items
+        return [e.reason for e in sorted(found, key=lambda e: e.metadata.name)]
+
+    def pods(self, namespace: str, job: str) -> list[Any]:
+        core = k8s.client.CoreV1Api(self.client())
+        return list(core.list_namespaced_pod(namespace, label_selector=f"{names.JOB}={job}").items)
+
+    def running_pods(self, namespace: str, job: str) -> list[Any]:
+        return [
+            p
+            for p in self.pods(namespace, job)
+            if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+        ]
+
+
+def _install(cluster: Cluster) -> None:
+    """What an operator applies: the CRD, roles, admission policy; namespaces and bindings."""
+    rendered = subprocess.run(
+        [str(CALDERA), "k8s", "render", str(cluster.config), "--crds", "--rbac"],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout  # fmt: skip
+    for namespace in (*SERVED, ELSEWHERE):
+        cluster.kubectl("admin", "create", "namespace", namespace)
+    done = cluster.kubectl("admin", "apply", "-f", "-", stdin=rendered)
+    assert done.returncode == 0, done.stderr
+    cluster.kubectl(
+        "admin", "wait", "--for=condition=Established",
+        f"crd/{names.PLURAL}.{names.GROUP}", "--timeout=60s",
+    )  # fmt: skip
+    for namespace in (*SERVED, ELSEWHERE):
+        for group in ("team-a", "team-b"):
+            cluster.kubectl(
+                "admin", "-n", namespace, "create", "rolebinding", f"submit-{group}",
+                "--clusterrole=caldera-submitter", f"--group={group}",
+            )  # fmt: skip
+    cluster.kubectl(
+        "admin", "-n", "serving", "create", "rolebinding", "critical-team-a",
+        "--clusterrole=caldera-critical", "--group=team-a",
+    )  # fmt: skip
+    core = k8s.client.CoreV1Api(cluster.client())
+    for namespace in (*SERVED, ELSEWHERE):
+        wait_for(
+            f"the default service account in {namespace}",
+            lambda namespace=namespace: any(
+                sa.metadata.name == "default"
+                for sa in core.list_namespaced_service_account(namespace).items
+            ),
+        )
+
+
+@pytest.fixture(scope="session")
+def caldera(dev_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    folder = tmp_path_factory.mktemp("caldera")
+    config = folder / "caldera.yaml"
+    config.write_text(yaml.safe_dump(CONFIG))
+    cluster = Cluster(dev_cluster, folder, folder / "controller.log", config)
+    _install(cluster)
+    cluster.start_controller()
+    try:
+        yield cluster
+    finally:
+        cluster.stop_controller()
+        for api_client in cluster.clients:
+            api_client.close()
+
+
+@pytest.fixture
+def clean(caldera: Cluster) -> Iterator[Cluster]:
+    """The test's jobs go afterwards; the next test starts on an empty cluster."""
+    began = time.monotonic()
+    yield caldera
+    if caldera.proc is None or caldera.proc.poll() is not None:
+        caldera.start_controller()
+    for namespace in (*SERVED, ELSEWHERE):
+        caldera.kubectl("admin", "-n", namespace, "delete", names.PLURAL, "--all", "--wait=false")
+    core = k8s.client.CoreV1Api(caldera.client())
+
+    def no_pods() -> bool:
+        return not core.list_pod_for_all_namespaces(label_selector=f"{names.MANAGED}=true").items
+
+    wait_for("every caldera pod gone", no_pods)
+    sys.stderr.write(f"[{time.monotonic() - began:.0f} s]\n")
+
+
+def dump(value: Any) -> str:
+    return json.dumps(value, indent=1, default=str)
