@@ -200,6 +200,16 @@ class Cluster:
         ).items
         return [e.reason for e in sorted(found, key=lambda e: e.metadata.name)]
 
+    def event_log(self, namespace: str, name: str) -> str:
+        """Every Event about the job, with names and times: for failure messages."""
+        core = k8s.client.CoreV1Api(self.client())
+        found = core.list_namespaced_event(namespace).items
+        return "\n".join(
+            f"{e.metadata.name} {e.involved_object.kind}/{e.involved_object.name} "
+            f"{e.reason} {e.first_timestamp} {e.message}"
+            for e in sorted(found, key=lambda e: e.metadata.name)
+        )
+
     def pods(self, namespace: str, job: str) -> list[Any]:
         core = k8s.client.CoreV1Api(self.client())
         return list(core.list_namespaced_pod(namespace, label_selector=f"{names.JOB}={job}").items)

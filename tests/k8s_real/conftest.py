@@ -16,6 +16,7 @@ from typing import Any
 
 import kubernetes
 import pytest
+from caldera_support import caldera, clean  # noqa: F401 (one controller per session, for every module)
 from real_support import NODES, wait_for
 
 from caldera.k8s.client import load_api_client

@@ -16,13 +16,11 @@ from typing import Any
 
 import pytest
 import yaml
-from caldera_support import Cluster, caldera, clean, training_job
+from caldera_support import Cluster, training_job
 from real_support import wait_for
 
 from caldera.k8s import names
 from caldera.k8s.admission import POLICY_NAME
-
-__all__ = ["caldera", "clean"]  # fixtures, imported for pytest
 
 
 @contextmanager
