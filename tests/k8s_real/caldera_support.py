@@ -63,6 +63,8 @@ CONFIG: dict[str, Any] = {
         "resync": 2,
         "bind_timeout": 20,
         "ready_timeout": 20,
+        # Compressed time: a standby takes over 6 s after the leader's last renewal.
+        "leader_election": {"lease_duration": 6, "renew_deadline": 4, "retry_period": 1},
     },
 }
 
@@ -113,13 +115,30 @@ class Cluster:
     # -- the controller ----------------------------------------------------------------------
 
     def start_controller(self) -> None:
-        out = self.log.open("ab")
-        self.proc = subprocess.Popen(
+        self.proc = self.spawn_controller(self.log)
+
+    def spawn_controller(self, log: Path) -> subprocess.Popen[bytes]:
+        """`caldera k8s run` as its own process, logging to `log` (a replica: with leader
+        election on, it leads or waits as a standby)."""
+        out = log.open("ab")
+        proc = subprocess.Popen(
             [str(CALDERA), "k8s", "run",
              "--kubeconfig", str(self.dev.kubeconfig()), "--config", str(self.config)],
             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1"},
         )  # fmt: skip
         out.close()
+        return proc
+
+    def lease(self) -> dict[str, Any]:
+        """The controllers' leader-election Lease (spec), {} when there is none."""
+        coordination = k8s.client.CoordinationV1Api(self.client())
+        try:
+            lease = coordination.read_namespaced_lease("caldera-controller", "caldera-system")
+        except k8s.client.ApiException as error:
+            if error.status == 404:
+                return {}
+            raise
+        return dict(self.client().sanitize_for_serialization(lease)["spec"])
 
     def stop_controller(self, kill: bool = False) -> None:
         if self.proc is None:
@@ -199,16 +218,6 @@ class Cluster:
             namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={names.KIND}"
         ).items
         return [e.reason for e in sorted(found, key=lambda e: e.metadata.name)]
-
-    def event_log(self, namespace: str, name: str) -> str:
-        """Every Event about the job, with names and times: for failure messages."""
-        core = k8s.client.CoreV1Api(self.client())
-        found = core.list_namespaced_event(namespace).items
-        return "\n".join(
-            f"{e.metadata.name} {e.involved_object.kind}/{e.involved_object.name} "
-            f"{e.reason} {e.first_timestamp} {e.message}"
-            for e in sorted(found, key=lambda e: e.metadata.name)
-        )
 
     def pods(self, namespace: str, job: str) -> list[Any]:
         core = k8s.client.CoreV1Api(self.client())

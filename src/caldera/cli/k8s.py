@@ -24,8 +24,10 @@ from caldera.cli.errors import EXIT_BAD_INPUT, EXIT_FAILURE, fail
 from caldera.cli.k8s_jobs import register as register_job_commands
 
 if TYPE_CHECKING:
+    from caldera.k8s.cache import InformerCache
     from caldera.k8s.client import KubeClusterAPI
     from caldera.k8s.config import KubeConfig
+    from caldera.k8s.leader import LeaderElector
     from caldera.k8s.settings import KubeSettings
 
 __all__ = ["k8s_app"]
@@ -144,24 +146,51 @@ def _run(
     from caldera.k8s.api import ClusterError
     from caldera.k8s.cache import InformerCache
     from caldera.k8s.controller import Controller, DryRunCluster, sync_cluster_objects
+    from caldera.k8s.leader import LeaderElector
     from caldera.k8s.render import queue_from_volcano
     from caldera.k8s.runtime import KubeRuntime
 
+    log = logging.getLogger("caldera.k8s")
+    election = settings.leader_election
+    elector, campaign = None, None
+    if election.enabled and not dry_run:
+        elector = LeaderElector(
+            api,
+            settings.state_namespace,
+            lease_duration=election.lease_duration,
+            renew_deadline=election.renew_deadline,
+            retry_period=election.retry_period,
+        )
+    stop, lost = threading.Event(), threading.Event()
     try:
         api.check(list(settings.namespaces))
         queues = loaded.queues or tuple(queue_from_volcano(q, settings) for q in api.list_queues())
         if not queues:
             fail("no queues: give --config with queues, or create Volcano Queues first")
+        # One step lists what it reads; a running controller keeps an informer cache.
+        reads = None if dry_run or once else InformerCache(api, settings)
+        if once and elector is not None and not elector.try_acquire_or_renew():
+            fail(
+                f"another controller holds the lease {settings.state_namespace}/{elector.name}: "
+                "--once would act beside it"
+            )
+        if elector is not None and not once:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, lambda *_: stop.set())
+            campaign = _lead(elector, reads, stop, lost, log)
+            if campaign is None:
+                return
         cluster = DryRunCluster(api) if dry_run else api
         if sync and loaded.queues:
             sync_cluster_objects(cluster, loaded.queues, settings)
-        # One step lists what it reads; a running controller keeps an informer cache.
-        reads = None if dry_run or once else InformerCache(api, settings)
         runtime = KubeRuntime(cluster, queues, loaded.policy, settings, reads=reads)
         if dry_run or once:
             runtime.step()
     except (ClusterError, NotFound) as error:
         fail(str(error), EXIT_FAILURE)
+    finally:
+        if once and elector is not None and elector.leading.is_set():
+            elector.release()
     if dry_run:
         assert isinstance(cluster, DryRunCluster)
         for line in cluster.planned:
@@ -171,15 +200,62 @@ def _run(
         return
     if once:
         return
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    logging.getLogger("caldera.k8s").info(
+    if elector is None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+    log.info(
         "controller running: %d queue(s), namespaces %s",
         len(queues),
         ", ".join(settings.namespaces),
     )
-    Controller(runtime, resync=settings.resync).run(stop)
+    leading = elector.still_leading if elector is not None else None
+    Controller(runtime, resync=settings.resync).run(stop, leading=leading)
+    if campaign is not None:
+        campaign.join(timeout=5.0)  # a clean stop gives the Lease up: no standby waits it out
+    if lost.is_set():
+        fail(
+            "lost the leader lease: exiting, so that a new process starts as a standby",
+            EXIT_FAILURE,
+        )
+
+
+def _lead(
+    elector: LeaderElector,
+    reads: InformerCache | None,
+    stop: threading.Event,
+    lost: threading.Event,
+    log: logging.Logger,
+) -> threading.Thread | None:
+    """Campaign for the Lease in the background and wait, warm (the informers list and
+    watch meanwhile), until this replica leads; the campaign's thread, or None if stopped
+    first. Losing the Lease later stops the controller (`lost`)."""
+
+    def on_lost() -> None:
+        lost.set()
+        stop.set()
+
+    campaign = threading.Thread(
+        target=elector.run,
+        args=(stop,),
+        kwargs={"on_lost": on_lost},
+        name="caldera-leader-election",
+        daemon=True,
+    )
+    campaign.start()
+    if reads is not None:
+        reads.start(stop)
+    if not elector.leading.wait(0.5):
+        log.info(
+            "standby: %s waits for the lease %s/%s",
+            elector.identity,
+            elector.namespace,
+            elector.name,
+        )
+    while not elector.leading.wait(0.25):
+        if stop.is_set():
+            return None
+    log.info("leading: %s holds the lease %s/%s", elector.identity, elector.namespace, elector.name)
+    return campaign
 
 
 dev_cluster_app = typer.Typer(

@@ -242,6 +242,7 @@ class InformerCache:
     wake: threading.Event = field(default_factory=threading.Event)
     timeout: int = 300
     informers: dict[str, Informer] = field(default_factory=dict)
+    threads: list[threading.Thread] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         def add(key: str, kind: str, namespace: str = "", label: str = "", fields: str = "",
@@ -257,7 +258,12 @@ class InformerCache:
             add(f"pods/{namespace}", "pods", namespace, f"{names.MANAGED}=true", slim=slim_pod)
 
     def start(self, stop: threading.Event, timeout: float = 60.0) -> list[threading.Thread]:
-        """Start the informers; return once each has listed (or `timeout` passed)."""
+        """Start the informers (once: a standby starts them before it leads); return once
+        each has listed (or `timeout` passed)."""
+        if self.threads:
+            for informer in self.informers.values():
+                informer.synced.wait(timeout)
+            return self.threads
         threads = [
             threading.Thread(
                 target=informer.run, args=(stop,), name=f"caldera-informer-{key}", daemon=True
@@ -266,6 +272,7 @@ class InformerCache:
         ]
         for thread in threads:
             thread.start()
+        self.threads = threads
         for informer in self.informers.values():
             informer.synced.wait(timeout)
         return threads

@@ -194,7 +194,14 @@ class Controller:
             thread.start()
         return threads
 
-    def run(self, stop: threading.Event, watches: bool = True) -> None:
+    def run(
+        self,
+        stop: threading.Event,
+        watches: bool = True,
+        leading: Callable[[], bool] | None = None,
+    ) -> None:
+        """Step until `stop`. `leading` (leader election): steps only while it says so — a
+        replica that could not renew its Lease in time acts no more."""
         reads = self.runtime.reads
         if isinstance(reads, InformerCache):
             # The informers are the watches: their changes wake the loop.
@@ -207,6 +214,9 @@ class Controller:
         backoff = 1.0
         while not stop.is_set():
             began = self.clock()
+            if leading is not None and not leading():
+                stop.wait(0.25)
+                continue
             try:
                 self.runtime.step()
                 self.steps += 1

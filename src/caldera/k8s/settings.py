@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "RESERVED_NAMESPACES",
     "GpuShare",
     "KubeSettings",
     "KubeSettingsModel",
+    "LeaderElection",
     "NamespaceBinding",
     "NodeLabels",
     "settings_from_model",
@@ -85,6 +86,19 @@ class NamespaceBinding:
         return self.queues[0]
 
 
+@dataclass(frozen=True, slots=True)
+class LeaderElection:
+    """Leader election on a coordination.k8s.io Lease in `state_namespace` (client-go's
+    defaults): replicas renew every `retry_period`; a standby takes over after the leader's
+    record has not changed for `lease_duration`; a leader that could not renew for
+    `renew_deadline` stops acting (before anyone may take over)."""
+
+    enabled: bool = True
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+
 _NO_NAMESPACES: Mapping[str, NamespaceBinding] = MappingProxyType({})
 
 
@@ -110,6 +124,7 @@ class KubeSettings:
     ready_timeout: float = 600.0
     resync: float = 30.0  # seconds between two full reconciles when nothing happens
     request_timeout: float = 30.0  # seconds per API request
+    leader_election: LeaderElection = field(default_factory=LeaderElection)
 
     def binding(self, namespace: str) -> NamespaceBinding | None:
         """The namespace's binding; None where caldera does not serve (never kube-system)."""
@@ -142,6 +157,19 @@ class NamespaceBindingModel(_Strict):
     service_accounts: list[str] = Field(default_factory=lambda: ["default"])
 
 
+class LeaderElectionModel(_Strict):
+    enabled: bool = True
+    lease_duration: float = Field(default=15.0, gt=0, le=600)
+    renew_deadline: float = Field(default=10.0, gt=0, le=600)
+    retry_period: float = Field(default=2.0, gt=0, le=600)
+
+    @model_validator(mode="after")
+    def _nested(self) -> LeaderElectionModel:
+        if not self.retry_period < self.renew_deadline < self.lease_duration:
+            raise ValueError("needs retry_period < renew_deadline < lease_duration")
+        return self
+
+
 class KubeSettingsModel(_Strict):
     namespaces: dict[str, NamespaceBindingModel] = Field(default_factory=dict)
     state_namespace: str = Field(default="caldera-system", min_length=1)
@@ -157,6 +185,7 @@ class KubeSettingsModel(_Strict):
     ready_timeout: float = Field(default=600.0, gt=0)
     resync: float = Field(default=30.0, gt=0, le=3600)
     request_timeout: float = Field(default=30.0, gt=0, le=600)
+    leader_election: LeaderElectionModel = Field(default_factory=LeaderElectionModel)
 
     @field_validator("namespaces")
     @classmethod
@@ -192,4 +221,5 @@ def settings_from_model(model: KubeSettingsModel) -> KubeSettings:
         ready_timeout=model.ready_timeout,
         resync=model.resync,
         request_timeout=model.request_timeout,
+        leader_election=LeaderElection(**model.leader_election.model_dump()),
     )
