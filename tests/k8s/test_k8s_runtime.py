@@ -674,3 +674,43 @@ def test_a_refused_create_fails_the_job_with_the_servers_words() -> None:
     world.step(1)
     assert world.state("job") == "Failed"
     assert "admission webhook denied the pod" in world.status("job")["reason"]
+
+
+def test_a_victim_stuck_terminating_is_forced_then_left_behind_and_the_preemptor_replanned() -> (
+    None
+):
+    """Issue 9, defect 6: a victim whose pod never goes (a finalizer; a node that never
+    confirms) held its preemptor Pending forever."""
+    world = World().hypernode("a", "n", count=2).start()
+    world.submit("small0")
+    world.submit("small1")
+    world.step()
+    world.step(600)
+    world.submit("big", type="large-job", tasks=1, gpus=8)
+    world.step(1)
+    (namespace, stuck, grace), = world.cluster.deletions
+    victim = stuck.rsplit("-", 2)[0]
+    other = "small1" if victim == "small0" else "small0"
+    world.cluster.pods[(namespace, stuck)]["metadata"]["finalizers"] = ["example.com/hold"]
+    timeout = world.settings.terminating_timeout
+
+    world.step(GRACE + 1)  # the grace period is over; the pod is still there
+    assert world.state(victim) == "Releasing" and world.state("big") == "Pending"
+    world.step(timeout)  # escalation: deleted again, with grace 0
+    assert world.cluster.deletions[-1] == (namespace, stuck, 0)
+    assert world.events(victim)[-1] == "StuckTerminating"
+    assert world.state(victim) == "Releasing"
+
+    world.step(timeout)  # still there: the job moves on without it
+    assert world.state(victim) == "Pending"
+    assert (namespace, stuck) in world.cluster.pods  # its room is still taken
+    world.step(1)  # the cycle re-plans the preemptor: the other job gives way
+    assert world.state(other) == "Releasing"
+    world.step(GRACE + 1)
+    assert world.state("big") == "Running"
+    assert world.pinned("big") != [world.cluster.pods[(namespace, stuck)]["spec"]["nodeName"]]
+
+    del world.cluster.pods[(namespace, stuck)]["metadata"]["finalizers"]
+    world.step(1)  # the pod is gone at last: its room comes back
+    world.step(1)
+    assert {world.state(victim), world.state(other)} == {"Running", "Pending"}

@@ -70,9 +70,15 @@ def test_a_large_job_preempts_a_normal_gang_which_gets_its_grace_period_then_res
         conditions = {c.type: c.status for c in pod.status.conditions or []}
         assert conditions.get("DisruptionTarget") == "True", pod.status.conditions
     clean.wait("team-a", "large", "Running")
-    # Started only once the victims were gone: deleted, or ended (a pod that has exited holds
-    # no room for the scheduler either, even before its object is removed).
-    left = {p.metadata.name: p.status.phase for p in clean.pods("team-a", "filler")}
+    # Started only once the victims on its node were gone: deleted, or ended (a pod that has
+    # exited holds no room for the scheduler either, even before its object is removed).
+    (pod,) = clean.pods("team-a", "large")
+    node = json.loads(pod.metadata.annotations[names.PLACEMENT])["node"]
+    left = {
+        p.metadata.name: p.status.phase
+        for p in clean.pods("team-a", "filler")
+        if p.spec.node_name == node
+    }
     assert set(left.values()) <= {"Succeeded", "Failed"}, left
     preempted = clean.condition("team-a", "filler", "Preempted")
     assert preempted is not None and "by team-a/large" in preempted[2]

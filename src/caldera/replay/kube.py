@@ -63,13 +63,21 @@ import yaml
 from caldera.config import Scenario
 from caldera.k8s import names
 from caldera.k8s.client import load_api_client
+from caldera.k8s.crd import training_job_crd
 from caldera.k8s.devcluster import DevCluster, ScenarioNodes
 from caldera.k8s.devcluster_volcano import SEED_001, VolcanoBins
 from caldera.k8s.render import priority_classes, volcano_queue
 from caldera.k8s.settings import KubeSettings
 from caldera.model import GPU_MILLI, JobSpec, Queue
 from caldera.replay.compress import compress
-from caldera.replay.manifests import REPLAY_JOB, caldera_record, hyper_nodes, k8s_names, volcano_job
+from caldera.replay.manifests import (
+    IMAGE,
+    REPLAY_JOB,
+    caldera_job,
+    hyper_nodes,
+    k8s_names,
+    volcano_job,
+)
 from caldera.replay.measure import Occurrence, Timeline
 
 __all__ = ["MODES", "VOLCANO_FOR_CALDERA", "KubeRun", "Mode", "replay"]
@@ -257,6 +265,7 @@ class _Replay:
                 raise RuntimeError("replay: the namespace's default service account never came")
             time.sleep(0.1)
         if self.mode.controller:
+            self._install_crd()
             self._start_controller(folder)
             return
         scheduling = k8s.client.SchedulingV1Api(self.api)
@@ -284,6 +293,24 @@ class _Replay:
                     "creating a HyperNode",
                 )  # fmt: skip
         self._wait_queues_open()
+
+    def _install_crd(self) -> None:
+        """The TrainingJob CRD, as an operator installs it (`caldera k8s render --crds`)."""
+        extensions = k8s.client.ApiextensionsV1Api(self.api)
+        _retrying(
+            partial(extensions.create_custom_resource_definition, training_job_crd()),
+            "creating the TrainingJob CRD",
+        )
+        name = f"{names.PLURAL}.{names.GROUP}"
+        deadline = time.monotonic() + 60
+        while True:
+            crd = extensions.read_custom_resource_definition(name)
+            conditions = (crd.status.conditions if crd.status else None) or []
+            if any(c.type == "Established" and c.status == "True" for c in conditions):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError("replay: the TrainingJob CRD was never established")
+            time.sleep(0.1)
 
     def _wait_queues_open(self) -> None:
         deadline = time.monotonic() + 60
@@ -330,12 +357,15 @@ class _Replay:
             "queues": [_queue_model(q) for q in self.scenario.queues],
             "policy": policy,
             "kubernetes": {
-                "namespace": NAMESPACE,
+                "namespaces": {
+                    NAMESPACE: {"queues": [q.name for q in self.scenario.queues], "critical": True}
+                },
                 "state_namespace": NAMESPACE,
                 "scheduler_name": self.mode.scheduler,
-                "critical_namespaces": ["*"],
+                "image": IMAGE,
                 "resync": 1,
                 "bind_timeout": 60,
+                "leader_election": {"enabled": False},  # one controller per replay
             },
         }
 
@@ -454,8 +484,13 @@ class _Replay:
         name = self.names[spec.id]
         annotations = self._annotations(spec)
         if self.mode.controller:
-            record = caldera_record(spec, name, NAMESPACE, annotations)
-            _retrying(lambda: self.core.create_namespaced_config_map(NAMESPACE, record), name)
+            body = caldera_job(spec, name, NAMESPACE, annotations)
+            _retrying(
+                lambda: self.custom.create_namespaced_custom_object(
+                    names.GROUP, names.VERSION, NAMESPACE, names.PLURAL, body
+                ),
+                name,
+            )
         else:
             grace = int(self.config.grace_period)
             body = volcano_job(spec, name, NAMESPACE, grace, annotations)

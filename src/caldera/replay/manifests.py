@@ -7,7 +7,7 @@
   (with HyperNodes describing the switches) and a required node affinity on the GPU model. What
   Volcano's admission webhook would default (queue, scheduler name, task `minAvailable`,
   `maxRetry`) is written out: the webhook does not run in the dev cluster.
-- For caldera: the job record caldera's controller reads (caldera.k8s.records), asking for the
+- For caldera: the TrainingJob caldera's controller reads (caldera.k8s.trainingjob), asking for the
   same tasks, GPUs, checkpointing and topology.
 
 Every pod carries `caldera.io/replay-job: NAME` (its job's Kubernetes name) so the replay can
@@ -20,15 +20,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
 from caldera.k8s import names
 from caldera.k8s.quantities import cpu_quantity, memory_quantity
 from caldera.model import GPU_MILLI, JobSpec, Node, TopologyMode
 
 __all__ = [
     "REPLAY_JOB",
-    "caldera_record",
+    "caldera_job",
     "hyper_nodes",
     "k8s_names",
     "volcano_job",
@@ -167,51 +165,49 @@ def hyper_nodes(nodes: Sequence[Node], node_names: Sequence[str]) -> list[dict[s
     return found
 
 
-def caldera_record(
+def caldera_job(
     spec: JobSpec, name: str, namespace: str, annotations: dict[str, str]
 ) -> dict[str, Any]:
-    """The job record caldera's controller reads (a ConfigMap, caldera.k8s.records)."""
-    request: dict[str, Any] = {
-        "queue": spec.queue,
-        "type": spec.type.value,
-        "tasks": spec.tasks,
+    """The TrainingJob (caldera.io/v1alpha1) a user of caldera's controller applies."""
+    requests: dict[str, str] = {}
+    if spec.cpu:
+        requests["cpu"] = cpu_quantity(spec.cpu)
+    if spec.memory:
+        requests["memory"] = memory_quantity(spec.memory)
+    container: dict[str, Any] = {"name": "main", "image": IMAGE}
+    if requests:
+        container["resources"] = {"requests": requests}
+    task: dict[str, Any] = {
+        "name": "worker",
+        "replicas": spec.tasks,
         "gpus": max(spec.gpu, GPU_MILLI) // GPU_MILLI,
-        "image": IMAGE,
-        "labels": {k: v for k, v in spec.labels.items()},
         "template": {
             "metadata": {"labels": {REPLAY_JOB: name}, "annotations": dict(annotations)},
-            "spec": {"containers": [{"name": "main"}]},
+            "spec": {"containers": [container]},
         },
     }
+    body: dict[str, Any] = {"queue": spec.queue, "type": spec.type.value, "tasks": [task]}
     if spec.min_available != spec.tasks:
-        request["min_available"] = spec.min_available
-    if spec.cpu:
-        request["cpu"] = cpu_quantity(spec.cpu)
-    if spec.memory:
-        request["memory"] = memory_quantity(spec.memory)
+        body["minAvailable"] = spec.min_available
     checkpoint = spec.checkpoint
     if checkpoint.interval or checkpoint.cost or not checkpoint.on_sigterm:
-        request["checkpoint"] = {
-            "interval": checkpoint.interval,
-            "cost": checkpoint.cost,
-            "on_sigterm": checkpoint.on_sigterm,
-        }
+        body["checkpoint"] = {"cost": checkpoint.cost, "onSigterm": checkpoint.on_sigterm}
+        if checkpoint.interval:
+            body["checkpoint"]["interval"] = checkpoint.interval
     if spec.expected_duration:
-        request["expected_duration"] = spec.expected_duration
+        body["expectedDuration"] = spec.expected_duration
     if spec.topology is not None:
-        request["topology"] = {
+        body["topology"] = {
             "mode": spec.topology.mode.value,
-            "highest_tier": spec.topology.highest_tier,
+            "highestTier": spec.topology.highest_tier,
         }
     if spec.gpu_models:
-        request["gpu_model"] = sorted(spec.gpu_models)
+        body["gpuModel"] = sorted(spec.gpu_models)
+    if spec.labels.get("protected") == "true":
+        body["protected"] = True
     return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {names.JOB_RECORD: "true", REPLAY_JOB: name},
-        },
-        "data": {names.RECORD_KEY: yaml.safe_dump(request, sort_keys=False)},
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "metadata": {"name": name, "namespace": namespace, "labels": {REPLAY_JOB: name}},
+        "spec": body,
     }
