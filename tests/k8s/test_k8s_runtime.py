@@ -688,7 +688,7 @@ def test_a_victim_stuck_terminating_is_forced_then_left_behind_and_the_preemptor
     world.step(600)
     world.submit("big", type="large-job", tasks=1, gpus=8)
     world.step(1)
-    (namespace, stuck, grace), = world.cluster.deletions
+    ((namespace, stuck, _),) = world.cluster.deletions
     victim = stuck.rsplit("-", 2)[0]
     other = "small1" if victim == "small0" else "small0"
     world.cluster.pods[(namespace, stuck)]["metadata"]["finalizers"] = ["example.com/hold"]

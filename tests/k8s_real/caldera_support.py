@@ -63,6 +63,7 @@ CONFIG: dict[str, Any] = {
         "resync": 2,
         "bind_timeout": 20,
         "ready_timeout": 20,
+        "terminating_timeout": 5,
         # Compressed time: a standby takes over 6 s after the leader's last renewal.
         "leader_election": {"lease_duration": 6, "renew_deadline": 4, "retry_period": 1},
     },

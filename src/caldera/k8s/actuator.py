@@ -427,8 +427,10 @@ class KubeActuator:
 
     def _remove(self, intent: Remove) -> None:
         pod = self.api.read_pod(intent.namespace, intent.pod)
-        if pod is None or "deletionTimestamp" in pod["metadata"]:
-            return  # gone, or already going: its own grace period runs
+        if pod is None:
+            return  # gone
+        if "deletionTimestamp" in pod["metadata"] and intent.purpose is not Purpose.FORCE:
+            return  # already going: its own grace period runs
         refused = refusal(pod, intent.purpose, intent.job)
         if refused is not None:
             self.refused_deletes += 1

@@ -263,7 +263,7 @@ class FakeCluster:
                 self._terminate(pod, code)
                 del self._exits[key]
         for key, deletion in list(self._terminating.items()):
-            if deletion.gone_at <= now:
+            if deletion.gone_at <= now and not self._held(key):
                 self.pods.pop(key, None)
                 del self._terminating[key]
         self._bind()
@@ -339,13 +339,25 @@ class FakeCluster:
                     ],
                 }
 
+    def _held(self, key: tuple[str, str]) -> bool:
+        """A finalizer keeps the object after its deletion until someone removes it."""
+        pod = self.pods.get(key)
+        return pod is not None and bool(pod["metadata"].get("finalizers"))
+
     def _start_deletion(self, namespace: str, name: str, grace: int) -> None:
-        pod = self.pods[(namespace, name)]
-        if "deletionTimestamp" in pod["metadata"]:
-            return
+        key = (namespace, name)
+        pod = self.pods[key]
         now = self.clock.now
+        if "deletionTimestamp" in pod["metadata"]:
+            if grace == 0:  # a forced delete: the object goes now, unless a finalizer holds it
+                self._terminating[key] = _Terminating(now)
+            return
         if pod["status"].get("phase") in _TERMINAL or not pod["spec"].get("nodeName") or grace == 0:
-            del self.pods[(namespace, name)]  # nothing runs: the object goes at once
+            if self._held(key):
+                pod["metadata"]["deletionTimestamp"] = to_rfc3339(now)
+                self._terminating[key] = _Terminating(now)
+                return
+            del self.pods[key]  # nothing runs: the object goes at once
             return
         pod["metadata"]["deletionTimestamp"] = to_rfc3339(now + grace)
         pod["metadata"]["deletionGracePeriodSeconds"] = grace

@@ -34,6 +34,7 @@ class Purpose(StrEnum):
     EVICT = "evict"  # the cycle chose it as a victim (preempt, reclaim, window)
     STOP = "stop"  # its own gang broke, or its start timed out: stop the rest
     CLEANUP = "cleanup"  # its job is gone, or the pod is left over from an old attempt
+    FORCE = "force"  # still terminating long after its grace period: delete with grace 0
 
 
 class _Job(Protocol):

@@ -44,6 +44,7 @@ class KubeTask:
     deleting: bool = False  # the pod has a deletion timestamp
     finished: bool = False  # its pod ended (Succeeded/Failed) and still exists
     resent: bool = False  # its removal was asked again after a restart
+    forced: bool = False  # stuck terminating: deleted again with grace 0
     counted: bool = field(default=False, compare=False)  # its room is taken in the index
 
     @property

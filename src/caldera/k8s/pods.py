@@ -97,6 +97,7 @@ class PodWatcher:
         settings = runtime.settings
         changed = False
         late: str | None = None
+        stuck: list[tuple[tuple[str, str], Object]] = []  # pods the job moves on without
         for task in job.tasks:
             if task.done:
                 continue
@@ -123,6 +124,10 @@ class PodWatcher:
                 runtime.kernel.mark(job)
             deleting = "deletionTimestamp" in pod["metadata"]
             task.deleting = deleting
+            if deleting and task.kill_at is not None and self._stuck(job, task, now):
+                stuck.append((key, pod))
+                changed = True
+                continue
             if deleting and not (task.leaving or task.kill_at is not None):
                 # Someone else deletes a running task's pod (a drain, kubectl, the node
                 # lifecycle controller): the task is ending, so is its gang.
@@ -144,11 +149,51 @@ class PodWatcher:
         self._note_running(job, pods, now)
         if changed:
             runtime.settle(job)
+            for key, pod in stuck:  # its room is not free: held like an orphan's until gone
+                runtime.hold_orphan(key, pod)
         elif late is not None and job.state is JobState.RUNNING:
             log.warning("%s: %s; giving the start up", job.id, late)
             reason = Reason.START_TIMEOUT if "not bound" in late else Reason.NOT_READY
             runtime.actuator.note(reason, job, now, f"{late}: stopping the gang, requeued")
             runtime.stop_gang(job, now)
+
+    def _stuck(self, job: KubeJob, task: KubeTask, now: float) -> bool:
+        """A leaving or stopping pod still there `terminating_timeout` after its grace period
+        (issue 9, defect 6: its preemptor waited forever). First it is deleted again with
+        grace 0 — the API server then removes a pod whose node never confirms at once. If it
+        is still there after another timeout (a finalizer holds it), the job moves on: the task
+        counts as ended (True), so its gang is requeued and the cycle re-plans the preemptor
+        around the room the pod still holds."""
+        assert task.kill_at is not None
+        over = now - task.kill_at
+        timeout = self.runtime.settings.terminating_timeout
+        actuator = self.runtime.actuator
+        if over <= timeout:
+            return False
+        if not task.forced:
+            task.forced = True
+            actuator.remove(job, job.namespace, task.pod, 0, Purpose.FORCE)
+            actuator.note(
+                Reason.STUCK_TERMINATING,
+                job,
+                now,
+                f"pod {task.pod} still terminating {over:.0f} s after its grace period: "
+                "deleted with grace period 0",
+            )
+            return False
+        if over <= 2 * timeout:
+            return False
+        log.warning("%s: pod %s stuck terminating; moving on without it", job.id, task.pod)
+        actuator.note(
+            Reason.STUCK_TERMINATING,
+            job,
+            now,
+            f"pod {task.pod} still there {over:.0f} s after its grace period (a finalizer?): "
+            "the job moves on; the pod's room stays held until it is gone",
+        )
+        task.done, task.exit_code = True, None
+        self.runtime.replan_around(job)
+        return True
 
     def _resend(self, job: KubeJob, task: KubeTask) -> None:
         """Recorded as leaving (or stopping) but its pod was not asked yet (a restart in

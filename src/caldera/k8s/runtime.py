@@ -235,6 +235,20 @@ class KubeRuntime:
         # stop a job for it — the room is taken again when the node's capacity is back.
         log.warning("job %s task %d does not fit its node now; not counted", job.id, task.rank)
 
+    def replan_around(self, victim: KubeJob) -> None:
+        """`victim` will not free the room it was evicted for (a pod stuck terminating): drop
+        every nomination that counts on it, so the next cycle plans those preemptors again
+        around what is really free (the core would wait out `nomination_timeout`)."""
+        for job in self.jobs.values():
+            nomination = job.nomination
+            if nomination is None or victim.id not in nomination.victims:
+                continue
+            log.warning("%s: re-planned (victim %s does not release its room)", job.id, victim.id)
+            job.nomination = None
+            self.kernel.mark(job)
+            self.actuator.persist(job)
+        self.cycle_needed = True
+
     def hold_orphan(self, key: tuple[str, str], pod: Object) -> None:
         """Keep the room of a caldera pod no job claims until the pod is gone."""
         if key in self.orphans:

@@ -122,6 +122,10 @@ class KubeSettings:
     # given up and the job requeued (Kueue's waitForPodsReady): ImagePullBackOff holds no
     # GPUs forever.
     ready_timeout: float = 600.0
+    # Seconds a pod may stay terminating after its grace period before it is deleted with
+    # grace 0 (a node that never confirms); after twice this long the job moves on without it
+    # (a finalizer holds it): requeued, the preemptor re-planned, the pod's room still held.
+    terminating_timeout: float = 120.0
     resync: float = 30.0  # seconds between two full reconciles when nothing happens
     request_timeout: float = 30.0  # seconds per API request
     leader_election: LeaderElection = field(default_factory=LeaderElection)
@@ -183,6 +187,7 @@ class KubeSettingsModel(_Strict):
     master_port: int = Field(default=29500, ge=1, le=65535)
     bind_timeout: float = Field(default=300.0, gt=0)
     ready_timeout: float = Field(default=600.0, gt=0)
+    terminating_timeout: float = Field(default=120.0, gt=0)
     resync: float = Field(default=30.0, gt=0, le=3600)
     request_timeout: float = Field(default=30.0, gt=0, le=600)
     leader_election: LeaderElectionModel = Field(default_factory=LeaderElectionModel)
@@ -219,6 +224,7 @@ def settings_from_model(model: KubeSettingsModel) -> KubeSettings:
         master_port=model.master_port,
         bind_timeout=model.bind_timeout,
         ready_timeout=model.ready_timeout,
+        terminating_timeout=model.terminating_timeout,
         resync=model.resync,
         request_timeout=model.request_timeout,
         leader_election=LeaderElection(**model.leader_election.model_dump()),

@@ -1,0 +1,63 @@
+"""What the controller does when the cluster does not do what it is asked (issue 10), on the
+real control plane: a victim whose pod never goes (issue 9, defect 6: its preemptor waited
+forever)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes
+from caldera_support import Cluster, training_job
+from real_support import wait_for
+
+k8s: Any = kubernetes
+
+HOLD = {"metadata": {"finalizers": ["example.com/hold"]}}
+LET_GO = {"metadata": {"finalizers": None}}
+FILLERS = [f"fill{i}" for i in range(4)]  # one 8-GPU job per node: the cluster is full
+
+
+def test_a_victim_stuck_terminating_is_forced_then_left_behind_and_its_preemptor_replanned(
+    clean: Cluster,
+) -> None:
+    core = k8s.client.CoreV1Api(clean.client())
+    for name in FILLERS:
+        assert clean.apply("bob", "team-a", training_job(name)).returncode == 0
+    for name in FILLERS:
+        clean.wait("team-a", name, "Running")
+    pods = {name: clean.pods("team-a", name)[0].metadata.name for name in FILLERS}
+    for pod in pods.values():  # whichever the cycle picks, its pod will not go
+        core.patch_namespaced_pod(pod, "team-a", HOLD)
+    stuck = ""
+    try:
+        assert clean.apply("alice", "team-a", training_job("big", type="large-job")).returncode == 0
+
+        def releasing() -> str | None:
+            return next((n for n in FILLERS if clean.state("team-a", n) == "Releasing"), None)
+
+        victim = wait_for("a victim", releasing)
+        stuck = pods[victim]
+        for name, pod in pods.items():  # only the victim's pod stays stuck
+            if name != victim:
+                core.patch_namespaced_pod(pod, "team-a", LET_GO)
+        # grace 3 s, then terminating_timeout (5 s): deleted again with grace 0; still there
+        # after another 5 s (the finalizer): the job moves on, the preemptor is re-planned.
+        wait_for(
+            "the StuckTerminating event",
+            lambda: "StuckTerminating" in clean.events("team-a", victim),
+        )
+        clean.wait("team-a", "big", "Running", timeout=90)
+        held = core.read_namespaced_pod(stuck, "team-a")
+        assert held.metadata.deletion_timestamp is not None  # still there, still terminating
+        wait_for("big bound", lambda: clean.pods("team-a", "big")[0].spec.node_name)
+        (big,) = clean.pods("team-a", "big")
+        assert big.spec.node_name != held.spec.node_name  # planned around the stuck pod
+        assert clean.state("team-a", victim) in ("Pending", "Running")  # requeued, not lost
+        assert clean.status("team-a", victim)["evictions"] == 1
+    finally:
+        for pod in pods.values():
+            try:
+                core.patch_namespaced_pod(pod, "team-a", LET_GO)
+            except k8s.client.ApiException as error:
+                if error.status != 404:
+                    raise
