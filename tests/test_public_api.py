@@ -26,6 +26,7 @@ CORE = [
     "PolicyConfig",
     "Release",
     "Room",
+    "SearchMemo",
     "Snapshot",
     "Start",
     "TaskPlacement",

@@ -17,6 +17,7 @@ from caldera.core.decisions import (
     WaitReason,
 )
 from caldera.core.jobindex import JobIndex
+from caldera.core.memo import SearchMemo
 from caldera.core.policy import Policy
 from caldera.core.room import CapacityError, Room, TaskPlacement
 from caldera.core.snapshot import JobView, Nomination, PendingVictim, Snapshot, Throttle
@@ -42,6 +43,7 @@ __all__ = [
     "PolicyConfig",
     "Release",
     "Room",
+    "SearchMemo",
     "Snapshot",
     "Start",
     "TaskPlacement",

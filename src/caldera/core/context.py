@@ -11,8 +11,10 @@ keep their own list of jobs they could not place in `unplaced`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import TypeVar, cast
 
 from caldera.core.config import PolicyConfig
@@ -28,9 +30,10 @@ from caldera.core.decisions import (
     release_timing,
 )
 from caldera.core.jobindex import GroupKey
+from caldera.core.memo import FailedSearch, SearchKey, SearchMemo, Stamp
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView, Snapshot
-from caldera.model import GPU_MILLI, Queue, Resources
+from caldera.model import CRITICAL_PRIORITY, GPU_MILLI, Queue, Resources
 
 __all__ = ["CycleContext", "PendingGroup", "QueueUsage", "shape_key"]
 
@@ -152,6 +155,10 @@ class CycleContext:
     wakeups: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     _memo: dict[str, object] = field(default_factory=dict)
+    # Failed victim searches still settled (core/memo.py), and the state they hold for.
+    stamp: Stamp = field(init=False)
+    failed: dict[SearchKey, FailedSearch] = field(init=False)
+    memo_hits: int = 0
 
     def __post_init__(self) -> None:
         snapshot = self.snapshot
@@ -168,6 +175,18 @@ class CycleContext:
             self.promise(job, 1)
             assert job.nomination is not None
             self.claimed.update(victim.job for victim in job.nomination.pending)
+        self.stamp = Stamp.of(
+            snapshot.free_room,
+            snapshot.job_index,
+            snapshot.config,
+            snapshot.queues,
+            snapshot.nodes,
+        )
+        memo = snapshot.memo
+        self.failed = {}
+        if memo is not None and memo.stamp.holds_for(self.stamp):
+            now = snapshot.now
+            self.failed = {key: f for key, f in memo.failed.items() if now < f.until}
 
     def memo(self, name: str, build: Callable[[], T]) -> T:
         """A value computed once per cycle and shared between phases."""
@@ -262,6 +281,42 @@ class CycleContext:
         for part in self.blocked.pop(job_id, []):
             self.room.give(part)
 
+    def known_failure(self, key: SearchKey, head: JobView) -> bool:
+        """Did this search fail in an earlier cycle, with nothing since that could change
+        its answer (core/memo.py)?"""
+        failed = self.failed.get(key)
+        if failed is not None and failed.head == head.id and self.now < failed.until:
+            self.memo_hits += 1
+            return True
+        return False
+
+    def record_failure(self, key: SearchKey, head: JobView) -> None:
+        """Remember a failed search until time could loosen its rules (core/memo.py, 4)."""
+        until = self.memo("cooldowns_end", self._next_cooldown_end)
+        spec = head.spec
+        if spec.priority >= CRITICAL_PRIORITY:
+            slo = self.config.slo.get(spec.type.value)
+            if slo is not None and spec.submit + slo >= self.now:
+                until = min(until, spec.submit + slo)
+        elif self.config.lossy_patience > 0:
+            ends = spec.submit + self.config.lossy_patience
+            if ends > self.now:
+                until = min(until, ends)
+        if until > self.now:
+            self.failed[key] = FailedSearch(head.id, until)
+
+    def _next_cooldown_end(self) -> float:
+        """When the next running job leaves its cooldown and may be a victim again."""
+        cooldown, now = self.config.cooldown, self.now
+        ends = [
+            job.last_evicted_at + cooldown
+            for by_priority in self.snapshot.job_index.victims.values()
+            for jobs in by_priority.values()
+            for job in jobs.values()
+            if job.last_evicted_at is not None and job.last_evicted_at + cooldown > now
+        ]
+        return min(ends, default=math.inf)
+
     def decisions(self) -> Decisions:
         wakeups = [t for t in self.wakeups if t > self.now]
         return Decisions(
@@ -274,4 +329,5 @@ class CycleContext:
             preempt_misses=tuple(sorted(self.missed - self.blocked.keys() - self.started)),
             wakeup=min(wakeups) if wakeups else None,
             notes=tuple(self.notes),
+            memo=SearchMemo(self.stamp, MappingProxyType(self.failed), self.memo_hits),
         )

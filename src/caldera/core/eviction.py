@@ -276,9 +276,15 @@ def give_way(
             # the same search. Back off until the timer, unless something else wakes us.
             cycle.wakeups.append(failed_at + cycle.config.preempt_backoff)
             continue
-        plan = planner(job, pools)
-        if plan is not None and _wait_for_a_cheaper_plan(cycle, job, plan):
-            plan = None
+        key = (reason.value, groups[number][0])
+        if cycle.known_failure(key, job):
+            plan = None  # failed before, and nothing since could change the answer (memo.py)
+        else:
+            plan = planner(job, pools)
+            if plan is not None and _wait_for_a_cheaper_plan(cycle, job, plan):
+                plan = None
+            if plan is None:
+                cycle.record_failure(key, job)
         if plan is None:
             cycle.missed.add(job.id)
             if priority >= CRITICAL_PRIORITY:  # look again soon, even if nothing happens

@@ -8,12 +8,18 @@ same answers, which is what tests do.
 Pending jobs are grouped by (queue, priority, shape), each group sorted by rank (priority,
 submit time, id): jobs of one group fit, fail, preempt or are refused alike, so the cycle can
 decide for a group at once instead of job by job.
+
+`version` counts the changes that can open room or victims to a waiting job: a job that runs,
+releases, or holds a nomination arriving, changing or leaving. Pending jobs without a
+nomination coming and going do not count: a new competitor can only take from the others
+(core/memo.py relies on this). `token` tells one index from another.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
+from itertools import count
 
 from caldera.core.views import JobView
 from caldera.model import CRITICAL_PRIORITY, JobState
@@ -22,6 +28,17 @@ __all__ = ["GroupKey", "JobIndex"]
 
 GroupKey = tuple[str, int, int]
 """(queue, priority, shape) of a pending group."""
+
+_TOKENS = count(1)
+
+
+def _opens_room(job: JobView) -> bool:
+    """Does this view hold room or victims a waiting job could be given (core/memo.py)?"""
+    return (
+        job.state is JobState.RUNNING
+        or job.state is JobState.RELEASING
+        or (job.nomination is not None)
+    )
 
 
 def _rank(job: JobView) -> tuple[int, float, str]:
@@ -46,6 +63,8 @@ class JobIndex:
         self.nominated: dict[str, JobView] = {}  # pending preemptors holding reserved room
         # Running jobs that could ever be victims: queue -> base priority -> id -> view.
         self.victims: dict[str, dict[int, dict[str, JobView]]] = {}
+        self.token = next(_TOKENS)
+        self.version = 0
         for job in jobs:
             self.put(job)
 
@@ -57,6 +76,10 @@ class JobIndex:
         old = self.views.get(job.id)
         if old is not None:
             self._remove(old)
+            if old is not job and _opens_room(old):
+                self.version += 1
+        if _opens_room(job) and old is not job:
+            self.version += 1
         self._add(job)
 
     def drop(self, job_id: str) -> None:
@@ -64,6 +87,8 @@ class JobIndex:
         old = self.views.get(job_id)
         if old is not None:
             self._remove(old)
+            if _opens_room(old):
+                self.version += 1
 
     def _add(self, job: JobView) -> None:
         self.views[job.id] = job

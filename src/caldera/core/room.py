@@ -9,6 +9,10 @@ all or nothing — free at their GPU-equivalent, or 0 — and indexed per node a
 Every change can be journaled. `scratch()` opens a journal and rolls all changes back on exit,
 which is how the cycle tries gangs and victim sets on a working copy and still leaves the
 snapshot as it found it (Volcano's Statement, Kueue's undo function).
+
+`version` counts the changes made outside `scratch()` — the runtime's own starts and releases
+— and `token` tells one room from another, so a cycle can tell whether free room changed
+since an earlier cycle without comparing it (core/memo.py).
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import count
 
 from caldera.errors import CapacityError
 from caldera.model import GPU_MILLI, Node, slice_milli
 
 __all__ = ["CapacityError", "Room", "TaskPlacement"]
+
+_TOKENS = count(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,16 +102,22 @@ class Room:
             self.tier2_whole[n.tier2] = self.tier2_whole.get(n.tier2, 0) + n.gpus
             self.model_whole[n.gpu_model] += n.gpus
         self._journal: list[tuple[TaskPlacement, int]] | None = None
+        self.token = next(_TOKENS)
+        self.version = 0  # changes made outside scratch(): a runtime's starts and releases
 
     # -- changes ----------------------------------------------------------------------------
 
     def take(self, task: TaskPlacement) -> None:
         """Mark the task's devices, CPU and memory as used."""
         self._change(task, -1)
+        if self._journal is None:
+            self.version += 1
 
     def give(self, task: TaskPlacement) -> None:
         """Return the task's room."""
         self._change(task, 1)
+        if self._journal is None:
+            self.version += 1
 
     def can_take(self, task: TaskPlacement) -> bool:
         """Would `take(task)` succeed?"""

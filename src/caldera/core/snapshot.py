@@ -16,6 +16,7 @@ from types import MappingProxyType
 
 from caldera.core.config import PolicyConfig
 from caldera.core.jobindex import JobIndex
+from caldera.core.memo import SearchMemo
 from caldera.core.room import Room
 from caldera.core.views import JobView, Nomination, PendingVictim, Throttle
 from caldera.model import JobState, Node, Queue
@@ -35,6 +36,8 @@ class Snapshot:
     throttles: Mapping[str, Throttle] = field(default_factory=lambda: MappingProxyType({}))
     room: Room | None = None
     index: JobIndex | None = None
+    # The last cycle's `Decisions.memo`: failed searches nothing has unsettled (core/memo.py).
+    memo: SearchMemo | None = None
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.now):

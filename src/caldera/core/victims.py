@@ -333,12 +333,6 @@ def _counted_prefix(
     return None
 
 
-def _could_fit(
-    room: Room, spec: JobSpec, nodes: Sequence[int] | None, units: Sequence[Unit]
-) -> bool:
-    return _counted_prefix(room, spec, nodes, units) is not None
-
-
 def _fits(
     room: Room, spec: JobSpec, nodes: Sequence[int] | None
 ) -> tuple[TaskPlacement, ...] | None:
@@ -480,6 +474,48 @@ def _shortest_prefix(
     return high, best
 
 
+def _prune(
+    room: Room,
+    spec: JobSpec,
+    nodes: Sequence[int] | None,
+    chosen: list[Unit],
+    placement: tuple[TaskPlacement, ...],
+    mark: int,
+    enough: Enough | None,
+) -> tuple[list[Unit], tuple[TaskPlacement, ...]]:
+    """Drop each victim the preemptor can do without — its own queue's first, then the
+    others', each most expensive first. The room holds every chosen victim's tasks as given
+    back; trying to drop one takes back only the tasks no other chosen unit frees, and gives
+    them again if the preemptor no longer fits — one victim's worth of room changes a trial,
+    not the whole set's."""
+    room.rollback(mark)
+    covering: dict[tuple[str, int], int] = {}
+    for unit in chosen:
+        for i in unit.tasks:
+            covering[(unit.job.id, i)] = covering.get((unit.job.id, i), 0) + 1
+    _give_units(room, chosen)
+    own = spec.queue
+    for unit in sorted(chosen, key=lambda u: (u.queue == own, u.key), reverse=True):
+        trial = [c for c in chosen if c is not unit]
+        if not trial:
+            continue
+        alone = [unit.job.placement[i] for i in unit.tasks if covering[(unit.job.id, i)] == 1]
+        for task in alone:
+            room.take(task)
+        smaller = None
+        # The counting bound on the room as it now is (no further victims): None settles it.
+        if _counted_prefix(room, spec, nodes, ()) is not None and (enough is None or enough(trial)):
+            smaller = _fits(room, spec, nodes)
+        if smaller is None:
+            for task in alone:
+                room.give(task)
+            continue
+        chosen, placement = trial, smaller
+        for i in unit.tasks:
+            covering[(unit.job.id, i)] -= 1
+    return chosen, placement
+
+
 def _plan_in_domain(
     room: Room,
     spec: JobSpec,
@@ -518,21 +554,7 @@ def _plan_in_domain(
         if found is None:
             return None
         length, placement = found
-        chosen = chosen[:length]
-        # Prune: drop each victim the preemptor can do without — its own queue's first, then
-        # the others', each most expensive first.
-        own = spec.queue
-        for unit in sorted(chosen, key=lambda u: (u.queue == own, u.key), reverse=True):
-            trial = [c for c in chosen if c is not unit]
-            room.rollback(mark)
-            if not trial or not _could_fit(room, spec, nodes, trial):
-                continue
-            if enough is not None and not enough(trial):
-                continue
-            _give_units(room, trial)
-            smaller = _fits(room, spec, nodes)
-            if smaller is not None:
-                chosen, placement = trial, smaller
+        chosen, placement = _prune(room, spec, nodes, chosen[:length], placement, mark, enough)
         # A whole-gang unit supersedes the same job's extra-tasks unit.
         wholes = {c.job.id for c in chosen if c.whole}
         chosen = [c for c in chosen if c.whole or c.job.id not in wholes]

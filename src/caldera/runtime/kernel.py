@@ -41,6 +41,7 @@ from caldera.core import (
     Nomination,
     PolicyConfig,
     Room,
+    SearchMemo,
     Snapshot,
     TaskPlacement,
     Throttle,
@@ -128,6 +129,7 @@ class Effects(Protocol[JobC, TaskT]):
 class KernelStats:
     refused_evictions: int = 0  # evictions of jobs that are never victims, refused
     throttle_held_seconds: float = 0.0  # seconds jobs spent Held by a throttle
+    memo_hits: int = 0  # victim searches the memo of failed searches saved (core/memo.py)
 
 
 def cancel_eviction(view: JobView, config: PolicyConfig, now: float) -> Evict:
@@ -158,6 +160,10 @@ class Kernel(Generic[JobT, TaskT]):
     stats: KernelStats = field(default_factory=KernelStats)
     stale: set[str] = field(default_factory=set)  # jobs whose view the next snapshot renews
     index: JobIndex = field(default_factory=JobIndex)  # the live jobs' views, kept current
+    # Each cycle gets the last one's memo of failed victim searches (core/memo.py); False
+    # only to check that the memo changes nothing.
+    memoize: bool = True
+    memo: SearchMemo | None = None
 
     def snapshot(
         self, now: float, nodes: tuple[Node, ...], queues: Mapping[str, Queue], room: Room
@@ -175,6 +181,7 @@ class Kernel(Generic[JobT, TaskT]):
             throttles=dict(self.throttles),
             room=room,
             index=self.index,
+            memo=self.memo if self.memoize else None,
         )
 
     # -- decisions -------------------------------------------------------------------------
@@ -185,6 +192,9 @@ class Kernel(Generic[JobT, TaskT]):
         now = snapshot.now
         seen: Mapping[str, JobView] = snapshot.job_index.views
         jobs = self.jobs
+        if decisions.memo is not None:
+            self.memo = decisions.memo
+            self.stats.memo_hits += decisions.memo.hits
         for change in decisions.throttles:
             if isinstance(change, ThrottleOn):
                 self.throttles[change.queue] = Throttle(change.queue, change.job, now)

@@ -182,6 +182,7 @@ class Simulator:
         scenario: Scenario,
         policy: Policy | None = None,
         progress: Callable[[float], None] | None = None,
+        memoize: bool = True,
     ) -> None:
         self.scenario = scenario
         self.config = scenario.config
@@ -191,7 +192,7 @@ class Simulator:
         self.queues = {q.name: q for q in scenario.queues}
         self.jobs: dict[str, SimJob] = {}
         self.kernel: Kernel[SimJob, SimTask] = Kernel(
-            _SimEffects(self), self.config, grace_signals=False
+            _SimEffects(self), self.config, grace_signals=False, memoize=memoize
         )
         self.throttles = self.kernel.throttles
         self.active = self.kernel.jobs  # jobs submitted and not yet over
@@ -210,6 +211,11 @@ class Simulator:
             )
             if submission.cancel_at is not None:
                 self._push(submission.cancel_at, _CANCEL, submission.spec.id)
+
+    @property
+    def memo_hits(self) -> int:
+        """Victim searches the memo of failed searches saved (core/memo.py)."""
+        return self.kernel.stats.memo_hits
 
     # -- event queue -----------------------------------------------------------------------
 

@@ -1,0 +1,94 @@
+"""What a cycle remembers from the last one: victim searches that failed, while nothing that
+could change their answer has happened.
+
+Under a backlog most cycles are triggered by arrivals, and the same waiting groups search
+the same running jobs for the same shapes, cycle after cycle, in vain. A failed search is
+settled until one of these happens:
+
+1. free room changes outside a cycle (`Room.version`: a runtime applied a start or a
+   release);
+2. a job that runs, releases, or holds a nomination appears, changes or leaves
+   (`JobIndex.version`) — new victims, freed room, a promise given up, a queue's usage moved;
+3. the policy settings, the queues or the nodes change (a drain, a cordon, a lost GPU);
+4. time passes a point where the search's own rules loosen: a running job's cooldown ends
+   (it becomes a candidate again), a critical preemptor's SLO runs out (its plans need no
+   longer finish within it), `lossy_patience` ends (a lossy plan becomes acceptable);
+5. the group's first job changes (its submit time sets those points).
+
+Everything else that happens between two cycles only *tightens* what a waiting group is
+offered: a new pending job competes for room and victims, it never adds any; effective
+weights only grow with time (fewer candidates); a job leaving the pending set without ever
+starting or nominating took nothing. So the memo is exact: a cycle decides the same with and
+without it (a property test runs workloads both ways and compares every decision).
+
+Pure: the snapshot carries the last cycle's `SearchMemo` in, `Decisions.memo` carries the new
+one out, and the runtime hands it back with the next snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from caldera.core.config import PolicyConfig
+from caldera.core.jobindex import GroupKey, JobIndex
+from caldera.core.room import Room
+from caldera.model import Node, Queue
+
+__all__ = ["FailedSearch", "SearchKey", "SearchMemo", "Stamp"]
+
+SearchKey = tuple[str, GroupKey]
+"""(phase: preempt or reclaim, the waiting group)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FailedSearch:
+    """The group's first job found no plan; settled until `until` (simulated time)."""
+
+    head: str
+    until: float
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """The state a memo's failures were found in (what a later cycle must still see)."""
+
+    room: tuple[int, int]  # (token, version)
+    index: tuple[int, int]
+    config: PolicyConfig
+    queues: Mapping[str, Queue]
+    nodes: tuple[Node, ...]  # a drained, cordoned or replaced node changes the answer too
+
+    @classmethod
+    def of(
+        cls,
+        room: Room,
+        index: JobIndex,
+        config: PolicyConfig,
+        queues: Mapping[str, Queue],
+        nodes: tuple[Node, ...],
+    ) -> Stamp:
+        return cls((room.token, room.version), (index.token, index.version), config, queues, nodes)
+
+    def holds_for(self, other: Stamp) -> bool:
+        """Same room and index at the same versions, equal settings, queues and nodes."""
+        return (
+            self.room == other.room
+            and self.index == other.index
+            and self.config == other.config
+            and (self.queues is other.queues or dict(self.queues) == dict(other.queues))
+            and (self.nodes is other.nodes or self.nodes == other.nodes)
+        )
+
+
+@dataclass(frozen=True)
+class SearchMemo:
+    """Failed victim searches and the state they failed in."""
+
+    stamp: Stamp
+    failed: Mapping[SearchKey, FailedSearch] = field(default_factory=lambda: MappingProxyType({}))
+    hits: int = 0  # searches the cycle that made this memo skipped (for benchmarks, tests)
+
+    def __len__(self) -> int:
+        return len(self.failed)
