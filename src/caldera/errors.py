@@ -25,8 +25,12 @@
     │   │   └── QuotaExceeded            a ResourceQuota refused a create: not now, not never
     │   ├── EvictionBlocked              the Eviction API refused (a PodDisruptionBudget)
     │   ├── ClusterConflict              (see Conflict)
-    │   └── Invalid                      the API server refused the object
+    │   ├── Invalid                      the API server refused the object
+    │   └── DevClusterError              the dev cluster cannot be built or started
+    │                                    (caldera.k8s.devcluster_errors)
     ├── ServiceError (RuntimeError)      the service cannot start
+    │   └── DatabaseBusy                 another server holds the database
+    │                                    (caldera.service.store)
     └── ApiError                         the REST API answered with an error (the SDK);
                                          `status` is the HTTP status, None if unreachable
 

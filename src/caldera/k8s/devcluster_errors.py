@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from caldera.errors import ClusterError
+
 __all__ = ["DevClusterError"]
 
 
-class DevClusterError(RuntimeError):
+class DevClusterError(ClusterError):
     """The dev cluster could not be built, started or reached. The message is one line."""

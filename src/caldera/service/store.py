@@ -40,6 +40,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import make_url
 
+from caldera.errors import ServiceError
 from caldera.service.db import (
     AuditRecord,
     EventRecord,
@@ -61,7 +62,7 @@ def database_url_for(data_dir: Path) -> str:
     return f"sqlite:///{data_dir / 'caldera.db'}"
 
 
-class DatabaseBusy(RuntimeError):
+class DatabaseBusy(ServiceError):
     """Another caldera server holds this database. The message is one line."""
 
 
