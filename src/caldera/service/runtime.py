@@ -30,7 +30,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,6 @@ from caldera.config import Principal
 from caldera.core import (
     Decisions,
     Evict,
-    EvictReason,
     Room,
     Snapshot,
     Throttle,
@@ -51,18 +50,20 @@ from caldera.core import (
 from caldera.errors import Conflict, NotFound, Rejected
 from caldera.model import JobState, Node, Queue, QueueState, shares_time, time_share
 from caldera.policies import get_policy
-from caldera.runtime import Kernel, KernelStats
+from caldera.runtime import Kernel
 from caldera.service.actuator import Actuator
 from caldera.service.config import ServiceConfig
 from caldera.service.gpus import HostGPUs
 from caldera.service.gpus.health import Finding, Recovered
 from caldera.service.gpus.watch import Drain, GpuWatch
+from caldera.service.health import KillNow, drain_intents
 from caldera.service.jobs import LiveJob, TaskRun, spec_from_request
 from caldera.service.launcher import Launcher, ProcessLauncher
 from caldera.service.observe import Exited, KillDue, Reported, observe
 from caldera.service.recovery import recover
 from caldera.service.spawner import Spawner
 from caldera.service.store import Store
+from caldera.service.usage import RuntimeStats
 from caldera.service.views import (
     ClusterView,
     QueueView,
@@ -77,26 +78,6 @@ log = logging.getLogger("caldera.service")
 
 _MAX_CYCLES_PER_WAKE = 8
 _TIMER = 5.0  # seconds: the cycle runs at least this often (effective weights move with time)
-
-
-@dataclass
-class RuntimeStats:
-    """Counters since this server started, for /metrics."""
-
-    cycles: int = 0
-    allocated_area: float = 0.0  # milli-GPU seconds allocated
-    hung_area: float = 0.0  # milli-GPU seconds held by gangs below min_available
-    observed: float = 0.0
-    last_poll: float | None = None
-    kernel: KernelStats = field(default_factory=KernelStats)
-
-    @property
-    def refused_evictions(self) -> int:
-        return self.kernel.refused_evictions
-
-    @property
-    def throttle_held_seconds(self) -> float:
-        return self.kernel.throttle_held_seconds
 
 
 class Runtime:
@@ -287,20 +268,10 @@ class Runtime:
 
     def _integrate(self, now: float) -> None:
         """Allocated and gang-hang GPU time since the last look (for /metrics)."""
-        last = self.stats.last_poll
-        self.stats.last_poll = now
-        if last is None or now <= last:
-            return
         allocated = self.room.capacity_milli - sum(sum(f) for f in self.room.free)
         if self.gpu_watch is not None:
             allocated -= self.gpu_watch.held_milli  # drained, not allocated
-        self.stats.allocated_area += allocated * (now - last)
-        self.stats.observed += now - last
-        for job in self.actuator.holding.values():
-            alive = [t for t in job.running if not t.done]
-            if alive and job.state is JobState.RUNNING and len(alive) < job.spec.min_available:
-                # A gang with a dead member, until its other tasks are stopped.
-                self.stats.hung_area += sum(t.placement.gpu for t in alive) * (now - last)
+        self.stats.integrate(now, allocated, self.actuator.holding.values())
 
     def _reported(self, seen: Reported, now: float) -> None:
         """Progress and checkpoints a job reported through `caldera.sdk.preemption`."""
@@ -413,23 +384,12 @@ class Runtime:
             devices=list(drain.devices),
         )
         self._cycle_needed = True
-        why = {"gpu": finding.uuid, "gpu_reason": finding.reason}
-        for job in list(self.actuator.holding.values()):
-            if job.state is JobState.RELEASING and drain.fatal:
-                for task in job.tasks:  # already leaving: a dead GPU does not wait for it
-                    if set(task.placement.devices) & set(drain.devices) and not task.done:
-                        task.kill_at = min(task.kill_at or now, now)
-                continue
-            if job.state is not JobState.RUNNING:
-                continue
-            hit = GpuWatch.tasks_on([t.placement for t in job.running], drain.devices)
-            if not hit:
-                continue
-            # Only the tasks on the sick GPU leave, if the gang can do without them.
-            tasks = tuple(hit) if len(job.running) - len(hit) >= job.spec.min_available else ()
-            grace = 0.0 if drain.fatal else self.policy_config.grace_period
-            evict = Evict(job.id, EvictReason.HEALTH, None, tasks, 0, now + grace)
-            self.kernel.evict(job, evict, now, grace, why)
+        holding = list(self.actuator.holding.values())
+        for intent in drain_intents(drain, holding, self.policy_config.grace_period, now):
+            if isinstance(intent, KillNow):  # already leaving: a lost GPU does not wait
+                intent.task.kill_at = min(intent.task.kill_at or now, now)
+            else:
+                self.kernel.evict(intent.job, intent.evict, now, intent.grace, intent.detail)
 
     # -- the API's calls -------------------------------------------------------------------
 
