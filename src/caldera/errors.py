@@ -8,6 +8,8 @@
     │   │   └── KubeConfigError          … including its `kubernetes:` section
     │   └── RequestError                 a job request cannot be accepted as written
     │       ├── Rejected                 admission refused it (`closed`: the queue is not Open)
+    │       ├── LimitError               over a size or rate limit (caldera.service.limits;
+    │       │                                `status` 400, 413 or 429)
     │       ├── RecordError              a Kubernetes job record
     │       └── RenderError              a job that cannot be rendered as pods
     ├── NotFound (LookupError)           no such job, queue or cluster object
@@ -28,9 +30,11 @@
     │   ├── Invalid                      the API server refused the object
     │   └── DevClusterError              the dev cluster cannot be built or started
     │                                    (caldera.k8s.devcluster_errors)
-    ├── ServiceError (RuntimeError)      the service cannot start
-    │   └── DatabaseBusy                 another server holds the database
-    │                                    (caldera.service.store)
+    ├── ServiceError (RuntimeError)      the service cannot start, or cannot run a task
+    │   ├── DatabaseBusy                 another server holds the database
+    │   │                                (caldera.service.store)
+    │   └── SpawnError (OSError)         a task's process could not be started
+    │                                    (caldera.service.launcher)
     └── ApiError                         the REST API answered with an error (the SDK);
                                          `status` is the HTTP status, None if unreachable
 

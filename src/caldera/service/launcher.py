@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from caldera.errors import ServiceError
 from caldera.service.isolation import Account, Isolation
 from caldera.service.procs import process_alive, process_start_ticks, write_atomic
 from caldera.service.proctree import cgroup_empty, cgroup_kill, remove_cgroup
@@ -43,7 +44,7 @@ __all__ = [
 _RUNNER_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 
 
-class SpawnError(OSError):
+class SpawnError(ServiceError, OSError):
     """A task could not be started. The message is one line, for the job's `reason`."""
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from caldera.errors import RequestError
+
 __all__ = ["Admission", "LimitError", "Limits", "RateLimiter", "check_sizes"]
 
 
@@ -66,7 +68,7 @@ class RateLimiter:
         return str(max(1, math.ceil(seconds)))
 
 
-class LimitError(ValueError):
+class LimitError(RequestError):
     """A request over a limit. `status`: 413 (too large), 400 (over a size limit), 429 (over
     a user's pending-job or rate limit, with `retry_after` seconds)."""
 
