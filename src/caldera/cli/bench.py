@@ -58,3 +58,41 @@ def cycle_command(
         f"with no memo of failed searches: {result['cold_ms']:.1f} ms; searches the memo "
         f"saved: {result['memo_hits']}"
     )
+
+
+@bench_app.command("k8s")
+def k8s_command(
+    nodes: Annotated[int, typer.Option(help="KWOK GPU nodes in the dev cluster.")] = 1000,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = 8,
+    jobs: Annotated[int, typer.Option(help="Single-pod TrainingJobs applied at once.")] = 7992,
+    gpus_per_job: Annotated[int, typer.Option(help="GPUs each job's pod asks for.")] = 1,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for every pod to bind.")] = 900,
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """The controller on a real control plane (dev cluster): decision-to-bind latency,
+    CPU and memory, recovery after a crash. Needs `make cluster-bins`."""
+    from caldera.k8s.bench import bench_k8s
+    from caldera.k8s.devcluster import DevClusterError
+
+    if min(nodes, gpus_per_node, jobs, gpus_per_job) < 1:
+        fail("nodes, gpus-per-node, jobs and gpus-per-job must be positive", EXIT_BAD_INPUT)
+    if (jobs + 1) * gpus_per_job > nodes * gpus_per_node or gpus_per_job > gpus_per_node:
+        fail(
+            "the jobs (and one more, for the recovery) must fit in the cluster at once",
+            EXIT_BAD_INPUT,
+        )
+    try:
+        result = bench_k8s(nodes, gpus_per_node, jobs, gpus_per_job, timeout).as_dict()
+    except (DevClusterError, TimeoutError) as error:
+        fail(str(error))
+    if json_output:
+        sys.stdout.write(json.dumps(result) + "\n")
+        return
+    Console().print(
+        f"{result['jobs']} pods on {result['nodes']} nodes x {result['gpus_per_node']} GPUs: "
+        f"all bound {result['all_bound_s']:.1f} s after submission; decision -> bind p50 "
+        f"{result['bind_p50_s']:.2f} s, p99 {result['bind_p99_s']:.2f} s, max "
+        f"{result['bind_max_s']:.2f} s; controller {result['controller_cpu_s']:.1f} CPU-s, "
+        f"peak RSS {result['controller_rss_mib']:.0f} MiB; recovery after SIGKILL "
+        f"{result['recovery_s']:.1f} s (cluster start {result['cluster_start_s']:.0f} s)"
+    )

@@ -1,0 +1,255 @@
+"""`caldera bench k8s`: the controller at scale on a real control plane (issue 10, item 4).
+
+A dev cluster (`caldera.k8s.devcluster`: kube-apiserver, controller-manager, kube-scheduler,
+KWOK) with `nodes` fake GPU nodes; the TrainingJob CRD and one served namespace installed as
+an operator would; `caldera k8s run` as its own process (informer cache, leader election).
+Then `jobs` single-pod TrainingJobs asking `gpus` GPUs each are applied at once, and the
+bench watches caldera's pods, stamping each event on arrival (the API server's timestamps
+have whole seconds only):
+
+- decision → bind: from a pod's first sight (the controller creates a pod when the cycle
+  decides its start) to the first sight of it bound to its node (`spec.nodeName`): the
+  scheduler's share of the start, plus the watch's delivery;
+- all bound: from the first submission to the last pod bound;
+- the controller's CPU seconds and peak RSS (`/proc/PID/stat`, `VmHWM`);
+- recovery: the controller SIGKILLed and started again; the time until a job submitted right
+  after the kill has its pod created (the Lease's `lease_duration` included: the new process
+  first waits out the dead leader's Lease).
+
+Every figure comes from one run on this machine; docs/benchmarks.md records them with the
+command line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import yaml
+
+from caldera.k8s import names
+from caldera.k8s.client import load_api_client
+from caldera.k8s.crd import training_job_crd
+from caldera.k8s.devcluster import DevCluster, NodeShape, find_bins
+
+__all__ = ["K8sBenchResult", "bench_k8s"]
+
+k8s: Any = kubernetes
+NAMESPACE = "bench"
+LEASE = {"lease_duration": 6, "renew_deadline": 4, "retry_period": 1}
+
+
+@dataclass
+class K8sBenchResult:
+    nodes: int
+    gpus_per_node: int
+    jobs: int
+    gpus_per_job: int
+    bound: int = 0
+    all_bound_s: float = 0.0
+    bind_p50_s: float = 0.0
+    bind_p99_s: float = 0.0
+    bind_max_s: float = 0.0
+    controller_cpu_s: float = 0.0
+    controller_rss_mib: float = 0.0
+    recovery_s: float = 0.0
+    cluster_start_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _PodWatch:
+    """caldera's pods in the bench namespace, first seen and first seen bound (local time)."""
+
+    api: Any
+    seen: dict[str, float] = field(default_factory=dict)
+    bound: dict[str, float] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        core = k8s.client.CoreV1Api(self.api)
+        version = None
+        while not self.stop.is_set():
+            watch = k8s.watch.Watch()
+            try:
+                for event in watch.stream(
+                    core.list_namespaced_pod,
+                    NAMESPACE,
+                    label_selector=f"{names.MANAGED}=true",
+                    resource_version=version,
+                    timeout_seconds=5,
+                ):
+                    now = time.monotonic()
+                    pod = event["object"]
+                    name = pod.metadata.name
+                    version = pod.metadata.resource_version
+                    self.seen.setdefault(name, now)
+                    if pod.spec.node_name:
+                        self.bound.setdefault(name, now)
+                    if self.stop.is_set():
+                        break
+            except k8s.client.ApiException as error:
+                if error.status == 410:
+                    version = None
+                else:
+                    time.sleep(0.5)
+            except Exception:  # a dropped connection: watch again
+                time.sleep(0.5)
+
+
+def _percentile(values: list[float], p: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))]
+
+
+def _cpu_and_rss(pid: int) -> tuple[float, float]:
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(stat[11]) + int(stat[12])) / ticks
+    rss = 0.0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            rss = int(line.split()[1]) / 1024
+    return cpu, rss
+
+
+def _job(name: str, gpus: int) -> dict[str, Any]:
+    container = {"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "type": "normal",
+            "tasks": [
+                {"name": "worker", "replicas": 1, "template": {"spec": {"containers": [container]}}}
+            ],
+        },
+    }
+
+
+def _controller(cluster: DevCluster, config: Path, log: Path) -> subprocess.Popen[bytes]:
+    out = log.open("ab")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-c", "from caldera.cli.main import main; main()", "k8s", "run",
+             "--kubeconfig", str(cluster.kubeconfig()), "--config", str(config)],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, "NO_COLOR": "1"},
+        )  # fmt: skip
+    finally:
+        out.close()
+
+
+def _wait(what: str, check: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"bench k8s: timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def bench_k8s(
+    nodes: int, gpus_per_node: int, jobs: int, gpus_per_job: int, timeout: float = 900.0
+) -> K8sBenchResult:
+    """Run the benchmark on a fresh dev cluster; everything is torn down afterwards."""
+    result = K8sBenchResult(nodes, gpus_per_node, jobs, gpus_per_job)
+    bins = find_bins()
+    with tempfile.TemporaryDirectory(prefix="caldera-bench-k8s-") as tmp:
+        folder = Path(tmp)
+        shape = NodeShape(count=nodes, gpus=gpus_per_node, per_hypernode=8, hypernodes_per_spine=8)
+        cluster = DevCluster(folder=folder / "cluster", bins=bins, nodes=shape)
+        began = time.monotonic()
+        cluster.start()
+        result.cluster_start_s = time.monotonic() - began
+        api = load_api_client(str(cluster.kubeconfig()))
+        controller: subprocess.Popen[bytes] | None = None
+        watch = _PodWatch(api)
+        try:
+            k8s.client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
+            extensions = k8s.client.ApiextensionsV1Api(api)
+            extensions.create_custom_resource_definition(training_job_crd())
+
+            def established() -> bool:
+                crd = extensions.read_custom_resource_definition(f"{names.PLURAL}.{names.GROUP}")
+                conditions = (crd.status.conditions if crd.status else None) or []
+                return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+            _wait("the TrainingJob CRD", established, 60)
+            config = folder / "caldera.yaml"
+            config.write_text(
+                yaml.safe_dump(
+                    {
+                        "queues": [{"name": "bench"}],
+                        "kubernetes": {
+                            "namespaces": {NAMESPACE: {"queues": ["bench"]}},
+                            "state_namespace": NAMESPACE,
+                            "scheduler_name": "default-scheduler",
+                            "image": "registry.invalid/bench:kwok",
+                            "leader_election": LEASE,
+                        },
+                    }
+                )
+            )
+            log = folder / "controller.log"
+            controller = _controller(cluster, config, log)
+            _wait(
+                "the controller to lead",
+                lambda: "controller running" in log.read_text(errors="replace"),
+                120,
+            )
+            thread = threading.Thread(target=watch.run, daemon=True)
+            thread.start()
+            custom = k8s.client.CustomObjectsApi(api)
+            submitted = time.monotonic()
+            for i in range(jobs):
+                body = _job(f"job-{i:05d}", gpus_per_job)
+                custom.create_namespaced_custom_object(
+                    names.GROUP, names.VERSION, NAMESPACE, names.PLURAL, body
+                )
+            _wait("every pod bound", lambda: len(watch.bound) >= jobs, timeout)
+            result.bound = len(watch.bound)
+            result.all_bound_s = max(watch.bound.values()) - submitted
+            delays = [watch.bound[n] - watch.seen[n] for n in watch.bound if n in watch.seen]
+            result.bind_p50_s = _percentile(delays, 0.50)
+            result.bind_p99_s = _percentile(delays, 0.99)
+            result.bind_max_s = max(delays, default=0.0)
+            result.controller_cpu_s, result.controller_rss_mib = _cpu_and_rss(controller.pid)
+
+            # Recovery: a crash, a new process, and a job submitted meanwhile.
+            controller.send_signal(signal.SIGKILL)
+            controller.wait(30)
+            killed = time.monotonic()
+            controller = _controller(cluster, config, log)
+            late = "late-00000"  # the cluster keeps room for it (the CLI checks)
+            custom.create_namespaced_custom_object(
+                names.GROUP, names.VERSION, NAMESPACE, names.PLURAL, _job(late, gpus_per_job)
+            )
+            pod = names.pod_name(late, 1, 0)
+            _wait("the job submitted after the crash", lambda: pod in watch.seen, timeout)
+            result.recovery_s = watch.seen[pod] - killed
+        finally:
+            watch.stop.set()
+            if controller is not None and controller.poll() is None:
+                controller.send_signal(signal.SIGTERM)
+                try:
+                    controller.wait(30)
+                except subprocess.TimeoutExpired:
+                    controller.kill()
+                    controller.wait()
+            api.close()
+            cluster.stop()
+    return result
