@@ -1,6 +1,6 @@
 """What the controller does when the cluster does not do what it is asked (issue 10), on the
 real control plane: a victim whose pod never goes (issue 9, defect 6: its preemptor waited
-forever)."""
+forever), a ResourceQuota refusing a gang's pod (defect 3: the job failed for good)."""
 
 from __future__ import annotations
 
@@ -61,3 +61,31 @@ def test_a_victim_stuck_terminating_is_forced_then_left_behind_and_its_preemptor
             except k8s.client.ApiException as error:
                 if error.status != 404:
                     raise
+
+
+def test_a_resource_quota_refusal_requeues_the_gang_without_spending_a_retry(
+    clean: Cluster,
+) -> None:
+    """Issue 9, defect 3: a ResourceQuota's 403 on pod create failed the job for good."""
+    core = k8s.client.CoreV1Api(clean.client())
+    quota = {"metadata": {"name": "gpus"}, "spec": {"hard": {"requests.nvidia.com/gpu": "8"}}}
+    core.create_namespaced_resource_quota("team-a", quota)
+    try:
+        wait_for(  # the quota controller has counted it: admission enforces it from now on
+            "the quota's status",
+            lambda: core.read_namespaced_resource_quota("gpus", "team-a").status.hard or {},
+        )
+        # Two pods of 8 GPUs: the API server admits the first and refuses the second.
+        gang = training_job("quota", replicas=2, maxRetries=0)
+        assert clean.apply("bob", "team-a", gang).returncode == 0
+        wait_for(
+            "the CreateRefused event",
+            lambda: "CreateRefused" in clean.events("team-a", "quota"),
+        )
+        status = clean.status("team-a", "quota")
+        assert status["state"] != "Failed" and status["retries"] == 0, status
+    finally:
+        core.delete_namespaced_resource_quota("gpus", "team-a")
+    clean.wait("team-a", "quota", "Running", timeout=90)  # the namespace has room again
+    status = clean.status("team-a", "quota")
+    assert (status["state"], status["retries"]) == ("Running", 0)
