@@ -1,6 +1,7 @@
 """What the controller does when the cluster does not do what it is asked (issue 10), on the
 real control plane: a victim whose pod never goes (issue 9, defect 6: its preemptor waited
-forever), a ResourceQuota refusing a gang's pod (defect 3: the job failed for good)."""
+forever), a ResourceQuota refusing a gang's pod (defect 3: the job failed for good), pods a
+user labels protected (defect 2: the preemptor waited for an hour)."""
 
 from __future__ import annotations
 
@@ -89,3 +90,25 @@ def test_a_resource_quota_refusal_requeues_the_gang_without_spending_a_retry(
     clean.wait("team-a", "quota", "Running", timeout=90)  # the namespace has room again
     status = clean.status("team-a", "quota")
     assert (status["state"], status["retries"]) == ("Running", 0)
+
+
+PROTECTING = {"caldera.io/protected": "true", "protected": "true", "caldera.io/system": "true"}
+
+
+def test_labels_a_user_writes_on_their_pods_do_not_stop_a_preemption(clean: Cluster) -> None:
+    """Issue 9, defect 2: template labels were merged into pod labels and the guard refused
+    to evict pods labelled protected, retrying forever: the preemptor waited for an hour."""
+    core = k8s.client.CoreV1Api(clean.client())
+    filler = training_job("filler", replicas=4)  # fills the cluster
+    filler["spec"]["tasks"][0]["template"]["metadata"] = {"labels": {**PROTECTING, "team": "x"}}
+    assert clean.apply("bob", "team-a", filler).returncode == 0
+    clean.wait("team-a", "filler", "Running")
+    for pod in clean.pods("team-a", "filler"):
+        labels = pod.metadata.labels
+        assert labels["team"] == "x" and not set(PROTECTING) & set(labels), labels
+        # Someone who may edit pods labels them protected now: it changes nothing either.
+        core.patch_namespaced_pod(pod.metadata.name, "team-a", {"metadata": {"labels": PROTECTING}})
+    assert clean.apply("alice", "team-a", training_job("big", type="large-job")).returncode == 0
+    clean.wait("team-a", "big", "Running", timeout=90)
+    preempted = clean.condition("team-a", "filler", "Preempted")
+    assert preempted is not None and "by team-a/big" in preempted[2]
