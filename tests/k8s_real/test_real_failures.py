@@ -112,3 +112,34 @@ def test_labels_a_user_writes_on_their_pods_do_not_stop_a_preemption(clean: Clus
     clean.wait("team-a", "big", "Running", timeout=90)
     preempted = clean.condition("team-a", "filler", "Preempted")
     assert preempted is not None and "by team-a/big" in preempted[2]
+
+
+TAINT = {"key": "example.com/maintenance", "value": "true", "effect": "NoSchedule"}
+
+
+def test_a_start_the_scheduler_never_binds_is_given_up_and_requeued(clean: Cluster) -> None:
+    """A taint caldera does not know about: the scheduler refuses the pod caldera pinned, so
+    after `bind_timeout` (20 s here) the start is given up and the job requeued, not lost;
+    once the taint is gone it runs."""
+    core = k8s.client.CoreV1Api(clean.client())
+    nodes = [n.metadata.name for n in core.list_node(label_selector="caldera.io/kwok=true").items]
+    for node in nodes:
+        core.patch_node(node, {"spec": {"taints": [TAINT]}})
+    try:
+        assert clean.apply("bob", "team-a", training_job("unbound")).returncode == 0
+        wait_for(
+            "the StartTimeout event",
+            lambda: "StartTimeout" in clean.events("team-a", "unbound"),
+            timeout=120,
+        )
+        assert clean.state("team-a", "unbound") in ("Pending", "Running")  # requeued, retried
+        assert clean.status("team-a", "unbound")["retries"] == 0
+    finally:
+        for node in nodes:
+            core.patch_node(node, {"spec": {"taints": None}})
+    clean.wait("team-a", "unbound", "Running", timeout=90)
+    wait_for(
+        "its pod bound",
+        lambda: any(p.spec.node_name for p in clean.running_pods("team-a", "unbound")),
+        timeout=90,
+    )
