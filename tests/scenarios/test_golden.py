@@ -382,3 +382,13 @@ def test_equal_priority_borrowers_are_reclaimed_once_and_never_take_it_back() ->
     # while a1 waits (until a0 ends and hands it the room at 36000)
     held = _held_by_queue_over_time(PING_PONG, "a")
     assert all(gpus >= 8 for t, gpus in held if 1.0 <= t < 36000)
+
+
+STARVING = "starving-large.yaml"
+
+
+def test_a_starving_large_job_keeps_freed_room_against_equal_priority_competitors() -> None:
+    assert job(STARVING, "big")["start"] == 5400.0  # when s1 ends, the later of the two
+    assert events(STARVING, "evict") == []
+    # the stream jobs submitted before it started wait for it, and start when it ends
+    assert [job(STARVING, name)["start"] for name in ("w0", "w1")] == [12600.0, 12600.0]

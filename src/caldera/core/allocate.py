@@ -3,6 +3,7 @@
 Order:
   1. preemptors holding a nomination start on their promised room as soon as all of it is
      free (or on other free room); until then its free part is blocked for everyone else;
+     then each queue's starving large job starts, or reserves room (core/reservation.py);
   2. queues by share (allocated / deserved, lowest first) — except that a queue whose next
      job is critical goes first: critical work is not held back by fairness;
   3. inside a queue: priority (high first), then submit time, then id.
@@ -23,7 +24,9 @@ import heapq
 
 from caldera.core.context import CycleContext, PendingGroup
 from caldera.core.decisions import Nominate
+from caldera.core.packing import count_non_evictable, never_evicted, place_packed
 from caldera.core.placement import place_job
+from caldera.core.reservation import LARGE, reserve_for_starving
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView
 from caldera.model import CRITICAL_PRIORITY, Resources
@@ -111,6 +114,9 @@ def _place_nominated(cycle: CycleContext) -> set[str]:
 def allocate(cycle: CycleContext) -> None:
     room = cycle.room
     handled: set[str] = cycle.memo("nominated_handled", lambda: _place_nominated(cycle))
+    if cycle.in_pass(("", LARGE, 0)):
+        # Starving large jobs start, or reserve room, before anybody else is placed.
+        handled = handled | cycle.memo("starving_handled", lambda: reserve_for_starving(cycle))
 
     # Per queue, a heap of its groups' next jobs: (rank, group number, position).
     groups: list[PendingGroup] = [
@@ -162,9 +168,14 @@ def _try_allocate(cycle: CycleContext, room: Room, job: JobView, failed: set[int
         return _WAITING
     # The gang at its minimum: extra tasks grow in backfill, once every queue's pending jobs
     # had their turn (an elastic job must not hold room another queue deserves).
-    placement = place_job(room, job.spec, maximum=job.spec.min_available)
+    if never_evicted(job.spec):
+        placement = place_packed(cycle, job.spec)
+    else:
+        placement = place_job(room, job.spec, maximum=job.spec.min_available)
     if placement is None:
         failed.add(shape)
         return _WAITING
     cycle.start(job, placement)
+    if never_evicted(job.spec):
+        count_non_evictable(cycle, placement)
     return _STARTED

@@ -33,7 +33,7 @@ from caldera.core.jobindex import GroupKey
 from caldera.core.memo import FailedSearch, SearchKey, SearchMemo, Stamp
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView, Snapshot
-from caldera.model import CRITICAL_PRIORITY, GPU_MILLI, Queue, Resources
+from caldera.model import CRITICAL_PRIORITY, GPU_MILLI, JobSpec, JobType, Queue, Resources
 
 __all__ = ["CycleContext", "PendingGroup", "QueueUsage", "shape_key"]
 
@@ -113,6 +113,15 @@ class QueueUsage:
         return (self.allocated + self.promised + extra).fits_in(self.queue.capability)
 
 
+def starving_from(spec: JobSpec, config: PolicyConfig) -> float | None:
+    """When a large job starts to starve: a quarter of its start SLO after its submission
+    (core/reservation.py). None: never (not a large job, or no SLO)."""
+    slo = config.slo.get(spec.type.value)
+    if spec.type is not JobType.LARGE or slo is None:
+        return None
+    return spec.submit + slo / 4
+
+
 def _default_deserved(snapshot: Snapshot) -> dict[str, Resources]:
     """A queue given only a weight deserves weight / Σ weights of the cluster's GPUs (no CPU
     or memory share). A queue with a `deserved` quota deserves exactly that: an explicit
@@ -146,6 +155,7 @@ class CycleContext:
     started: set[str] = field(default_factory=set)
     evicted: set[str] = field(default_factory=set)
     blocked: dict[str, list[TaskPlacement]] = field(default_factory=dict)
+    reservations: dict[str, list[TaskPlacement]] = field(default_factory=dict)
     evicted_gpu: int = 0
     missed: set[str] = field(default_factory=set)  # searched for victims, found none
     claimed: set[str] = field(default_factory=set)  # victims a live plan has yet to signal
@@ -263,7 +273,26 @@ class CycleContext:
 
     def block(self, job_id: str, placement: tuple[TaskPlacement, ...]) -> None:
         """Keep the free part of a reserved placement away from everyone else this cycle."""
-        blocked = self.blocked.setdefault(job_id, [])
+        self.blocked.setdefault(job_id, []).extend(self._hold(placement))
+
+    def unblock(self, job_id: str) -> None:
+        for part in self.blocked.pop(job_id, []):
+            self.room.give(part)
+
+    def reserve(self, job_id: str, placement: tuple[TaskPlacement, ...]) -> None:
+        """Keep free room for a starving large job (DESIGN §4.4) away from everyone else this
+        cycle. Unlike a nomination's, the job may still search for victims."""
+        self.reservations.setdefault(job_id, []).extend(self._hold(placement))
+
+    def unreserve(self, job_id: str) -> tuple[TaskPlacement, ...]:
+        """Give a reservation's room back; returns what it held."""
+        parts = tuple(self.reservations.pop(job_id, ()))
+        for part in parts:
+            self.room.give(part)
+        return parts
+
+    def _hold(self, placement: tuple[TaskPlacement, ...]) -> list[TaskPlacement]:
+        held: list[TaskPlacement] = []
         room = self.room
         for task in placement:
             free = room.free[task.node]
@@ -275,11 +304,8 @@ class CycleContext:
             memory = task.memory if whole and room.memory[task.node] >= task.memory else 0
             part = TaskPlacement(task.node, devices, task.milli, cpu, memory)
             room.take(part)
-            blocked.append(part)
-
-    def unblock(self, job_id: str) -> None:
-        for part in self.blocked.pop(job_id, []):
-            self.room.give(part)
+            held.append(part)
+        return held
 
     def known_failure(self, key: SearchKey, head: JobView) -> bool:
         """Did this search fail in an earlier cycle, with nothing since that could change
@@ -302,6 +328,9 @@ class CycleContext:
             ends = spec.submit + self.config.lossy_patience
             if ends > self.now:
                 until = min(until, ends)
+        starves = starving_from(spec, self.config)  # then it searches with its reserved room
+        if starves is not None and starves > self.now:
+            until = min(until, starves)
         if until > self.now:
             self.failed[key] = FailedSearch(head.id, until)
 

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from caldera.core.allocate import job_order
 from caldera.core.context import CycleContext, QueueUsage
 from caldera.core.decisions import Evict, EvictReason, Nominate
+from caldera.core.packing import count_non_evictable, leaf_load, never_evicted
+from caldera.core.placement import place_job
 from caldera.core.snapshot import JobView, Nomination, PendingVictim
 from caldera.core.victims import (
     Enough,
@@ -276,6 +278,9 @@ def give_way(
             # the same search. Back off until the timer, unless something else wakes us.
             cycle.wakeups.append(failed_at + cycle.config.preempt_backoff)
             continue
+        reserved = cycle.unreserve(job.id)  # its own reserved room counts as free for it
+        if reserved and _start_on_free_room(cycle, job):
+            continue
         key = (reason.value, groups[number][0])
         if cycle.known_failure(key, job):
             plan = None  # failed before, and nothing since could change the answer (memo.py)
@@ -285,6 +290,8 @@ def give_way(
                 plan = None
             if plan is None:
                 cycle.record_failure(key, job)
+        if reserved:  # what its plan does not use stays out of others' reach this cycle
+            cycle.reserve(job.id, reserved)
         if plan is None:
             cycle.missed.add(job.id)
             if priority >= CRITICAL_PRIORITY:  # look again soon, even if nothing happens
@@ -293,6 +300,19 @@ def give_way(
         _execute(cycle, job, plan)
         if following is not None:
             heapq.heappush(heads, following)
+
+
+def _start_on_free_room(cycle: CycleContext, job: JobView) -> bool:
+    """A starving job whose reservation was released may fit now (room freed since allocate,
+    e.g. another reservation's): it starts instead of taking victims."""
+    spec = job.spec
+    if not cycle.usage[spec.queue].within_capability(spec.gang_request):
+        return False
+    placement = place_job(cycle.room, spec, maximum=spec.min_available)
+    if placement is None:
+        return False
+    cycle.start(job, placement)
+    return True
 
 
 def search(
@@ -305,8 +325,9 @@ def search(
     """One victim search for `job` among `index`'s units on the cycle's working room."""
     if not index.units:
         return None
+    load = leaf_load(cycle) if never_evicted(job.spec) else None
     return find_plan(
-        cycle.room, job.spec, index, cycle.evicted, allow, patience(cycle, job), enough
+        cycle.room, job.spec, index, cycle.evicted, allow, patience(cycle, job), enough, load
     )
 
 
@@ -346,6 +367,8 @@ def _execute(cycle: CycleContext, job: JobView, plan: Plan) -> None:
     cycle.claimed.update(victim.job for victim in pending)
     cycle.promise(job, 1)
     cycle.block(job.id, plan.placement)
+    if never_evicted(job.spec):
+        count_non_evictable(cycle, plan.placement)
     if pending:
         cycle.wakeups.append(cycle.now + 1)
 

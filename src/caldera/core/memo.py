@@ -12,7 +12,8 @@ settled until one of these happens:
 3. the policy settings, the queues or the nodes change (a drain, a cordon, a lost GPU);
 4. time passes a point where the search's own rules loosen: a running job's cooldown ends
    (it becomes a candidate again), a critical preemptor's SLO runs out (its plans need no
-   longer finish within it), `lossy_patience` ends (a lossy plan becomes acceptable);
+   longer finish within it), `lossy_patience` ends (a lossy plan becomes acceptable), a
+   large job starts to starve (it then searches with its reserved room, reservation.py);
 5. the group's first job changes (its submit time sets those points).
 
 Everything else that happens between two cycles only *tightens* what a waiting group is

@@ -19,7 +19,8 @@ for a topology-constrained gang, plus the whole cluster unless the constraint is
 victims in order on a working copy until P can actually be placed there (and they free what
 else P needs, e.g. its queue's capability), then drop every victim P can do without. The
 cheapest plan over all domains wins (`PlanCost`): too late for a critical preemptor's start
-SLO, work lost, victims of P's own queue, victims, the victims' own keys (the most valuable
+SLO, work lost, victims of P's own queue, victims, for a P never evicted itself how far it
+spreads such work over leaves (core/packing.py), the victims' own keys (the most valuable
 first), GPUs evicted, domain order. If no domain yields a plan, nothing is evicted.
 
 Everything here is a function of the room, the preemptor's spec and the candidate units: a
@@ -34,6 +35,7 @@ from typing import NamedTuple
 
 from caldera.core.config import PolicyConfig
 from caldera.core.jobindex import _never_a_victim
+from caldera.core.packing import spread
 from caldera.core.placement import can_host, place_job
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView
@@ -165,9 +167,10 @@ class PlanCost(NamedTuple):
     lost: float  # 2. GPU-seconds lost
     own: int  # 3. victims of the preemptor's own queue (borrowers first)
     victims: int  # 4. victims (jobs)
-    keys: tuple[VictimKey, ...]  # 5. the victims' own keys, the most valuable first
-    gpus: int  # 6. milli-GPUs evicted
-    order: int  # 7. domain order
+    spread: tuple[int, int]  # 5. a never-evicted preemptor: leaves it opens (core/packing.py)
+    keys: tuple[VictimKey, ...]  # 6. the victims' own keys, the most valuable first
+    gpus: int  # 7. milli-GPUs evicted
+    order: int  # 8. domain order
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +354,7 @@ def find_plan(
     allow: Veto | None = None,
     patience: float | None = None,
     enough: Enough | None = None,
+    load: Mapping[int, int] | None = None,
 ) -> Plan | None:
     """The cheapest feasible victim set over all candidate domains, or None.
 
@@ -360,6 +364,8 @@ def find_plan(
     can still wait for room and start within its SLO — plans whose victims all release in
     time come first. `enough(units)`: do these victims free the quota the preemptor needs
     besides room (its own queue's capability)? Adding victims never makes it false.
+    `load`: non-evictable milli-GPUs per leaf, for a preemptor that will never be evicted
+    itself: plans that spread such work over fewer leaves come first (core/packing.py).
     Domains are tried cheapest-victim first and the search stops once no untried domain could
     beat the best plan.
     """
@@ -390,9 +396,9 @@ def find_plan(
         for lost, lowest, order, nodes, local in options:
             if (nodes is None) != cluster_wide:
                 continue
-            if best is not None and _cannot_beat(best.cost, lost, lowest):
+            if best is not None and _cannot_beat(best.cost, lost, lowest, load is not None):
                 break
-            plan = _plan_in_domain(room, spec, nodes, local, allow, order, patience, enough)
+            plan = _plan_in_domain(room, spec, nodes, local, allow, order, patience, enough, load)
             if plan is not None and (best is None or plan.cost < best.cost):
                 best = plan
         if best is not None:
@@ -400,13 +406,15 @@ def find_plan(
     return best
 
 
-def _cannot_beat(best: PlanCost, lost: float, lowest: VictimKey) -> bool:
+def _cannot_beat(best: PlanCost, lost: float, lowest: VictimKey, packing: bool) -> bool:
     """Could no plan whose lost work is at least `lost` and whose most valuable victim's key
-    is at least `lowest` cost less than `best`?"""
+    is at least `lowest` cost less than `best`? (`packing`: plans also differ in spread.)"""
     if best.late:
         return False
     if lost != best.lost:
         return lost > best.lost
+    if packing:
+        return False
     # Equal loss at best: only a single victim outside the preemptor's queue beats nothing
     # but a smaller key.
     return best.own == 0 and best.victims == 1 and lowest > best.keys[0]
@@ -525,6 +533,7 @@ def _plan_in_domain(
     order: int,
     patience: float | None,
     enough: Enough | None = None,
+    load: Mapping[int, int] | None = None,
 ) -> Plan | None:
     mark = room.mark()
     try:
@@ -565,6 +574,7 @@ def _plan_in_domain(
             lost=sum(c.lost for c in chosen),
             own=sum(1 for job in jobs.values() if job.spec.queue == spec.queue),
             victims=len(jobs),
+            spread=(0, 0) if load is None else spread(room, placement, load),
             keys=tuple(sorted((c.key for c in chosen), reverse=True)),
             gpus=sum(c.gpu for c in chosen),
             order=order,

@@ -1,0 +1,122 @@
+"""Reservations for starving large jobs (DESIGN §4.4), made at the start of allocate.
+
+A large job that has waited a quarter of its start SLO (15 min of the default hour) is
+*starving*. The highest-ranked starving job of each queue either starts now, on free room
+before anybody else is placed, or reserves the free whole GPUs of one domain it could run in:
+nobody else — no later job of its own queue at equal priority, no job of another queue, no
+backfill — takes that room in this cycle, so room freed there accumulates until the job fits.
+The throttle keeps new lower-priority submissions out of the queue; the reservation keeps
+freed room for the job against equal-priority competitors too.
+
+Which domain: one its topology allows (its tier; a gang without a constraint, the smallest
+tier one of whose domains could hold it), that could ever hold it once evictable work is
+gone, with the most free whole GPUs — the room it reserved in earlier cycles is still free,
+so the choice is stable — then the least non-evictable work (critical, protected), then the
+lowest id. Critical jobs are placed before (their own pass), so a reservation never delays
+them; the job may still search for victims with its reserved room counted as free.
+
+May: start a starving job, reserve free room for it. May not: evict, start anything else, or
+reserve for a job its queue's capability holds back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from caldera.core.context import CycleContext, starving_from
+from caldera.core.packing import non_evictable
+from caldera.core.placement import place_job
+from caldera.core.room import TaskPlacement
+from caldera.core.snapshot import JobView
+from caldera.model import GPU_MILLI, PRIORITY_CLASSES, JobSpec, JobType, TopologyMode
+
+__all__ = ["reserve_for_starving", "starving"]
+
+LARGE = PRIORITY_CLASSES[JobType.LARGE].value
+
+
+def starving(cycle: CycleContext, job: JobView) -> bool:
+    """A pending large job that has waited a quarter of its start SLO."""
+    if job.nomination is not None:
+        return False
+    starves = starving_from(job.spec, cycle.config)
+    return starves is not None and cycle.now >= starves
+
+
+def reserve_for_starving(cycle: CycleContext) -> set[str]:
+    """Start or reserve room for each queue's highest-ranked starving large job, in this
+    pass. Returns the jobs started."""
+    heads: dict[str, JobView] = {}
+    for key, jobs in cycle.eligible_groups:
+        if key[1] != LARGE or key[0] not in cycle.usage or not cycle.in_pass(key):
+            continue
+        for job in jobs:
+            if job.id in cycle.started or not starving(cycle, job):
+                continue
+            best = heads.get(key[0])
+            if best is None or job.spec.rank < best.spec.rank:
+                heads[key[0]] = job
+            break  # a group is in rank order
+    started: set[str] = set()
+    for job in sorted(heads.values(), key=lambda j: j.spec.rank):
+        spec = job.spec
+        if not cycle.usage[spec.queue].within_capability(spec.gang_request):
+            continue
+        placement = place_job(cycle.room, spec, maximum=spec.min_available)
+        if placement is not None:
+            cycle.start(job, placement)
+            started.add(job.id)
+            continue
+        domain = _domain(cycle, spec)
+        if domain is not None:
+            cycle.reserve(job.id, _free_whole(cycle, spec, domain))
+    return started
+
+
+def _free_whole(
+    cycle: CycleContext, spec: JobSpec, nodes: Sequence[int]
+) -> tuple[TaskPlacement, ...]:
+    room = cycle.room
+    models = spec.gpu_models
+    parts: list[TaskPlacement] = []
+    for index in nodes:
+        if models is not None and room.nodes[index].gpu_model not in models:
+            continue
+        devices = tuple(d for d, left in enumerate(room.free[index]) if left == GPU_MILLI)
+        devices = tuple(d for d in devices if d < room.nodes[index].gpus)  # not MIG slices
+        if devices:
+            parts.append(TaskPlacement(index, devices, GPU_MILLI))
+    return tuple(parts)
+
+
+def _domain(cycle: CycleContext, spec: JobSpec) -> tuple[int, ...] | None:
+    """The domain to reserve in (see the module docstring), or None."""
+    room = cycle.room
+    need = spec.whole_gpus * spec.min_available
+    if need == 0:
+        return None
+    topology = spec.topology
+    if topology is not None:
+        tiers: tuple[int, ...] = (topology.highest_tier,)
+        if topology.mode is TopologyMode.SOFT and topology.highest_tier < 2:
+            tiers = (topology.highest_tier, 2)
+    else:
+        tiers = (1, 2)
+    fixed = non_evictable(cycle)
+    models = spec.gpu_models
+    for tier in tiers:
+        domains = room.tier1_nodes if tier <= 1 else room.tier2_nodes
+        options: list[tuple[int, int, int, tuple[int, ...]]] = []
+        for domain, nodes in domains.items():
+            usable = [n for n in nodes if models is None or room.nodes[n].gpu_model in models]
+            capacity = sum(room.nodes[n].gpus for n in usable) * GPU_MILLI
+            held = sum(fixed.get(n, 0) for n in usable)
+            if capacity - held < need * GPU_MILLI:
+                continue  # never, while its non-evictable work runs
+            free = sum(room.whole[n] for n in usable)
+            options.append((-free, held, domain, tuple(usable)))
+        if options:
+            return min(options)[3]
+        if topology is not None and topology.mode is TopologyMode.HARD:
+            return None
+    return None
