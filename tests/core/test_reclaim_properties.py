@@ -94,8 +94,23 @@ def _reclaim_problems(data: dict[str, Any], result: dict[str, Any]) -> list[str]
     def held(queue: str) -> float:
         return sum(g for job, g in running.items() if specs[job]["queue"] == queue)
 
+    # A reclaimer's own share is checked once all of its plan's evictions of that moment are
+    # in: a combined plan frees its own queue's victims too (DESIGN §4.1, reclaim (c)).
+    reclaimers: dict[str, float] = {}  # reclaimer -> when
+
+    def check_shares() -> None:
+        for preemptor, when in reclaimers.items():
+            reclaimer = specs[preemptor]
+            mine = reclaimer["queue"]
+            gang = reclaimer.get("min_available", 1) * reclaimer["gpus_per_task"]
+            if reclaimer["type"] != "critical" and held(mine) + gang > _deserved(data, mine) + 1e-9:
+                problems.append(f"t={when}: {preemptor} reclaims, {mine} would be over share")
+        reclaimers.clear()
+
     for event in result["events"]:
         kind, name, t = event["kind"], event["job"], event["t"]
+        if kind != "evict" or any(when != t for when in reclaimers.values()):
+            check_shares()
         if kind == "start":
             running[name] = running.get(name, 0.0) + event["gpus"]
         elif kind in ("finish", "fail", "cancel"):
@@ -106,11 +121,8 @@ def _reclaim_problems(data: dict[str, Any], result: dict[str, Any]) -> list[str]
             running[name] = running.get(name, 0.0) - event["gpus"]
             if event["reason"] != "reclaim":
                 continue
-            reclaimer = specs[event["preemptor"]]
-            mine = reclaimer["queue"]
-            gang = reclaimer.get("min_available", 1) * reclaimer["gpus_per_task"]
-            if reclaimer["type"] != "critical" and held(mine) + gang > _deserved(data, mine) + 1e-9:
-                problems.append(f"t={t}: {reclaimer['name']} reclaims, {mine} would be over share")
+            reclaimers[event["preemptor"]] = t
+            mine = specs[event["preemptor"]]["queue"]
             if held(victim_queue) < guarantee[victim_queue] - 1e-9:
                 problems.append(f"t={t}: {victim_queue} reclaimed below its guarantee")
             if before <= _deserved(data, victim_queue) + 1e-9:
@@ -119,6 +131,7 @@ def _reclaim_problems(data: dict[str, Any], result: dict[str, Any]) -> list[str]
                 if (victim_queue, mine) in took_from:
                     problems.append(f"t={t}: ping-pong, {mine} takes back from {victim_queue}")
                 took_from.add((mine, victim_queue))
+    check_shares()
     return problems
 
 
