@@ -124,7 +124,7 @@ def _own_server(gpus: int, database_url: str | None) -> Iterator[str]:
 def _kill_tasks(data_dir: Path) -> None:
     from caldera.service.launcher import kill_recorded_tasks
 
-    kill_recorded_tasks(data_dir)
+    kill_recorded_tasks(data_dir, wait=30.0)  # gone before their folder is removed
 
 
 def _start_latencies(client: httpx.Client, starts: int) -> list[float]:

@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -310,11 +311,12 @@ def check_environment(env: dict[str, str], command: tuple[str, ...]) -> dict[str
     return env
 
 
-def kill_recorded_tasks(data_dir: Path) -> int:
+def kill_recorded_tasks(data_dir: Path, wait: float = 0.0) -> int:
     """Kill every task whose runner record is under `data_dir` (tasks outlive their server by
     design; a benchmark or a test that is done with a server uses this). Returns how many
-    runners were told."""
-    told = 0
+    runners were told. `wait`: seconds to wait for the told runners to be gone (they write
+    their last status as they go, so a caller about to remove `data_dir` must wait)."""
+    told: list[tuple[int, int | None]] = []
     for record in data_dir.glob("jobs/*/run/*.runner"):
         data = _read_json(record)
         if data is None:
@@ -322,8 +324,14 @@ def kill_recorded_tasks(data_dir: Path) -> int:
         if isinstance(data.get("cgroup"), str):
             cgroup_kill(Path(str(data["cgroup"])))
         pid, ticks = data.get("pid"), data.get("start_ticks")
-        if isinstance(pid, int) and process_alive(pid, ticks if isinstance(ticks, int) else None):
+        start = ticks if isinstance(ticks, int) else None
+        if isinstance(pid, int) and process_alive(pid, start):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGUSR1)
-                told += 1
-    return told
+                told.append((pid, start))
+    deadline = time.monotonic() + wait
+    alive = told
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [(pid, start) for pid, start in alive if process_alive(pid, start)]
+    return len(told)
