@@ -41,7 +41,6 @@ from caldera.core import (
     Snapshot,
     TaskPlacement,
     Throttle,
-    ThrottleOff,
     run,
 )
 from caldera.errors import NotFound
@@ -57,14 +56,13 @@ from caldera.k8s.pods import PodWatcher
 from caldera.k8s.settings import KubeSettings
 from caldera.model import GPU_MILLI, Node, Queue
 from caldera.policies import get_policy
-from caldera.runtime import Kernel, Outcome
+from caldera.runtime import MAX_CYCLES_AT_ONCE, Kernel, Outcome, run_again
 from caldera.runtime.wire import ByName, placement_from_wire
 
 __all__ = ["KubeRuntime", "KubeStats"]
 
 log = logging.getLogger("caldera.k8s")
 
-_MAX_CYCLES_PER_STEP = 8
 _TIMER = 5.0  # seconds: the cycle runs at least this often (effective weights move with time)
 
 
@@ -184,7 +182,7 @@ class KubeRuntime:
     def cycle(self) -> Decisions:
         """Run the cycle until it stops releasing held jobs; apply each result."""
         decisions = Decisions()
-        for _ in range(_MAX_CYCLES_PER_STEP):
+        for _ in range(MAX_CYCLES_AT_ONCE):
             self.cycle_needed = False
             now = self.clock()
             snapshot = self.snapshot(now)
@@ -194,10 +192,7 @@ class KubeRuntime:
             self.kernel.apply(decisions, snapshot)
             self.actuator.flush()
             self._next_wakeup = decisions.wakeup
-            again = decisions.releases or any(
-                isinstance(change, ThrottleOff) for change in decisions.throttles
-            )
-            if not again:
+            if not run_again(decisions):
                 break
         return decisions
 

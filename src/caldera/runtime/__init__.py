@@ -14,10 +14,19 @@ never each other.
 """
 
 from caldera.runtime.job import TrackedJob, TrackedTask, refresh_index
-from caldera.runtime.kernel import Effects, EventKind, Kernel, KernelStats, cancel_eviction
+from caldera.runtime.kernel import (
+    MAX_CYCLES_AT_ONCE,
+    Effects,
+    EventKind,
+    Kernel,
+    KernelStats,
+    cancel_eviction,
+    run_again,
+)
 from caldera.runtime.lifecycle import Ended, Outcome, TaskEnd, outcome
 
 __all__ = [
+    "MAX_CYCLES_AT_ONCE",
     "Effects",
     "Ended",
     "EventKind",
@@ -30,4 +39,5 @@ __all__ = [
     "cancel_eviction",
     "outcome",
     "refresh_index",
+    "run_again",
 ]

@@ -45,6 +45,7 @@ from caldera.core import (
     Snapshot,
     TaskPlacement,
     Throttle,
+    ThrottleOff,
     ThrottleOn,
 )
 from caldera.core.decisions import release_timing
@@ -53,7 +54,15 @@ from caldera.model.lifecycle import TERMINAL
 from caldera.runtime.job import TaskT, TrackedJob, refresh_index
 from caldera.runtime.lifecycle import Outcome, TaskEnd, outcome
 
-__all__ = ["Effects", "EventKind", "Kernel", "KernelStats", "cancel_eviction"]
+__all__ = [
+    "MAX_CYCLES_AT_ONCE",
+    "Effects",
+    "EventKind",
+    "Kernel",
+    "KernelStats",
+    "cancel_eviction",
+    "run_again",
+]
 
 log = logging.getLogger("caldera.runtime")
 
@@ -130,6 +139,19 @@ class KernelStats:
     refused_evictions: int = 0  # evictions of jobs that are never victims, refused
     throttle_held_seconds: float = 0.0  # seconds jobs spent Held by a throttle
     memo_hits: int = 0  # victim searches the memo of failed searches saved (core/memo.py)
+
+
+# Cycles run back to back at one instant, at most: each may release held jobs or end a throttle
+# (`run_again`), and a bound keeps one instant from running forever.
+MAX_CYCLES_AT_ONCE = 8
+
+
+def run_again(decisions: Decisions) -> bool:
+    """Whether the cycle must run again at once: it released held jobs or ended a throttle,
+    so jobs it could not start a moment ago may start now. Every runtime loops on this."""
+    return bool(decisions.releases) or any(
+        isinstance(change, ThrottleOff) for change in decisions.throttles
+    )
 
 
 def cancel_eviction(view: JobView, config: PolicyConfig, now: float) -> Evict:

@@ -41,7 +41,6 @@ from caldera.core import (
     Room,
     Snapshot,
     Throttle,
-    ThrottleOff,
     Waiting,
     WaitingReasons,
     admit,
@@ -50,7 +49,7 @@ from caldera.core import (
 from caldera.errors import Conflict, NotFound, Rejected
 from caldera.model import JobState, Node, Queue, QueueState, shares_time, time_share
 from caldera.policies import get_policy
-from caldera.runtime import Kernel
+from caldera.runtime import MAX_CYCLES_AT_ONCE, Kernel, run_again
 from caldera.service.actuator import Actuator
 from caldera.service.config import ServiceConfig
 from caldera.service.gpus import HostGPUs
@@ -76,7 +75,6 @@ __all__ = ["Runtime", "RuntimeStats"]
 
 log = logging.getLogger("caldera.service")
 
-_MAX_CYCLES_PER_WAKE = 8
 _TIMER = 5.0  # seconds: the cycle runs at least this often (effective weights move with time)
 
 
@@ -213,7 +211,7 @@ class Runtime:
     def cycle(self) -> Decisions:
         """Run the cycle until it stops releasing held jobs; apply each result."""
         decisions = Decisions()
-        for _ in range(_MAX_CYCLES_PER_WAKE):
+        for _ in range(MAX_CYCLES_AT_ONCE):
             # Under the lock: the cycle reads the live room and job index. It is short (it
             # costs what changed since the last cycle), and submissions only wait for it.
             with self.lock:
@@ -231,10 +229,7 @@ class Runtime:
                 self.apply(decisions, snapshot)
                 self._next_wakeup = decisions.wakeup
             self.launch_pending()
-            again = decisions.releases or any(
-                isinstance(change, ThrottleOff) for change in decisions.throttles
-            )
-            if not again:
+            if not run_again(decisions):
                 break
         return decisions
 

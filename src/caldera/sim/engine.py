@@ -30,13 +30,12 @@ from caldera.core import (
     Room,
     Snapshot,
     TaskPlacement,
-    ThrottleOff,
     admit,
     run,
 )
 from caldera.model import JobState
 from caldera.policies import get_policy
-from caldera.runtime import EventKind, Kernel, TrackedJob
+from caldera.runtime import MAX_CYCLES_AT_ONCE, EventKind, Kernel, TrackedJob, run_again
 from caldera.sim.recorder import Recorder
 
 __all__ = ["SimJob", "SimTask", "Simulator", "simulate"]
@@ -44,7 +43,6 @@ __all__ = ["SimJob", "SimTask", "Simulator", "simulate"]
 # Event kinds in the order they apply at one instant: room comes back before anyone asks.
 # A cancel at the submit instant applies to the submitted job.
 _RELEASE, _FINISH, _SUBMIT, _CANCEL, _WAKEUP = range(5)
-_MAX_CYCLES_PER_INSTANT = 8
 
 
 @dataclass
@@ -271,17 +269,14 @@ class Simulator:
         return self.kernel.snapshot(self.now, self.nodes, self.queues, self.room)
 
     def _cycles(self) -> None:
-        for _ in range(_MAX_CYCLES_PER_INSTANT):
+        for _ in range(MAX_CYCLES_AT_ONCE):
             snapshot = self.snapshot()
             decisions = run(snapshot, self.policy)
             self._apply(decisions, snapshot)
             if decisions.wakeup is not None and decisions.wakeup not in self._wakeups:
                 self._wakeups.add(decisions.wakeup)
                 self._push(decisions.wakeup, _WAKEUP, "")
-            again = decisions.releases or any(
-                isinstance(change, ThrottleOff) for change in decisions.throttles
-            )
-            if not again:
+            if not run_again(decisions):
                 break
 
     def _apply(self, decisions: Decisions, snapshot: Snapshot) -> None:
