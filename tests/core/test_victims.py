@@ -24,6 +24,8 @@ from builders import (
     snapshot,
 )
 from caldera.core import CALDERA, PolicyConfig, run
+from caldera.core.eviction import freed_by
+from caldera.core.victims import victim_units
 
 HOUR = 3600.0
 NOW = 10 * HOUR
@@ -680,3 +682,16 @@ def test_victims(case: Case) -> None:
         assert set(nomination.victims) == evicted_by.get(holder, set()) | set(pending)
     # A preemptor waiting for its victims starts nothing in the same cycle.
     assert not {s.job for s in decisions.starts} & set(nominated)
+
+
+def test_a_jobs_overlapping_units_free_each_task_once() -> None:
+    """An elastic victim offers its whole gang and each task above `min_available`: a plan's
+    quota check (a combined plan keeping its queue within its deserved share) must count each
+    task once — counting 2 + 2 + 6 GPUs for a 6-GPU job let a reclaim through that left the
+    preemptor's queue over its share (test_reclaim_properties)."""
+    nodes = cluster().group("n", count=1).build()
+    elastic = job("e").gang(3, gpus=2, min_available=1).running(since=0)
+    view = elastic.on("n-0").on("n-0").on("n-0").view(nodes)
+    units = victim_units(view, PolicyConfig(), 3600.0)
+    assert len(units) == 3  # two extra tasks, then the whole gang
+    assert freed_by(units, "default") == view.spec.task_request.scaled(3)

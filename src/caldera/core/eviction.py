@@ -92,11 +92,15 @@ def over_capability(usage: QueueUsage, extra: Resources) -> Resources | None:
 
 
 def freed_by(units: Sequence[Unit], queue: str) -> Resources:
-    """What the units of `queue` give back to its quotas."""
+    """What the units of `queue` give back to its quotas. A job's units overlap (its whole
+    gang and each task above `min_available`): a task counts once."""
     freed = Resources()
+    counted: set[tuple[str, int]] = set()
     for unit in units:
         if unit.queue == queue:
-            freed = freed + unit.resources
+            new = [(unit.job.id, i) for i in unit.tasks if (unit.job.id, i) not in counted]
+            counted.update(new)
+            freed = freed + unit.job.spec.task_request.scaled(len(new))
     return freed
 
 
