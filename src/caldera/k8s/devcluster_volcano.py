@@ -5,8 +5,10 @@ and Volcano's own CRDs, all from paths given in the environment.
     CALDERA_VOLCANO_CONTROLLERS   the vc-controller-manager binary (…/cmd/controller-manager);
                                   default: `vc-controller-manager` or `controller-manager`
                                   beside the scheduler
-    CALDERA_VOLCANO_CRDS          the folder of Volcano's CRD manifests (config/crd/volcano/bases
-                                  of the same checkout)
+    CALDERA_VOLCANO_CRDS          the folder of Volcano's CRD manifests, read with its
+                                  subfolders: config/crd of the same checkout (volcano/ and
+                                  jobflow/ — vc-controller-manager waits for the jobflow CRDs
+                                  before it starts any controller)
 
 Nothing of Volcano is in this repository or built by it: the Go module proxy this project
 builds from does not serve `volcano.sh/volcano`, so CI cannot run it. docs/evaluation.md says
@@ -111,7 +113,7 @@ class VolcanoBins:
     def manifests(self) -> list[dict[str, Any]]:
         """Volcano's CRDs, every document of every YAML file in the folder, by file name."""
         found: list[dict[str, Any]] = []
-        for path in sorted(self.crds.glob("*.yaml")):
+        for path in sorted(self.crds.rglob("*.yaml")):
             for doc in yaml.safe_load_all(path.read_text()):
                 if doc and doc.get("kind") == "CustomResourceDefinition":
                     found.append(doc)
@@ -141,9 +143,9 @@ def find_volcano(environ: Mapping[str, str] | None = None) -> VolcanoBins | None
         raise DevClusterError(f"{CONTROLLERS_ENV}={controllers}: no such file")
     crds_text = env.get(CRDS_ENV, "").strip()
     if not crds_text:
-        raise DevClusterError(f"{CRDS_ENV} is not set (Volcano's config/crd/volcano/bases)")
+        raise DevClusterError(f"{CRDS_ENV} is not set (Volcano's config/crd)")
     crds = Path(crds_text)
-    if not any(crds.glob("*.yaml")):
+    if not any(crds.rglob("*.yaml")):
         raise DevClusterError(f"{CRDS_ENV}={crds}: no CRD manifests there")
     return VolcanoBins(scheduler.resolve(), controllers.resolve(), crds)
 
