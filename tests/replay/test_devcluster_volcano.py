@@ -97,6 +97,31 @@ def test_volcanos_crds_must_hold_queue_and_podgroup(tmp_path: Path) -> None:
         volcano_crds(bins)
 
 
+def test_crds_come_from_several_folders_and_none_twice(tmp_path: Path) -> None:
+    """Volcano keeps its CRDs in two folders (volcano/bases, jobflow/bases; without the
+    jobflow ones vc-controller-manager starts no controller); an older copy of one CRD given
+    as well (volcano/v1beta1) is a one-line error, not a 409 from the API server."""
+    _exe(tmp_path / "vc-scheduler")
+    _exe(tmp_path / "vc-controller-manager")
+    bases = _crds(tmp_path / "bases", ["queues.scheduling.volcano.sh"])
+    flow = _crds(tmp_path / "flow", ["jobflows.flow.volcano.sh"])
+    env = {
+        "CALDERA_VOLCANO_SCHEDULER": str(tmp_path / "vc-scheduler"),
+        "CALDERA_VOLCANO_CRDS": f"{bases}:{flow}",
+    }
+    bins = find_volcano(env)
+    assert bins is not None
+    assert [d["metadata"]["name"] for d in bins.manifests()] == [
+        "queues.scheduling.volcano.sh",
+        "jobflows.flow.volcano.sh",
+    ]
+    old = _crds(tmp_path / "v1beta1", ["queues.scheduling.volcano.sh"])
+    bins = find_volcano({**env, "CALDERA_VOLCANO_CRDS": f"{bases}:{old}"})
+    assert bins is not None
+    with pytest.raises(DevClusterError, match=r"queues\.scheduling\.volcano\.sh is given twice"):
+        bins.manifests()
+
+
 def test_vc_scheduler_runs_seed_001_as_written(tmp_path: Path) -> None:
     conf = yaml.safe_load(conf_text(SEED_001))
     assert [a.strip() for a in conf["actions"].split(",")] == [

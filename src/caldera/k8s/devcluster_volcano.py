@@ -5,10 +5,10 @@ and Volcano's own CRDs, all from paths given in the environment.
     CALDERA_VOLCANO_CONTROLLERS   the vc-controller-manager binary (…/cmd/controller-manager);
                                   default: `vc-controller-manager` or `controller-manager`
                                   beside the scheduler
-    CALDERA_VOLCANO_CRDS          the folder of Volcano's CRD manifests, read with its
-                                  subfolders: config/crd of the same checkout (volcano/ and
-                                  jobflow/ — vc-controller-manager waits for the jobflow CRDs
-                                  before it starts any controller)
+    CALDERA_VOLCANO_CRDS          the folders of Volcano's CRD manifests, separated by ':' —
+                                  config/crd/volcano/bases and config/crd/jobflow/bases of the
+                                  same checkout (vc-controller-manager waits for the jobflow
+                                  CRDs before it starts any controller)
 
 Nothing of Volcano is in this repository or built by it: the Go module proxy this project
 builds from does not serve `volcano.sh/volcano`, so CI cannot run it. docs/evaluation.md says
@@ -108,16 +108,22 @@ class VolcanoBins:
 
     scheduler: Path
     controllers: Path
-    crds: Path
+    crds: tuple[Path, ...]
 
     def manifests(self) -> list[dict[str, Any]]:
-        """Volcano's CRDs, every document of every YAML file in the folder, by file name."""
-        found: list[dict[str, Any]] = []
-        for path in sorted(self.crds.rglob("*.yaml")):
-            for doc in yaml.safe_load_all(path.read_text()):
-                if doc and doc.get("kind") == "CustomResourceDefinition":
-                    found.append(doc)
-        return found
+        """Volcano's CRDs, every document of every YAML file in the folders, by file name. A
+        CRD given twice (two versions of one manifest) is a one-line error."""
+        found: dict[str, dict[str, Any]] = {}
+        for folder in self.crds:
+            for path in sorted(folder.glob("*.yaml")):
+                for doc in yaml.safe_load_all(path.read_text()):
+                    if not doc or doc.get("kind") != "CustomResourceDefinition":
+                        continue
+                    name = str(doc.get("metadata", {}).get("name"))
+                    if name in found:
+                        raise DevClusterError(f"{CRDS_ENV}: the CRD {name} is given twice ({path})")
+                    found[name] = doc
+        return list(found.values())
 
     def executables(self) -> tuple[Path, ...]:
         return (self.scheduler, self.controllers)
@@ -143,10 +149,13 @@ def find_volcano(environ: Mapping[str, str] | None = None) -> VolcanoBins | None
         raise DevClusterError(f"{CONTROLLERS_ENV}={controllers}: no such file")
     crds_text = env.get(CRDS_ENV, "").strip()
     if not crds_text:
-        raise DevClusterError(f"{CRDS_ENV} is not set (Volcano's config/crd)")
-    crds = Path(crds_text)
-    if not any(crds.rglob("*.yaml")):
-        raise DevClusterError(f"{CRDS_ENV}={crds}: no CRD manifests there")
+        raise DevClusterError(
+            f"{CRDS_ENV} is not set (Volcano's config/crd/volcano/bases:config/crd/jobflow/bases)"
+        )
+    crds = tuple(Path(part) for part in crds_text.split(os.pathsep) if part.strip())
+    for folder in crds:
+        if not any(folder.glob("*.yaml")):
+            raise DevClusterError(f"{CRDS_ENV}: {folder}: no CRD manifests there")
     return VolcanoBins(scheduler.resolve(), controllers.resolve(), crds)
 
 
@@ -157,7 +166,8 @@ def volcano_crds(bins: VolcanoBins) -> list[dict[str, Any]]:
     names = {doc["metadata"]["name"] for doc in docs}
     for needed in ("queues.scheduling.volcano.sh", "podgroups.scheduling.volcano.sh"):
         if needed not in names:
-            raise DevClusterError(f"{bins.crds} lacks the CRD {needed}")
+            folders = os.pathsep.join(str(folder) for folder in bins.crds)
+            raise DevClusterError(f"{folders} lacks the CRD {needed}")
     return docs
 
 
