@@ -76,9 +76,7 @@ class JobIndex:
         old = self.views.get(job.id)
         if old is not None:
             self._remove(old)
-            if old is not job and _opens_room(old):
-                self.version += 1
-        if _opens_room(job) and old is not job:
+        if old is not job and (_opens_room(job) or (old is not None and _opens_room(old))):
             self.version += 1
         self._add(job)
 
