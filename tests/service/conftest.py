@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from postgres import PostgresServer, find_binaries, start_postgres
 from service_support import BASE_CONFIG, ROOT, Server
+
+from caldera.bench.postgres import PostgresServer, find_binaries, start_postgres
 
 
 @pytest.fixture(scope="session")

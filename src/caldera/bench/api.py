@@ -14,7 +14,10 @@ from the `Server-Timing` header it adds to every response.
    the cycle runs over a growing pending queue while submissions keep coming.
 
 Without `url` the benchmark starts its own `caldera serve --gpus N` on a free port with a
-throwaway data dir and stops it (and every task it started) afterwards.
+throwaway data dir and stops it (and every task it started) afterwards. Its database is
+SQLite in that data dir, the one at `database_url`, or (`private_postgres`) a private
+PostgreSQL server started for the run from Debian's binaries with the production defaults:
+fsync and synchronous commit on, so each commit waits for its flush (`caldera.bench.postgres`).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class ApiBenchResult:
     duration: float
     submitted: int
     errors: int
+    error_kinds: dict[str, int]  # HTTP status (or transport error) -> how many
     achieved_rate: float
     submit_p50_ms: float
     submit_p95_ms: float
@@ -75,13 +79,20 @@ def _free_port() -> int:
 
 
 @contextmanager
-def _own_server(gpus: int, database_url: str | None) -> Iterator[str]:
+def _own_server(gpus: int, database_url: str | None, rate: float) -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="caldera-bench-") as folder:
         root = Path(folder)
         config = root / "caldera.yaml"
         settings: dict[str, object] = {
             "queues": [{"name": _QUEUE, "weight": 1}],
             "tokens": [{"token": _TOKEN, "user": "bench", "critical": True, "admin": True}],
+            # One user submits everything: the per-user limits, meant for a shared host, would
+            # answer most of the load 429 (50/s, 10,000 waiting by default).
+            "limits": {
+                "submit_rate": max(2 * rate, 50.0),
+                "submit_burst": 100_000,
+                "pending_jobs_per_user": 10_000_000,
+            },
         }
         if os.geteuid() == 0:  # a root server runs jobs as another account, never as root
             settings["isolation"] = {"sandbox_user": "nobody"}
@@ -119,6 +130,23 @@ def _own_server(gpus: int, database_url: str | None) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 server.kill()
             _kill_tasks(root / "data")
+
+
+@contextmanager
+def _private_postgres() -> Iterator[str]:
+    """A durable private PostgreSQL server for one run (fsync on); its URL."""
+    from caldera.bench.postgres import find_binaries, start_postgres
+
+    bin_dir = find_binaries()
+    if bin_dir is None:
+        raise RuntimeError(
+            "PostgreSQL binaries not found in /usr/lib/postgresql/*/bin (make system-deps)"
+        )
+    server = start_postgres(bin_dir, durable=True)
+    try:
+        yield server.url()
+    finally:
+        server.stop()
 
 
 def _kill_tasks(data_dir: Path) -> None:
@@ -159,14 +187,14 @@ def _start_latencies(client: httpx.Client, starts: int) -> list[float]:
 
 def _load(
     url: str, rate: float, duration: float, workers: int, progress: Callable[[int], None] | None
-) -> tuple[list[float], list[float], int, float, list[str]]:
+) -> tuple[list[float], list[float], dict[str, int], float, list[str]]:
     local = threading.local()
     clients: list[httpx.Client] = []
     clients_lock = threading.Lock()
     latencies: list[float] = []
     inside: list[float] = []
     ids: list[str] = []
-    errors = [0]
+    errors: dict[str, int] = {}  # what failed: the HTTP status, or the transport error
     record = threading.Lock()
     body = {"queue": _QUEUE, "gpus": 1, "command": ["sleep", "3600"], "name": "load"}
 
@@ -182,17 +210,17 @@ def _load(
         began = time.perf_counter()
         try:
             response = client.post("/v1/jobs", json=body)
-            ok = response.status_code == 201
-        except httpx.HTTPError:
-            ok = False
+            failure = None if response.status_code == 201 else str(response.status_code)
+        except httpx.HTTPError as error:
+            failure = type(error).__name__
         elapsed = time.perf_counter() - began
         with record:
-            if ok:
+            if failure is None:
                 latencies.append(elapsed)
                 inside.append(_server_ms(response))
                 ids.append(response.json()["id"])
             else:
-                errors[0] += 1
+                errors[failure] = errors.get(failure, 0) + 1
 
     total = int(rate * duration)
     began = time.monotonic()
@@ -208,7 +236,7 @@ def _load(
     wall = time.monotonic() - began
     for client in clients:
         client.close()
-    return latencies, inside, errors[0], wall, ids
+    return latencies, inside, errors, wall, ids
 
 
 def _server_ms(response: httpx.Response) -> float:
@@ -248,9 +276,13 @@ def bench_api(
     starts: int = 20,
     database_url: str | None = None,
     progress: Callable[[int], None] | None = None,
+    private_postgres: bool = False,
 ) -> ApiBenchResult:
+    if url is None and private_postgres:
+        with _private_postgres() as database_url, _own_server(gpus, database_url, rate) as own:
+            return _run(own, _TOKEN, True, rate, duration, gpus, workers, starts, progress)
     if url is None:
-        with _own_server(gpus, database_url) as own:
+        with _own_server(gpus, database_url, rate) as own:
             return _run(own, _TOKEN, True, rate, duration, gpus, workers, starts, progress)
     return _run(
         url,
@@ -292,7 +324,8 @@ def _run(
         rate=rate,
         duration=duration,
         submitted=len(latencies),
-        errors=errors,
+        errors=sum(errors.values()),
+        error_kinds=dict(sorted(errors.items())),
         achieved_rate=round(len(latencies) / wall, 1) if wall else 0.0,
         submit_p50_ms=round(percentile(ms, 0.50), 2),
         submit_p95_ms=round(percentile(ms, 0.95), 2),

@@ -28,6 +28,12 @@ def api_command(
     database_url: Annotated[
         str | None, typer.Option(help="Database of the server it starts [default: SQLite].")
     ] = None,
+    private_postgres: Annotated[
+        bool,
+        typer.Option(
+            help="Start a private PostgreSQL (fsync on, Debian's binaries) for the server."
+        ),
+    ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Submit at a fixed rate through the REST API; report submit latency and start time."""
@@ -35,6 +41,10 @@ def api_command(
 
     if rate <= 0 or duration <= 0 or gpus < 1 or workers < 1 or starts < 1:
         fail("rate, duration, gpus, workers and starts must be positive", EXIT_BAD_INPUT)
+    if private_postgres and (url or database_url):
+        fail(
+            "--private-postgres starts its own database: no --url or --database-url", EXIT_BAD_INPUT
+        )
     console = Console(stderr=True)
     try:
         result = bench_api(
@@ -45,6 +55,7 @@ def api_command(
             workers=workers,
             starts=starts,
             database_url=database_url,
+            private_postgres=private_postgres,
         ).as_dict()
     except Exception as error:  # one line for the user whatever broke
         fail(f"benchmark failed: {error}")
@@ -53,7 +64,8 @@ def api_command(
         return
     console.print(
         f"{result['submitted']} submissions in {result['duration']:g}s "
-        f"({result['achieved_rate']}/s offered {result['rate']:g}/s, {result['errors']} errors): "
+        f"({result['achieved_rate']}/s offered {result['rate']:g}/s, {result['errors']} errors "
+        f"{result['error_kinds'] or ''}): "
         f"submit p50 {result['submit_p50_ms']} ms, p99 {result['submit_p99_ms']} ms, "
         f"max {result['submit_max_ms']} ms (inside the server p50 {result['server_p50_ms']} "
         f"ms, p99 {result['server_p99_ms']} ms); idle-GPU start p50 {result['start_p50_ms']} ms, "

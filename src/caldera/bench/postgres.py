@@ -1,10 +1,14 @@
-"""A private PostgreSQL server for the test session, from Debian's binaries.
+"""A private PostgreSQL server from Debian's binaries, for the tests and `caldera bench api`.
 
 `scripts/system-deps.sh` installs the `postgresql` package (scripts/apt-packages.txt); its
 programs live in /usr/lib/postgresql/VERSION/bin and no cluster needs to be running. The
 server gets a fresh data dir in /tmp, a free port on 127.0.0.1, trust authentication for the
-superuser `postgres`, no fsync (a test database), and is stopped and removed at the end.
-initdb refuses to run as root: as root the server runs as the `postgres` system user.
+superuser `postgres`, and is stopped and removed at the end. initdb refuses to run as root:
+as root the server runs as the `postgres` system user.
+
+Durability: the test suite's server runs without fsync (a throwaway test database); the
+benchmark's (`durable=True`) keeps PostgreSQL's production defaults (fsync, synchronous
+commit, full page writes), so every commit it times waits for its WAL flush.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class PostgresServer:
     root: Path
     port: int
     user: str | None  # the OS account the server runs as (None: ours)
+    durable: bool = False  # fsync, synchronous_commit, full_page_writes on (the defaults)
 
     @property
     def data(self) -> Path:
@@ -95,9 +100,11 @@ class PostgresServer:
         )
         options = (
             f"-c listen_addresses=127.0.0.1 -c port={self.port} "
-            f"-c unix_socket_directories={self.root} -c fsync=off -c synchronous_commit=off "
-            "-c full_page_writes=off -c max_connections=300 -c shared_buffers=64MB"
+            f"-c unix_socket_directories={self.root} "
+            "-c max_connections=300 -c shared_buffers=64MB"
         )
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self._check(
             self._run(
                 str(self.bin_dir / "pg_ctl"),
@@ -135,8 +142,9 @@ class PostgresServer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def start_postgres(bin_dir: Path) -> PostgresServer:
-    """Start a private server; raises RuntimeError with one line if it cannot."""
+def start_postgres(bin_dir: Path, durable: bool = False) -> PostgresServer:
+    """Start a private server; raises RuntimeError with one line if it cannot. `durable`:
+    with PostgreSQL's default fsync and synchronous commit (for benchmarks)."""
     root = Path(tempfile.mkdtemp(prefix="caldera-pg-"))
     user: str | None = None
     if os.geteuid() == 0:
@@ -150,7 +158,7 @@ def start_postgres(bin_dir: Path) -> PostgresServer:
     os.chmod(root, 0o700)
     last: RuntimeError | None = None
     for _ in range(3):  # the free port may be taken between the probe and the start
-        server = PostgresServer(bin_dir, root, _free_port(), user)
+        server = PostgresServer(bin_dir, root, _free_port(), user, durable)
         try:
             server.start()
             return server
