@@ -10,8 +10,9 @@ from the `Server-Timing` header it adds to every response.
 2. Load: open loop at `rate` submissions per second for `duration` seconds (each request is
    sent at its scheduled time whatever the previous ones did, so a slow server cannot slow
    the offered load down and hide its own latency), from `workers` threads with keep-alive
-   connections. Each job asks for one GPU and sleeps, so the cluster fills and the rest wait:
-   the cycle runs over a growing pending queue while submissions keep coming.
+   connections. Each job asks for one GPU and sleeps. Before the clock starts the cluster is
+   filled (`gpus` such jobs, all running, their runners settled), so every job of the load
+   waits: the cycle runs over a growing pending queue while submissions keep coming.
 
 Without `url` the benchmark starts its own `caldera serve --gpus N` on a free port with a
 throwaway data dir and stops it (and every task it started) afterwards. Its database is
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import socket
 import subprocess
 import sys
@@ -185,12 +187,48 @@ def _start_latencies(client: httpx.Client, starts: int) -> list[float]:
     return latencies
 
 
+def _fill(client: httpx.Client, gpus: int) -> list[str]:
+    """Fill the cluster before the load, and wait until every task runs and its runner has
+    settled: the load then meets the steady state of a full cluster, not the start-up of
+    `gpus` runner processes (a Python interpreter each) competing for the CPU."""
+    body = {"queue": _QUEUE, "gpus": 1, "command": ["sleep", "3600"], "name": "fill"}
+    ids = []
+    for _ in range(gpus):
+        response = client.post("/v1/jobs", json=body)
+        response.raise_for_status()
+        ids.append(response.json()["id"])
+    deadline = time.monotonic() + 60
+    while True:
+        running = client.get("/v1/jobs", params={"state": "Running", "limit": 100000}).json()
+        if {job["id"] for job in running} >= set(ids):
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the {gpus} jobs filling the cluster did not all run in 60 s")
+        time.sleep(0.1)
+    time.sleep(2.0)  # the runners' own start-up (interpreter, imports) is over by then
+    return ids
+
+
 def _load(
-    url: str, rate: float, duration: float, workers: int, progress: Callable[[int], None] | None
+    url: str,
+    token: str,
+    rate: float,
+    duration: float,
+    workers: int,
+    progress: Callable[[int], None] | None,
 ) -> tuple[list[float], list[float], dict[str, int], float, list[str]]:
-    local = threading.local()
-    clients: list[httpx.Client] = []
-    clients_lock = threading.Lock()
+    # One client (a keep-alive connection) per worker, made and connected before the clock
+    # starts: making an httpx client loads the CA bundle (tens of ms of CPU each), which in
+    # the first second of the load would be timed as the server's latency.
+    clients: queue.SimpleQueue[httpx.Client] = queue.SimpleQueue()
+    made: list[httpx.Client] = []
+    for _ in range(workers):
+        client = httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+        )
+        client.get("/healthz").raise_for_status()
+        made.append(client)
+        clients.put(client)
     latencies: list[float] = []
     inside: list[float] = []
     ids: list[str] = []
@@ -199,14 +237,13 @@ def _load(
     body = {"queue": _QUEUE, "gpus": 1, "command": ["sleep", "3600"], "name": "load"}
 
     def submit() -> None:
-        client = getattr(local, "client", None)
-        if client is None:
-            client = httpx.Client(
-                base_url=url, headers={"Authorization": f"Bearer {_TOKEN}"}, timeout=30
-            )
-            local.client = client
-            with clients_lock:
-                clients.append(client)
+        client = clients.get()
+        try:
+            _submit(client)
+        finally:
+            clients.put(client)
+
+    def _submit(client: httpx.Client) -> None:
         began = time.perf_counter()
         try:
             response = client.post("/v1/jobs", json=body)
@@ -234,7 +271,7 @@ def _load(
             if progress is not None and i % int(max(rate, 1)) == 0:
                 progress(i)
     wall = time.monotonic() - began
-    for client in clients:
+    for client in made:
         client.close()
     return latencies, inside, errors, wall, ids
 
@@ -311,7 +348,9 @@ def _run(
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
         start = sorted(_start_latencies(client, starts))
-        latencies, inside, errors, wall, ids = _load(url, rate, duration, workers, progress)
+        filled = _fill(client, gpus)
+        latencies, inside, errors, wall, ids = _load(url, token, rate, duration, workers, progress)
+        ids = filled + ids
         pending = len(client.get("/v1/jobs", params={"state": "Pending", "limit": 100000}).json())
         cycle = _cycle_mean_ms(client)
         if not own:  # leave someone else's server as we found it

@@ -9,8 +9,12 @@ queue, type, tasks, GPUs and name, or the error's one-line reason. Never the req
 `env` or `command`, which may hold secrets.
 
 The row is committed **before the response leaves**: a client that saw its answer can find it
-in the log, even after a `kill -9`. Concurrent requests share one commit (a writer thread
-takes everything queued), so the log costs one commit per burst, not per request.
+in the log, even after a `kill -9`. An accepted submission's row is written in the
+submission's own transaction (the route asks `AuditEntry.accepted` for it and the runtime
+inserts it beside the job's row): the job and its audit row are committed together or not at
+all, for one commit per submission. Every other row (refusals, failures, cancels, queue
+changes) goes through a writer thread: concurrent requests share one commit (it takes
+everything queued), so those cost one commit per burst, not per request.
 """
 
 from __future__ import annotations
@@ -18,22 +22,24 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from caldera.service.intake import GroupWorker
 from caldera.service.printable import printable
 from caldera.service.store import Store
 
-__all__ = ["AuditLog", "AuditWriter", "clean_text"]
+__all__ = ["AuditEntry", "AuditLog", "AuditWriter", "audit_entry", "clean_text"]
 
 log = logging.getLogger("caldera.service")
 
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
 _CAPTURE = 64 * 1024  # bytes of a request or response body looked at for the details
 _SUBMIT_FIELDS = ("queue", "type", "tasks", "gpus", "name")
+_ACCEPTED_FIELDS = (("type", "type"), ("tasks", "tasks"), ("gpus", "gpus_per_task"))
+_SCOPE_KEY = "caldera.audit"  # where a request's AuditEntry waits for its route
 
 
 def clean_text(value: object, limit: int = 255) -> str:
@@ -42,49 +48,29 @@ def clean_text(value: object, limit: int = 255) -> str:
 
 
 class AuditWriter:
-    """A thread that commits queued audit rows in batches and tells each waiter when its row
-    is durable."""
+    """A thread that commits queued audit rows in groups (`GroupWorker`) and tells each waiter
+    when its row is durable."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._queue: queue.SimpleQueue[tuple[dict[str, Any], Callable[[], None]] | None] = (
-            queue.SimpleQueue()
+        self._worker: GroupWorker[tuple[dict[str, Any], Callable[[], None]]] = GroupWorker(
+            self._write, "caldera-audit"
         )
-        self._thread = threading.Thread(target=self._run, name="caldera-audit", daemon=True)
-        self._thread.start()
 
     def write(self, row: dict[str, Any], done: Callable[[], None]) -> None:
-        self._queue.put((row, done))
+        self._worker.put((row, done))
 
     def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout=10)
+        self._worker.close()
 
-    def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            stop = False
-            while True:
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    stop = True
-                    break
-                batch.append(more)
-            try:
-                with self.store.batch() as writes:
-                    writes.audit([row for row, _ in batch])
-            except Exception:  # the database is away: say so, never hold the answer back
-                log.exception("could not write %d audit row(s)", len(batch))
-            for _, done in batch:
-                done()
-            if stop:
-                return
+    def _write(self, group: list[tuple[dict[str, Any], Callable[[], None]]]) -> None:
+        try:
+            with self.store.batch() as writes:
+                writes.audit([row for row, _ in group])
+        except Exception:  # the database is away: say so, never hold the answer back
+            log.exception("could not write %d audit row(s)", len(group))
+        for _, done in group:
+            done()
 
 
 def _action(method: str, parts: list[str]) -> tuple[str, str | None]:
@@ -106,6 +92,79 @@ def _json(data: bytes) -> Any:
         return json.loads(data)
     except (ValueError, UnicodeDecodeError):
         return None
+
+
+def _detail(
+    action: str, status: int, request: Any, response: Any
+) -> tuple[dict[str, Any], str | None]:
+    """The row's details and, for an accepted submission, its target (the new job's id), from
+    the request and response bodies as JSON (None when they were not JSON)."""
+    detail: dict[str, Any] = {}
+    target = None
+    if action == "submit" and isinstance(request, dict):
+        for key in _SUBMIT_FIELDS:
+            if key in request and isinstance(request[key], str | int | float):
+                value = request[key]
+                detail[key] = clean_text(value, 128) if isinstance(value, str) else value
+        if isinstance(request.get("labels"), dict):
+            detail["labels"] = sorted(clean_text(k, 64) for k in request["labels"])[:32]
+    elif action == "queue_state" and isinstance(request, dict) and "state" in request:
+        detail["state"] = clean_text(request["state"], 32)
+    if isinstance(response, dict):
+        if status >= 400 and "detail" in response:
+            detail["error"] = clean_text(response["detail"], 500)
+        elif action == "submit" and isinstance(response.get("id"), str):
+            target = response["id"]
+            # What was accepted, defaults filled in.
+            for key, field in _ACCEPTED_FIELDS:
+                if isinstance(response.get(field), str | int | float):
+                    detail[key] = response[field]
+    return detail, target
+
+
+@dataclass
+class AuditEntry:
+    """One state-changing request as the middleware saw it arrive. The middleware leaves it in
+    the ASGI scope (`audit_entry(scope)`); a route that commits the change itself asks it for
+    the row (`accepted`) and writes that in the same transaction, and the middleware then
+    writes no second row for it."""
+
+    began: float
+    user: str | None
+    client: str | None
+    method: str
+    path: str
+    action: str
+    target: str | None
+    body: bytearray  # the request body as far as it was read (at most _CAPTURE bytes)
+    written: int | None = None  # the status of the row the route committed, if it did
+
+    def row(self, status: int, request: Any, response: Any) -> dict[str, Any]:
+        detail, target = _detail(self.action, status, request, response)
+        target = target if target is not None else self.target
+        return {
+            "t": self.began,
+            "user": self.user,
+            "client": self.client,
+            "method": self.method,
+            "path": self.path,
+            "action": self.action,
+            "target": clean_text(target, 255) if target is not None else None,
+            "status": status,
+            "detail": detail,
+        }
+
+    def accepted(self, status: int, answer: Mapping[str, Any]) -> dict[str, Any]:
+        """The row for a request the route is about to commit with `status` and `answer` (the
+        response's fields: the new job's `id`, `type`, `tasks`, `gpus_per_task`). The route
+        must insert it in the transaction that commits the change, then set `written`."""
+        return self.row(status, _json(bytes(self.body)) if self.body else None, answer)
+
+
+def audit_entry(scope: Mapping[str, Any]) -> AuditEntry | None:
+    """The request's audit entry (None: no AuditLog around this app, or a read)."""
+    entry = scope.get(_SCOPE_KEY)
+    return entry if isinstance(entry, AuditEntry) else None
 
 
 class AuditLog:
@@ -136,8 +195,22 @@ class AuditLog:
         if scope["type"] != "http" or scope["method"] in _READS:
             await self.app(scope, receive, send)
             return
-        began = self.clock()
+        method = scope["method"]
+        path = scope.get("path", "")
+        action, target = _action(method, [p for p in path.split("/") if p])
+        client = scope.get("client")
         body = bytearray()
+        entry = AuditEntry(
+            began=self.clock(),
+            user=self._user(scope),
+            client=clean_text(client[0], 64) if client else None,
+            method=clean_text(method, 8),
+            path=clean_text(path, 512),
+            action=clean_text(action, 32),
+            target=target,
+            body=body,
+        )
+        scope[_SCOPE_KEY] = entry
 
         async def receive_and_keep() -> Any:
             message = await receive()
@@ -148,11 +221,16 @@ class AuditLog:
         held: list[Any] = []
         answer = bytearray()
         status = 500
+        started = False
 
         async def send_after_audit(message: Any) -> None:
-            nonlocal status
+            nonlocal status, started
             if message["type"] == "http.response.start":
+                started = True
                 status = int(message["status"])
+                if entry.written == status:  # committed with the change: nothing to wait for
+                    await send(message)
+                    return
                 held.append(message)
                 return
             if message["type"] == "http.response.body" and held:
@@ -161,7 +239,7 @@ class AuditLog:
                 held.append(message)
                 if message.get("more_body", False) and len(answer) < _CAPTURE:
                     return
-                await self._record(scope, began, status, bytes(body), bytes(answer))
+                await self._record(entry, status, bytes(body), bytes(answer))
                 pending, held[:] = list(held), []
                 for part in pending:
                     await send(part)
@@ -170,51 +248,18 @@ class AuditLog:
 
         try:
             await self.app(scope, receive_and_keep, send_after_audit)
+        except Exception:
+            if not started:  # it failed before answering: the server's 500 goes around us
+                await self._record(entry, 500, bytes(body), b"")
+            raise
         finally:
             if held:  # the app ended without finishing its answer
-                await self._record(scope, began, status, bytes(body), bytes(answer))
+                await self._record(entry, status, bytes(body), bytes(answer))
                 for part in held:
                     await send(part)
 
-    async def _record(
-        self, scope: Any, began: float, status: int, body: bytes, answer: bytes
-    ) -> None:
-        method = scope["method"]
-        path = scope.get("path", "")
-        action, target = _action(method, [p for p in path.split("/") if p])
-        detail: dict[str, Any] = {}
-        request = _json(body) if body else None
-        response = _json(answer) if answer else None
-        if action == "submit" and isinstance(request, dict):
-            for key in _SUBMIT_FIELDS:
-                if key in request and isinstance(request[key], str | int | float):
-                    value = request[key]
-                    detail[key] = clean_text(value, 128) if isinstance(value, str) else value
-            if isinstance(request.get("labels"), dict):
-                detail["labels"] = sorted(clean_text(k, 64) for k in request["labels"])[:32]
-        elif action == "queue_state" and isinstance(request, dict) and "state" in request:
-            detail["state"] = clean_text(request["state"], 32)
-        if isinstance(response, dict):
-            if status >= 400 and "detail" in response:
-                detail["error"] = clean_text(response["detail"], 500)
-            elif action == "submit" and isinstance(response.get("id"), str):
-                target = response["id"]
-                # What was accepted, defaults filled in.
-                for key, field in (("type", "type"), ("tasks", "tasks"), ("gpus", "gpus_per_task")):
-                    if isinstance(response.get(field), str | int | float):
-                        detail[key] = response[field]
-        client = scope.get("client")
-        row = {
-            "t": began,
-            "user": self._user(scope),
-            "client": clean_text(client[0], 64) if client else None,
-            "method": clean_text(method, 8),
-            "path": clean_text(path, 512),
-            "action": clean_text(action, 32),
-            "target": clean_text(target, 255) if target is not None else None,
-            "status": status,
-            "detail": detail,
-        }
+    async def _record(self, entry: AuditEntry, status: int, body: bytes, answer: bytes) -> None:
+        row = entry.row(status, _json(body) if body else None, _json(answer) if answer else None)
         loop = asyncio.get_running_loop()
         done = loop.create_future()
 

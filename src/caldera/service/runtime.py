@@ -30,7 +30,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,7 @@ from caldera.service.gpus import HostGPUs
 from caldera.service.gpus.health import Finding, Recovered
 from caldera.service.gpus.watch import Drain, GpuWatch
 from caldera.service.health import KillNow, drain_intents
+from caldera.service.intake import GroupWorker, Submission
 from caldera.service.jobs import LiveJob, TaskRun, spec_from_request
 from caldera.service.launcher import Launcher, ProcessLauncher
 from caldera.service.observe import Exited, KillDue, Reported, observe
@@ -72,6 +74,18 @@ from caldera.service.views import (
 )
 
 __all__ = ["Runtime", "RuntimeStats"]
+
+
+@dataclass
+class _Accepted:
+    """A submission admitted in a group: its job, row, events and audit row."""
+
+    submission: Submission
+    job: LiveJob
+    row: dict[str, Any]
+    events: list[dict[str, Any]]
+    audit: list[dict[str, Any]] = field(default_factory=list)
+
 
 log = logging.getLogger("caldera.service")
 
@@ -129,6 +143,7 @@ class Runtime:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._spawner: Spawner[LiveJob, TaskRun] | None = None  # once the loop runs
+        self._intake: GroupWorker[Submission] | None = None  # the API's submissions, likewise
 
     @property
     def launcher(self) -> Launcher:
@@ -146,11 +161,14 @@ class Runtime:
         self.recover()
         self._spawner = Spawner(self._spawn_if_wanted, lambda job: job.id)
         self._spawner.start()
+        self._intake = GroupWorker(self._accept, "caldera-intake")
         self._thread = threading.Thread(target=self._loop, name="caldera-cycle", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         """Stop deciding. Running tasks keep running; the next server adopts them."""
+        if self._intake is not None:  # what was queued is committed and answered first
+            self._intake.close()
         self._stop.set()
         self.wake.set()
         if self._thread is not None:
@@ -160,8 +178,9 @@ class Runtime:
 
     def _loop(self) -> None:
         interval = self.config.poll_interval
+        last_poll = -math.inf
         while not self._stop.is_set():
-            timeout = interval
+            timeout = max(last_poll + interval - self.clock(), 0.0)
             wakeup = self._next_wakeup
             if self._cycle_needed:
                 wakeup = min(wakeup or math.inf, self._last_cycle + self.config.cycle_gap)
@@ -171,19 +190,29 @@ class Runtime:
             self.wake.clear()
             if self._stop.is_set():
                 break
+            # The processes are looked at every `poll_interval` (or when a deadline is due),
+            # not at each wake: a submission wakes the loop for the cycle only, and polling
+            # every task's files under the lock per submission cost more than the submission.
+            now = self.clock()
+            due = self._next_wakeup
+            poll = now - last_poll >= interval or (due is not None and now >= due)
+            if poll:
+                last_poll = now
             try:
-                self.step()
+                self.step(poll)
             except Exception:  # the loop must outlive one bad decision; the log says why
                 log.exception("scheduling loop step failed")
                 time.sleep(interval)
 
-    def step(self) -> None:
-        """One turn of the loop: look at the processes, then run the cycle if needed."""
+    def step(self, poll: bool = True) -> None:
+        """One turn of the loop: look at the processes (`poll`), then run the cycle if
+        needed."""
         now = self.clock()
         # GPU health is I/O (NVML, or an nvidia-smi run): asked without holding the lock.
-        health = self.gpu_watch.read(now) if self.gpu_watch is not None else None
+        health = self.gpu_watch.read(now) if poll and self.gpu_watch is not None else None
         with self.lock:
-            self._poll(now)
+            if poll:
+                self._poll(now)
             if health is not None:
                 self._gpu_health(health, now)
             self.actuator.flush()
@@ -388,13 +417,108 @@ class Runtime:
 
     # -- the API's calls -------------------------------------------------------------------
 
-    def submit(self, request: dict[str, Any], user: str) -> dict[str, Any]:
-        """Admit and record a normalised request; raises Rejected or ValueError.
+    def submit(
+        self,
+        request: dict[str, Any],
+        user: str,
+        audit: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """Admit and record a normalised request, in the caller's thread; raises Rejected or
+        ValueError. `audit(row)`: the audit log's row for this acceptance, committed with the
+        job's (both are, or neither). The API uses `enqueue`."""
+        submission = Submission(request, user, audit=audit)
+        self._accept([submission])
+        return submission.future.result()
 
-        The row is committed before the job joins the live set (so nothing can start or
-        change it first) and outside the runtime lock, so concurrent submissions commit
-        together instead of one after the other (PostgreSQL groups their commits).
-        """
+    def enqueue(self, submission: Submission) -> Future[dict[str, Any]]:
+        """Admit and record a submission with every other one waiting (`GroupWorker`): one
+        transaction for the group. Its future gets the job's row once it is committed, or
+        the exception that refused it (Rejected, ValueError, the limits' LimitError)."""
+        if self._intake is None:  # the loop is not running (tests): at once, here
+            self._accept([submission])
+        else:
+            self._intake.put(submission)
+        return submission.future
+
+    def _accept(self, group: list[Submission]) -> None:
+        """Admit each submission, commit the admitted ones in one transaction (job rows,
+        events, audit rows), then let them join the live set. A row is committed before its
+        job joins (so nothing can start or change it first) and outside the runtime lock (a
+        cycle never waits for the commit, nor a commit for a cycle). If the group's
+        transaction fails, each is tried alone, so one bad submission fails only itself."""
+        limited: list[Submission] = []
+        for submission in group:
+            if not submission.future.set_running_or_notify_cancel():
+                continue  # its caller gave up before it was taken: nothing was stored
+            try:
+                if submission.admit is not None:
+                    submission.admit()  # per-user limits: may ask the database, so no lock
+            except Exception as error:
+                submission.future.set_exception(error)
+                continue
+            limited.append(submission)
+        admitted: list[_Accepted] = []
+        with self.lock:
+            for submission in limited:
+                try:
+                    job, events = self._admit(submission.request, submission.user)
+                except Exception as error:  # Rejected, ValueError
+                    submission.future.set_exception(error)
+                    continue
+                admitted.append(_Accepted(submission, job, job.row(), events))
+        ready: list[_Accepted] = []
+        for one in admitted:
+            try:
+                if one.submission.audit is not None:
+                    one.audit.append(one.submission.audit(one.row))
+            except Exception as error:
+                one.submission.future.set_exception(error)
+                continue
+            ready.append(one)
+        committed = self._commit_each(ready)
+        if not committed:
+            return
+        with self.lock:
+            for one in committed:
+                self.jobs[one.job.id] = one.job
+                self.kernel.stale.add(one.job.id)
+            asleep = not self._cycle_needed  # else the loop wakes for the cycle already
+            self._cycle_needed = True
+        if asleep:
+            self.wake.set()
+        for one in committed:
+            one.submission.future.set_result(one.row)
+
+    def _commit_each(self, group: list[_Accepted]) -> list[_Accepted]:
+        """Commit the group in one transaction; if that fails, each alone. What committed."""
+        if not group:
+            return []
+        try:
+            self._commit(group)
+            return group
+        except Exception as error:
+            if len(group) == 1:
+                group[0].submission.future.set_exception(error)
+                return []
+        committed = []
+        for one in group:
+            try:
+                self._commit([one])
+            except Exception as error:
+                one.submission.future.set_exception(error)
+                continue
+            committed.append(one)
+        return committed
+
+    def _commit(self, group: list[_Accepted]) -> None:
+        """One transaction: the jobs' rows, their events and their audit rows."""
+        with self.store.batch() as batch:
+            batch.insert_jobs([one.row for one in group])
+            batch.events([event for one in group for event in one.events])
+            batch.audit([row for one in group for row in one.audit])
+
+    def _admit(self, request: dict[str, Any], user: str) -> tuple[LiveJob, list[dict[str, Any]]]:
+        """The new job and its events, or Rejected / ValueError (caller holds the lock)."""
         now = self.clock()
         job_id = "j-" + secrets.token_hex(6)
         spec = spec_from_request(job_id, request, now, user)
@@ -402,11 +526,9 @@ class Runtime:
         if shares_time(spec, queue):  # kept in the request: a restart rebuilds the same spec
             spec = time_share(spec, queue)
             request = {**request, "gpu": spec.gpu, "time_shared": spec.time_shared}
-        with self.lock:
-            admission = admit(
-                spec, self.queues, self.throttles, now, self.nodes, self.policy_config.week_offset
-            )
-            queue = self.queues.get(spec.queue)
+        admission = admit(
+            spec, self.queues, self.throttles, now, self.nodes, self.policy_config.week_offset
+        )
         if admission.state is JobState.REJECTED:
             closed = queue is not None and queue.state is not QueueState.OPEN
             raise Rejected(admission.reason, closed)
@@ -418,16 +540,7 @@ class Runtime:
             events.append(
                 {"t": now, "kind": "hold", "job": job_id, "data": {"reason": admission.reason}}
             )
-        row = job.row()
-        with self.store.batch() as batch:
-            batch.insert_job(row)
-            batch.events(events)
-        with self.lock:
-            self.jobs[job_id] = job
-            self.kernel.stale.add(job_id)
-            self._cycle_needed = True
-        self.wake.set()
-        return row
+        return job, events
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         with self.lock:

@@ -72,8 +72,9 @@ class Batch:
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
 
-    def insert_job(self, row: dict[str, Any]) -> None:
-        self.connection.execute(insert(JobRecord), [row])
+    def insert_jobs(self, rows: Sequence[dict[str, Any]]) -> None:
+        if rows:
+            self.connection.execute(insert(JobRecord), list(rows))
 
     def update_jobs(self, rows: Sequence[dict[str, Any]]) -> None:
         for row in rows:

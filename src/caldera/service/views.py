@@ -8,7 +8,8 @@ read — and tested — without the loop behind them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from caldera.config import Principal
 from caldera.core import Waiting
 from caldera.model import GPU_MILLI, JobState, Node, Queue, QueueState
+from caldera.service.intake import Submission
 from caldera.service.store import Store
 
 if TYPE_CHECKING:
@@ -117,7 +119,14 @@ class ServiceRuntime(Protocol):
 
     def waiting_for(self, job_ids: Iterable[str]) -> dict[str, Waiting]: ...
 
-    def submit(self, request: dict[str, Any], user: str) -> dict[str, Any]: ...
+    def submit(
+        self,
+        request: dict[str, Any],
+        user: str,
+        audit: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> dict[str, Any]: ...
+
+    def enqueue(self, submission: Submission) -> Future[dict[str, Any]]: ...
 
     def cancel(self, job_id: str) -> dict[str, Any]: ...
 

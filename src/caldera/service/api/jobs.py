@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -12,12 +13,16 @@ from caldera.errors import Conflict, NotFound, Rejected
 from caldera.model import JobState, JobType
 from caldera.service.api.auth import Caller
 from caldera.service.api.schemas import EventOut, JobOut, JobRequest, event_out, job_out
-from caldera.service.limits import LimitError, Limits, RateLimiter, check_sizes
+from caldera.service.audit import audit_entry
+from caldera.service.intake import Submission
+from caldera.service.limits import Admission, LimitError, Limits, RateLimiter, check_sizes
 from caldera.service.views import ServiceRuntime
 
 __all__ = ["owned", "protection_labels", "router"]
 
 router = APIRouter(tags=["jobs"])
+
+_AUDITED = ("type", "tasks", "gpus_per_task")  # what the audit keeps of an accepted job
 
 
 def _runtime(request: Request) -> ServiceRuntime:
@@ -46,10 +51,14 @@ def protection_labels(labels: dict[str, str]) -> list[str]:
 
 
 @router.post("/jobs", status_code=201, response_model=JobOut)
-def submit(body: JobRequest, who: Caller, request: Request) -> Response:
+async def submit(body: JobRequest, who: Caller, request: Request) -> Response:
     """Submit a job. 403: queue not allowed, or `critical` or protection labels without
     permission; 409: the queue is Closing or Closed; 400: invalid or impossible request, or
-    over a size limit; 429: over the user's submission rate or waiting jobs (`Retry-After`)."""
+    over a size limit; 429: over the user's submission rate or waiting jobs (`Retry-After`).
+
+    Async: the checks here are CPU only, and the admission and the commit happen in the
+    runtime's intake thread, together with every other submission waiting
+    (`Runtime.enqueue`), so a submission costs no worker thread and shares its commit."""
     runtime = _runtime(request)
     if not runtime.has_queue(body.queue):
         raise HTTPException(400, f"unknown queue {body.queue!r}")
@@ -61,31 +70,51 @@ def submit(body: JobRequest, who: Caller, request: Request) -> Response:
     if shields and not who.protect:
         raise HTTPException(403, f"user {who.user} may not set the protection label {shields[0]!r}")
     limits: Limits = request.app.state.limits
+    admission: Admission = request.app.state.admission
     try:
         normalised = body.normalised()
         check_sizes(limits, normalised)
-        request.app.state.admission.admit(who.user)
     except LimitError as error:
-        headers = None
-        if error.retry_after is not None:
-            headers = {"Retry-After": RateLimiter.retry_after(error.retry_after)}
-        raise HTTPException(error.status, str(error), headers=headers) from None
+        raise _limit_error(error) from None
     except ValueError as error:
         raise HTTPException(400, str(error)) from None
     # Whether the job's own progress claims may defend it (DESIGN §4.2; docs/service.md).
     normalised["trust_progress"] = who.trust_progress
+    names = _node_names(runtime)
+    entry = audit_entry(request.scope)
+    answer: list[JobOut] = []
+    audited = None
+    if entry is not None:
+
+        def audited(row: dict[str, Any]) -> dict[str, Any]:
+            """The audit row, committed with the job's (`caldera.service.audit`)."""
+            out = job_out(row, names)
+            answer.append(out)
+            return entry.accepted(201, out.model_dump(include={"id", *_AUDITED}))
+
+    submission = Submission(
+        normalised, who.user, admit=lambda: admission.admit(who.user), audit=audited
+    )
     try:
-        row = runtime.submit(normalised, who.user)
+        row = await asyncio.wrap_future(runtime.enqueue(submission))
+    except LimitError as error:
+        raise _limit_error(error) from None
     except Rejected as error:
         raise HTTPException(409 if error.closed else 400, str(error)) from None
     except ValueError as error:
         raise HTTPException(400, str(error)) from None
+    if entry is not None:
+        entry.written = 201
+    out = answer[0] if answer else job_out(row, names)
     # Serialised here, once: the hottest route skips FastAPI's re-validation of the model.
-    return Response(
-        job_out(row, _node_names(runtime)).model_dump_json(),
-        status_code=201,
-        media_type="application/json",
-    )
+    return Response(out.model_dump_json(), status_code=201, media_type="application/json")
+
+
+def _limit_error(error: LimitError) -> HTTPException:
+    headers = None
+    if error.retry_after is not None:
+        headers = {"Retry-After": RateLimiter.retry_after(error.retry_after)}
+    return HTTPException(error.status, str(error), headers=headers)
 
 
 @router.get("/jobs")
