@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HTMX := src/caldera/service/ui/static/vendor/htmx.min.js
 
-.PHONY: demo test lint typecheck unit install clean bench system-deps ui-assets cluster-bins cluster-bins-if-go replay
+.PHONY: demo test lint typecheck unit install clean bench system-deps ui-assets cluster-bins cluster-bins-if-go replay replay-volcano
 
 # The dashboard's front-end files, from the npm registry (ui/package-lock.json pins them).
 $(HTMX): ui/package.json ui/package-lock.json scripts/ui-assets.sh
@@ -65,3 +65,16 @@ replay: $(STAMP) cluster-bins
 		--until 21600 --quiet --report docs/replay/mixed-small
 	$(BIN)/caldera compare ../shared/examples/seed-starvation.yaml --runtime k8s --compress 60 \
 		--until 14400 --quiet --report docs/replay/seed-starvation
+
+# The real Volcano against its simulator baseline and caldera in front of it (issue 14). Needs a
+# hand-built Volcano (docs/evaluation.md, "Against the real Volcano"): CALDERA_VOLCANO_SCHEDULER,
+# CALDERA_VOLCANO_CONTROLLERS, CALDERA_VOLCANO_CRDS. About 45 minutes on a 2-core machine.
+replay-volcano: $(STAMP) cluster-bins
+	$(BIN)/caldera compare docs/replay/scenarios/fragmentation.yaml --runtime k8s --compress 60 \
+		--modes volcano --quiet --report docs/replay/volcano-fragmentation
+	$(BIN)/caldera compare ../shared/examples/seed-starvation.yaml --runtime k8s --compress 60 \
+		--until 14400 --modes volcano,caldera-volcano --quiet --report docs/replay/volcano-seed-starvation
+	$(BIN)/caldera compare ../shared/examples/mixed-small.yaml --runtime k8s --compress 120 \
+		--until 21600 --modes volcano,caldera-volcano --quiet --report docs/replay/volcano-mixed-small
+	$(BIN)/caldera compare src/caldera/examples/demo.yaml --runtime k8s --compress 240 \
+		--until 108000 --modes volcano,caldera-volcano --quiet --report docs/replay/volcano-production-day

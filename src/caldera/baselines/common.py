@@ -37,6 +37,7 @@ from caldera.model import GPU_MILLI, JobSpec, JobState, Resources, TopologyMode
 __all__ = [
     "FOLLOW_UP",
     "FutureRoom",
+    "PlaceOne",
     "Staged",
     "StagedEvictions",
     "TaskCuts",
@@ -130,6 +131,10 @@ def domain_of(room: Room, spec: JobSpec, node: int) -> tuple[int, ...] | None:
     return tuple(room.tier2_nodes[info.tier2])
 
 
+PlaceOne = Callable[[Room, JobSpec, Sequence[int] | None], TaskPlacement | None]
+"""(room, job, nodes allowed or None) -> one pod placed (room taken), or None."""
+
+
 def place_one(room: Room, spec: JobSpec, within: Sequence[int] | None) -> TaskPlacement | None:
     """One pod on the best node for it (binpack: the fullest node that fits), room taken."""
     placed = place_job(room, spec, minimum=1, maximum=1, within=within)
@@ -214,10 +219,11 @@ class Staged:
     changes needs nothing (Volcano's Statement: commit or discard).
     """
 
-    def __init__(self, idle: Room, future: FutureRoom) -> None:
+    def __init__(self, idle: Room, future: FutureRoom, place: PlaceOne | None = None) -> None:
         self.idle = idle
         self.future = future.room
         self.shared = future.shared  # one room for both views: change it once
+        self.place: PlaceOne = place_one if place is None else place  # the node choice
         self._undo: list[Callable[[], None]] = []
 
     def mark(self) -> int:
@@ -233,7 +239,7 @@ class Staged:
 
     def place_idle(self, spec: JobSpec, within: Sequence[int] | None) -> TaskPlacement | None:
         """One pod on the best node with idle room for it (taken in both views), or None."""
-        task = place_one(self.idle, spec, within)
+        task = self.place(self.idle, spec, within)
         if task is not None:
             self._mirror_take(task)
         return task
@@ -260,7 +266,7 @@ class Staged:
         that later placements in idle room cannot take what this pod counts on (and the
         future view always holds at least the idle one).
         """
-        task = place_one(self.future, spec, within)
+        task = self.place(self.future, spec, within)
         if task is None:
             return None
         self._undo.append(lambda: self.future.give(task))
