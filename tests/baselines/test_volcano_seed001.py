@@ -1,5 +1,5 @@
 """`volcano-seed001`: Volcano as seed 001 configures it (one tier), against `volcano` (its CI
-configuration) on the same snapshot. Points S1-S3 of caldera.baselines.volcano, each citing
+configuration) on the same snapshot. Points S1-S4 of caldera.baselines.volcano, each citing
 Volcano v1.15.1's source: in one tier every plugin judges the same victims and only the tasks
 all of them allow go (framework/session_plugins.go, Preemptable/Reclaimable); S4: seed 001
 scores nodes with nodeorder's defaults, which spread GPU pods, where `volcano` binpacks.

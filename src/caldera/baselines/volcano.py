@@ -34,11 +34,12 @@ Points V1–V9 are BASELINES.md's numbered points for `volcano`; the phases cite
 
 `volcano-seed001` (`VOLCANO_SEED_001`) is the same scheduler configured as seed 001 is
 (actions enqueue, allocate, preempt, reclaim, backfill; priority, gang, conformance, drf,
-predicates, proportion and nodeorder in ONE tier): points S1-S3 below `_victims_on` say what
+predicates, proportion and nodeorder in ONE tier): points S1-S4 below `_victims_on` say what
 that changes, each citing Volcano's source. Everything else is as above.
 
 Modelling choices (docs/baselines.md says more):
 - Node score is binpack on GPUs (the configuration GPU clusters run); ties by node index.
+  (`volcano-seed001` scores nodes as seed 001's nodeorder does instead: S4.)
 - A hard topology constraint is honoured as Volcano's network-topology (hypernode) mode: a
   gang's tasks go inside one tier-N domain; preempt and reclaim try one domain at a time,
   the one with the most room first.
@@ -118,7 +119,7 @@ class _Session:
     victim_nodes: dict[tuple[str, str, int], dict[int, int]] = field(default_factory=dict)
     # Starving jobs by (queue, priority): whole groups are skipped when they cannot preempt.
     starving: dict[tuple[str, int], list[JobView]] = field(default_factory=dict)
-    one_tier: bool = False  # seed 001's configuration (`volcano-seed001`), S1-S3
+    one_tier: bool = False  # seed 001's configuration (`volcano-seed001`), S1-S4
 
     @cached_property
     def on_node(self) -> dict[int, list[Pod]]:
@@ -865,7 +866,7 @@ VOLCANO = Policy(
 
 
 def _seed_001(phase: Callable[[CycleContext], None]) -> Callable[[CycleContext], None]:
-    """`phase` in a session opened with seed 001's single tier (S1-S3)."""
+    """`phase` in a session opened with seed 001's single tier (S1-S4)."""
 
     def run(cycle: CycleContext) -> None:
         _session(cycle, one_tier=True)
@@ -886,6 +887,6 @@ VOLCANO_SEED_001 = Policy(
         ),
     ),
     description="Volcano as seed 001 configures it: one tier, so gang and drf judge preempt "
-    "victims and proportion judges reclaim victims (S1-S3)",
+    "victims and proportion judges reclaim victims (S1-S3); nodeorder spreads pods (S4)",
     defaults=baseline_defaults,
 )

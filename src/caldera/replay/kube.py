@@ -707,11 +707,9 @@ class _Replay:
                     last_tick = now
                 if self.controller is not None and self.controller.poll() is not None:
                     raise RuntimeError("replay: caldera's controller exited during the run")
-                if (
-                    self.scenario.until is None
-                    and not pending
-                    and all(j.finished for j in self.jobs.values())
-                ):
+                # Every job ended: the run is over, `until` or not — the simulator stops at
+                # its last event too, and measures up to it.
+                if not pending and all(j.finished for j in self.jobs.values()):
                     self.timeline.end = now
                     break
         finally:
