@@ -714,3 +714,52 @@ def test_a_victim_stuck_terminating_is_forced_then_left_behind_and_the_preemptor
     world.step(1)  # the pod is gone at last: its room comes back
     world.step(1)
     assert {world.state(victim), world.state(other)} == {"Running", "Pending"}
+
+
+def test_an_eviction_a_disruption_budget_refuses_is_rolled_back_and_the_preemptor_replanned() -> (
+    None
+):
+    """Issue 10: the Eviction API's 429 (a PodDisruptionBudget) left the victim Releasing
+    and its preemptor waiting forever. Now the victim runs on, untouched, and the preemptor
+    plans again: the victim's cooldown sends it to the other job."""
+    world = World().hypernode("a", "n", count=2).start()
+    world.submit("small0")
+    world.step()
+    world.step(600)
+    world.submit("small1")  # started later: less work to lose, so the first victim chosen
+    world.step()
+    world.step(600)
+    world.cluster.blocked_evictions.add((NAMESPACE, "small1-1-0"))
+    world.submit("big", type="large-job", tasks=1, gpus=8)
+    world.step(1)
+
+    assert [a for a in world.cluster.actions if a[0] == "evict"] == []  # refused, not done
+    assert world.state("small1") == "Running"
+    assert world.events("small1")[-2:] == ["Preempted", "EvictionRefused"]
+    assert world.condition("small1", "Preempted") == ("False", "EvictionRefused")
+    assert world.condition("small1", "Running") == ("True", "Running")  # its work goes on
+    job = world.rt.jobs[names.job_id(NAMESPACE, "small1")]
+    assert job.running_since is not None and job.work_done(world.cluster.clock.now) >= 600
+    assert world.status("small1")["evictions"] == 0
+    assert (NAMESPACE, "small1-1-0") in world.cluster.pods
+    assert "deletionTimestamp" not in world.cluster.pods[(NAMESPACE, "small1-1-0")]["metadata"]
+
+    world.step(1)  # re-planned: the other job gives way
+    assert world.state("small0") == "Releasing"
+    world.step(GRACE + 1)
+    assert world.state("big") == "Running"
+    assert world.pinned("big") != world.pinned("small1")
+    assert world.state("small1") == "Running" and world.status("small1")["evictions"] == 0
+
+
+def test_a_cancel_a_disruption_budget_refuses_deletes_the_pods_instead() -> None:
+    """A user's own cancel is not a disruption a budget may stop (as `kubectl delete`)."""
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("mine")
+    world.step()
+    world.cluster.blocked_evictions.add((NAMESPACE, "mine-1-0"))
+    world.rt.kernel.cancel(world.rt.jobs[names.job_id(NAMESPACE, "mine")], world.cluster.clock.now)
+    world.rt.actuator.flush()
+    assert world.cluster.deletions == [(NAMESPACE, "mine-1-0", GRACE)]
+    world.step(GRACE + 1)
+    assert world.state("mine") == "Cancelled"

@@ -143,3 +143,61 @@ def test_a_start_the_scheduler_never_binds_is_given_up_and_requeued(clean: Clust
         lambda: any(p.spec.node_name for p in clean.running_pods("team-a", "unbound")),
         timeout=90,
     )
+
+
+def test_an_eviction_a_disruption_budget_refuses_is_rolled_back_and_the_preemptor_replanned(
+    clean: Cluster,
+) -> None:
+    """Issue 10: the Eviction API's 429 from a PodDisruptionBudget left the victim Releasing
+    and its preemptor waiting forever. Three fillers are guarded by a real PDB
+    (maxUnavailable 0); one older filler is not. The guarded ones have less work to lose, so
+    the cycle picks them first: each refusal is rolled back (the job runs on, its pod
+    untouched, an EvictionRefused Event) and the preemptor re-planned, until it evicts the
+    unguarded filler and runs on that node.
+
+    The budget is an integer `minAvailable`: with `maxUnavailable` or a percentage the
+    disruption controller looks for the pods' owner's scale subresource, which a TrainingJob
+    has not ("no matches for kind TrainingJob"), never computes the budget, and the Eviction
+    API refuses every eviction it covers (also rolled back, but the preemptor could not run)."""
+    policy = k8s.client.PolicyV1Api(clean.client())
+    budget = {
+        "metadata": {"name": "guard"},
+        "spec": {"minAvailable": 3, "selector": {"matchLabels": {"guarded": "yes"}}},
+    }
+    policy.create_namespaced_pod_disruption_budget("team-a", budget)
+    try:
+        assert clean.apply("bob", "team-a", training_job("old")).returncode == 0
+        clean.wait("team-a", "old", "Running")
+        guarded = FILLERS[:3]
+        for name in guarded:
+            job = training_job(name)
+            job["spec"]["tasks"][0]["template"]["metadata"] = {"labels": {"guarded": "yes"}}
+            assert clean.apply("bob", "team-a", job).returncode == 0
+        for name in guarded:
+            clean.wait("team-a", name, "Running")
+
+        def counted() -> bool:  # the disruption controller has counted the guarded pods
+            status = policy.read_namespaced_pod_disruption_budget("guard", "team-a").status
+            return (status.current_healthy, status.disruptions_allowed) == (3, 0)
+
+        wait_for("the budget's status", counted)
+        pods = {n: clean.pods("team-a", n)[0] for n in guarded}
+        assert clean.apply("alice", "team-a", training_job("big", type="large-job")).returncode == 0
+        clean.wait("team-a", "big", "Running", timeout=90)
+        wait_for("big bound", lambda: clean.pods("team-a", "big")[0].spec.node_name)
+        (big,) = clean.pods("team-a", "big")
+        refused = [n for n in guarded if "EvictionRefused" in clean.events("team-a", n)]
+        assert refused, "no guarded filler was tried first: the test shows nothing"
+        for name in guarded:  # every one of them runs on, in the very same pod
+            (pod,) = clean.pods("team-a", name)
+            assert pod.metadata.uid == pods[name].metadata.uid
+            assert pod.metadata.deletion_timestamp is None
+            status = clean.status("team-a", name)
+            assert (status["state"], status["evictions"]) == ("Running", 0), status
+        for name in refused:
+            preempted = clean.condition("team-a", name, "Preempted")
+            assert preempted is not None and preempted[:2] == ("False", "EvictionRefused")
+        assert big.spec.node_name not in {p.spec.node_name for p in pods.values()}
+        assert clean.status("team-a", "old")["evictions"] == 1
+    finally:
+        policy.delete_namespaced_pod_disruption_budget("guard", "team-a")

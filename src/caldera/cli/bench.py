@@ -67,6 +67,9 @@ def k8s_command(
     jobs: Annotated[int, typer.Option(help="Single-pod TrainingJobs applied at once.")] = 7992,
     gpus_per_job: Annotated[int, typer.Option(help="GPUs each job's pod asks for.")] = 1,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for every pod to bind.")] = 900,
+    steady: Annotated[
+        float, typer.Option(help="Seconds of steady state measured after every pod is bound.")
+    ] = 30,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """The controller on a real control plane (dev cluster): decision-to-bind latency,
@@ -74,15 +77,18 @@ def k8s_command(
     from caldera.k8s.bench import bench_k8s
     from caldera.k8s.devcluster import DevClusterError
 
-    if min(nodes, gpus_per_node, jobs, gpus_per_job) < 1:
-        fail("nodes, gpus-per-node, jobs and gpus-per-job must be positive", EXIT_BAD_INPUT)
+    if min(nodes, gpus_per_node, jobs, gpus_per_job) < 1 or steady < 0:
+        fail(
+            "nodes, gpus-per-node, jobs and gpus-per-job must be positive, steady >= 0",
+            EXIT_BAD_INPUT,
+        )
     if (jobs + 1) * gpus_per_job > nodes * gpus_per_node or gpus_per_job > gpus_per_node:
         fail(
             "the jobs (and one more, for the recovery) must fit in the cluster at once",
             EXIT_BAD_INPUT,
         )
     try:
-        result = bench_k8s(nodes, gpus_per_node, jobs, gpus_per_job, timeout).as_dict()
+        result = bench_k8s(nodes, gpus_per_node, jobs, gpus_per_job, timeout, steady).as_dict()
     except (DevClusterError, TimeoutError) as error:
         fail(str(error))
     if json_output:
@@ -94,5 +100,9 @@ def k8s_command(
         f"{result['bind_p50_s']:.2f} s, p99 {result['bind_p99_s']:.2f} s, max "
         f"{result['bind_max_s']:.2f} s; controller {result['controller_cpu_s']:.1f} CPU-s, "
         f"peak RSS {result['controller_rss_mib']:.0f} MiB; recovery after SIGKILL "
-        f"{result['recovery_s']:.1f} s (cluster start {result['cluster_start_s']:.0f} s)"
+        f"{result['recovery_s']:.1f} s (cluster start {result['cluster_start_s']:.0f} s); "
+        f"API requests per cycle {result['requests_per_cycle']:.1f} ({result['cycles']} "
+        f"cycles); steady {result['steady_s']:.0f} s: {result['steady_requests_per_cycle']:.1f} "
+        f"per cycle over {result['steady_cycles']} cycles, {result['steady_lists']} re-lists "
+        f"(server LISTs, all clients: {result['steady_server_lists'] or 'none'})"
     )

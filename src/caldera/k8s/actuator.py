@@ -95,6 +95,9 @@ class KubeActuator:
     throttles: dict[str, Throttle]
     settle: Callable[[KubeJob], None]  # a task ended while acting: the kernel moves it on
     clock: Callable[[], float]
+    # The Eviction API refused a victim's pod (job, pod, the server's words): the runtime
+    # rolls the eviction back and re-plans its preemptor.
+    refused: Callable[[KubeJob, str, str], None] = field(default=lambda job, pod, why: None)
     instance: str = field(default_factory=socket.gethostname)
     dirty: dict[str, KubeJob] = field(default_factory=dict)
     rejections: list[tuple[str, str, Object]] = field(default_factory=list)
@@ -308,12 +311,12 @@ class KubeActuator:
                 self._write_throttles()
                 self.throttles_dirty = False
             while self.pending:
-                intent = self.pending[0]
+                intent = self.pending.pop(0)
                 try:
                     self._carry_out(intent)
                 except ClusterUnavailable:
-                    raise  # it stays first in line
-                self.pending.pop(0)
+                    self.pending.insert(0, intent)  # it stays first in line
+                    raise
         self._send_events()
 
     def _write_status(self, job: KubeJob) -> None:
@@ -442,6 +445,9 @@ class KubeActuator:
                 self.api.evict_pod(intent.namespace, intent.pod, intent.grace, uid)
             else:
                 self.api.delete_pod(intent.namespace, intent.pod, intent.grace, uid)
+            task = self._task_of(intent)
+            if task is not None:
+                task.deleting = True  # asked and accepted: it goes
         except NotFound:
             pass  # gone meanwhile
         except ClusterConflict:
@@ -449,12 +455,31 @@ class KubeActuator:
         except EvictionBlocked as error:
             log.warning("%s", error)
             if intent.job is not None:
-                self.note(Reason.EVICTION_REFUSED, intent.job, self.clock(), str(error))
+                self.refused(intent.job, intent.pod, str(error))
         except ClusterUnavailable:
             raise
         except ClusterError as error:
             self.api_errors += 1
             log.error("cannot remove pod %s/%s: %s", intent.namespace, intent.pod, error)
+
+    @staticmethod
+    def _task_of(intent: Remove) -> KubeTask | None:
+        if intent.task is not None or intent.job is None:
+            return intent.task
+        return next((t for t in intent.job.tasks if t.pod == intent.pod), None)
+
+    def forget_evictions(self, job: KubeJob, pods: set[str]) -> None:
+        """Drop the evictions of `pods` not sent yet (an eviction rolled back)."""
+        self.pending = [
+            i
+            for i in self.pending
+            if not (
+                isinstance(i, Remove)
+                and i.purpose is Purpose.EVICT
+                and i.namespace == job.namespace
+                and i.pod in pods
+            )
+        ]
 
     def _cleanup(self, intent: Cleanup) -> None:
         delete: Callable[[str, str], bool] = {

@@ -12,6 +12,12 @@ have whole seconds only):
   scheduler's share of the start, plus the watch's delivery;
 - all bound: from the first submission to the last pod bound;
 - the controller's CPU seconds and peak RSS (`/proc/PID/stat`, `VmHWM`);
+- API requests per cycle: the controller logs its own counters every 10 s (`stats:` lines:
+  cycles, requests sent — retries and watch re-opens included —, full lists, watches); over
+  the whole run, and over a `steady` window after every pod is bound, when nothing changes;
+- full re-lists in that window, twice: the controller's informers' own count, and the API
+  server's (`apiserver_request_total{verb="LIST"}` from its `/metrics`, every client
+  included — the scheduler's and controller-manager's too);
 - recovery: the controller SIGKILLed and started again; the time until a job submitted right
   after the kill has its pod created (the Lease's `lease_duration` included: the new process
   first waits out the dead leader's Lease).
@@ -63,6 +69,15 @@ class K8sBenchResult:
     controller_rss_mib: float = 0.0
     recovery_s: float = 0.0
     cluster_start_s: float = 0.0
+    cycles: int = 0  # the controller's, until every pod was bound
+    requests: int = 0
+    requests_per_cycle: float = 0.0
+    steady_s: float = 0.0  # the quiet window after every pod is bound
+    steady_cycles: int = 0
+    steady_requests: int = 0
+    steady_requests_per_cycle: float = 0.0
+    steady_lists: int = 0  # the controller's full lists in the window
+    steady_server_lists: dict[str, int] = field(default_factory=dict)  # by resource, all clients
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -126,6 +141,50 @@ def _cpu_and_rss(pid: int) -> tuple[float, float]:
     return cpu, rss
 
 
+def _stats(log: Path) -> dict[str, int] | None:
+    """The controller's last `stats:` line (caldera.k8s.controller), None before the first."""
+    found = None
+    for line in log.read_text(errors="replace").splitlines():
+        _, sep, rest = line.partition("stats: ")
+        if sep:
+            found = {k: int(v) for k, v in (pair.split("=", 1) for pair in rest.split())}
+    return found
+
+
+def _next_stats(log: Path, after: dict[str, int] | None, timeout: float) -> dict[str, int]:
+    """Wait for a `stats:` line newer than `after`."""
+    box: list[dict[str, int]] = []
+
+    def fresh() -> bool:
+        now = _stats(log)
+        if now is not None and now != after:
+            box[:] = [now]
+            return True
+        return False
+
+    _wait("the controller's stats line", fresh, timeout)
+    return box[0]
+
+
+def _server_lists(api: Any) -> dict[str, int]:
+    """LIST requests the API server has answered, by resource (every client)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    response = api.call_api(
+        "/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False
+    )[0]
+    counts: dict[str, int] = {}
+    for family in text_string_to_metric_families(response.data.decode()):
+        if family.name != "apiserver_request":  # the parser drops `_total`
+            continue
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name.endswith("_total") and labels.get("verb") == "LIST":
+                resource = labels.get("resource", "")
+                counts[resource] = counts.get(resource, 0) + int(sample.value)
+    return counts
+
+
 def _job(name: str, gpus: int) -> dict[str, Any]:
     container = {"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
     return {
@@ -163,7 +222,12 @@ def _wait(what: str, check: Any, timeout: float) -> None:
 
 
 def bench_k8s(
-    nodes: int, gpus_per_node: int, jobs: int, gpus_per_job: int, timeout: float = 900.0
+    nodes: int,
+    gpus_per_node: int,
+    jobs: int,
+    gpus_per_job: int,
+    timeout: float = 900.0,
+    steady: float = 30.0,
 ) -> K8sBenchResult:
     """Run the benchmark on a fresh dev cluster; everything is torn down afterwards."""
     result = K8sBenchResult(nodes, gpus_per_node, jobs, gpus_per_job)
@@ -228,6 +292,26 @@ def bench_k8s(
             result.bind_p99_s = _percentile(delays, 0.99)
             result.bind_max_s = max(delays, default=0.0)
             result.controller_cpu_s, result.controller_rss_mib = _cpu_and_rss(controller.pid)
+            began_stats = _next_stats(log, _stats(log), 60)
+            result.cycles, result.requests = began_stats["cycles"], began_stats["requests"]
+            result.requests_per_cycle = result.requests / max(result.cycles, 1)
+
+            # Steady state: every pod bound, nothing changes; what does the controller ask?
+            quiet = time.monotonic()
+            server_before = _server_lists(api)
+            time.sleep(steady)
+            ended_stats = _next_stats(log, began_stats, 60)
+            server_after = _server_lists(api)
+            result.steady_s = time.monotonic() - quiet
+            result.steady_cycles = ended_stats["cycles"] - began_stats["cycles"]
+            result.steady_requests = ended_stats["requests"] - began_stats["requests"]
+            result.steady_requests_per_cycle = result.steady_requests / max(result.steady_cycles, 1)
+            result.steady_lists = ended_stats["lists"] - began_stats["lists"]
+            result.steady_server_lists = {
+                r: n - server_before.get(r, 0)
+                for r, n in sorted(server_after.items())
+                if n - server_before.get(r, 0)
+            }
 
             # Recovery: a crash, a new process, and a job submitted meanwhile.
             controller.send_signal(signal.SIGKILL)

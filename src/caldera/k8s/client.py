@@ -200,6 +200,10 @@ class KubeClusterAPI:
                         f"{VOLCANO_VERSION} not found on {self.host}): install Volcano first"
                     ) from None
                 raise NotFound(what) from None
+            if status == 429 and "disruption budget" in text:
+                # The Eviction API's "no" from a PodDisruptionBudget: not a busy server,
+                # asking again at once would only be refused again.
+                raise EvictionBlocked(f"{what}: {text}") from None
             if status == 403 and "exceeded quota" in text:
                 raise QuotaExceeded(f"{what}: {text}") from None
             if status in (401, 403):
@@ -376,21 +380,15 @@ class KubeClusterAPI:
             "metadata": {"name": name, "namespace": namespace},
             "deleteOptions": options,
         }
-        what = f"evict pod {namespace}/{name}"
-        try:
+        try:  # EvictionBlocked when a PodDisruptionBudget says no (a 429 naming the budget)
             self._call(
-                what,
+                f"evict pod {namespace}/{name}",
                 lambda: self.core.create_namespaced_pod_eviction(
                     name, namespace, body, _request_timeout=self.timeout, _preload_content=False
                 ),
-                retry=False,
             )
         except NotFound:
             return False
-        except ClusterUnavailable as error:
-            if "429" in str(error):  # the Eviction API's answer when a budget says no
-                raise EvictionBlocked(f"{what}: {error}") from None
-            raise
         return True
 
     def create_service(self, namespace: str, body: Object) -> Object:

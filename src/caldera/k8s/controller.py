@@ -33,6 +33,9 @@ __all__ = ["Controller", "DryRunCluster", "sync_cluster_objects"]
 
 log = logging.getLogger("caldera.k8s")
 
+# Seconds between two `stats:` log lines (what `caldera bench k8s` reads: requests per cycle).
+STATS_EVERY = 10.0
+
 
 def sync_cluster_objects(api: ClusterAPI, queues: Iterable[Queue], settings: KubeSettings) -> None:
     """Create the four PriorityClasses and make the Volcano Queues match caldera's queues."""
@@ -154,6 +157,21 @@ class Controller:
         self.clock = clock
         self.wake = threading.Event()
         self.steps = 0
+        self.stats_every = STATS_EVERY
+
+    def stats(self) -> dict[str, int]:
+        """What the loop has cost so far: steps, cycles, API requests sent (retries and
+        watch re-opens included), full lists and watches opened by the informers."""
+        reads = self.runtime.reads
+        informers = reads.informers.values() if isinstance(reads, InformerCache) else ()
+        return {
+            "steps": self.steps,
+            "cycles": self.runtime.stats.cycles,
+            "requests": int(getattr(self.api, "requests", 0)),
+            "retries": int(getattr(self.api, "retries", 0)),
+            "lists": sum(i.lists for i in informers),
+            "watches": sum(i.watches for i in informers),
+        }
 
     def _watch(self, kind: str, namespace: str, selector: str, stop: threading.Event) -> None:
         backoff = 1.0
@@ -212,8 +230,12 @@ class Controller:
         elif watches:
             self.start_watches(stop)
         backoff = 1.0
+        said = self.clock()
         while not stop.is_set():
             began = self.clock()
+            if began - said >= self.stats_every:
+                said = began
+                log.info("stats: %s", " ".join(f"{k}={v}" for k, v in self.stats().items()))
             if leading is not None and not leading():
                 stop.wait(0.25)
                 continue

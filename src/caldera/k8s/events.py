@@ -209,6 +209,13 @@ def narrate(
         return Reason.THROTTLING, text
     if kind is EventKind.THROTTLE_OFF:
         return Reason.THROTTLE_ENDED, f"queue {data.get('queue')}: {data.get('reason')}"
+    if kind is Reason.EVICTION_REFUSED and data.get("kept"):
+        text = str(data.get("message") or "eviction refused: rolled back")
+        job.condition("Preempted", False, "EvictionRefused", text, now)
+        if data.get("whole"):
+            running = job.running_since is not None
+            job.condition("Running", running, "Running" if running else "Starting", text, now)
+        return Reason.EVICTION_REFUSED, text
     if isinstance(kind, Reason):
         return kind, str(data.get("message") or kind.value)  # the controller's own findings
     return None

@@ -35,6 +35,7 @@ from typing import Any
 
 from caldera.core import (
     Decisions,
+    EvictReason,
     JobIndex,
     PolicyConfig,
     Room,
@@ -48,13 +49,14 @@ from caldera.k8s import names
 from caldera.k8s.actuator import KubeActuator
 from caldera.k8s.api import ClusterAPI, ClusterConflict, ClusterError, Object
 from caldera.k8s.cache import ClusterReads, Listing
+from caldera.k8s.events import Reason
 from caldera.k8s.guard import Purpose
 from caldera.k8s.intake import Intake
 from caldera.k8s.jobs import KubeJob, KubeTask
 from caldera.k8s.nodes import Blocked, NodeState, foreign_usage, read_nodes
 from caldera.k8s.pods import PodWatcher
 from caldera.k8s.settings import KubeSettings
-from caldera.model import GPU_MILLI, Node, Queue
+from caldera.model import GPU_MILLI, JobState, Node, Queue
 from caldera.policies import get_policy
 from caldera.runtime import MAX_CYCLES_AT_ONCE, Kernel, Outcome, run_again
 from caldera.runtime.wire import ByName, placement_from_wire
@@ -107,6 +109,7 @@ class KubeRuntime:
             throttles=self.throttles,
             settle=self.settle,
             clock=clock,
+            refused=self.eviction_refused,
         )
         self.kernel: Kernel[KubeJob, KubeTask] = Kernel(
             self.actuator,
@@ -243,6 +246,56 @@ class KubeRuntime:
             self.kernel.mark(job)
             self.actuator.persist(job)
         self.cycle_needed = True
+
+    def eviction_refused(self, job: KubeJob, pod: str, why: str) -> None:
+        """The Eviction API refused a victim's pod: a PodDisruptionBudget forbids it now
+        (Kubernetes answers 429 and leaves the pod alone). Before, the victim stayed
+        Releasing and its preemptor waited for room that never came.
+
+        - A user's cancel goes on as a plain delete: the owner may end their own job
+          whatever the budget (as `kubectl delete` does).
+        - A gang that already lost pods of this eviction below `min_available` cannot run
+          whole: the refused pods are stopped with it (deleted), and it is requeued.
+        - Otherwise the eviction is rolled back (`Kernel.keep`): the pods it has not reached
+          are not asked, the job is Running again, its reservation-holders re-planned around
+          the room that stays taken; an `EvictionRefused` Event says so."""
+        now = self.clock()
+        if job.id not in self.jobs or job.state not in (JobState.RUNNING, JobState.RELEASING):
+            return
+        actuator = self.actuator
+        if job.cancel_requested or job.evict_reason == EvictReason.CANCEL.value:
+            actuator.note(Reason.EVICTION_REFUSED, job, now, f"{why}: cancelled: deleted instead")
+            actuator.remove(job, job.namespace, pod, self.grace, Purpose.STOP)
+            return
+        kept = [t for t in job.tasks if t.leaving and not t.done and not t.deleting]
+        if not kept:
+            return
+        actuator.forget_evictions(job, {t.pod for t in kept})
+        if len(job.running) + len(kept) < job.spec.min_available:
+            actuator.note(
+                Reason.EVICTION_REFUSED,
+                job,
+                now,
+                f"{why}: the gang already lost pods to this eviction; stopping the rest",
+            )
+            for task in kept:
+                actuator.remove(job, job.namespace, task.pod, self.grace, Purpose.STOP)
+            return
+        whole = job.state is JobState.RELEASING
+        preemptor = job.evicted_for
+        if not self.kernel.keep(job, kept, now):
+            return
+        log.warning("%s: eviction refused (%s); rolled back, it keeps running", job.id, why)
+        actuator.record(
+            Reason.EVICTION_REFUSED,
+            job,
+            now,
+            message=f"{why}: eviction rolled back, the job keeps running"
+            + (f"; {preemptor} plans again" if preemptor else ""),
+            kept=len(kept),
+            whole=whole,
+        )
+        self.replan_around(job)
 
     def hold_orphan(self, key: tuple[str, str], pod: Object) -> None:
         """Keep the room of a caldera pod no job claims until the pod is gone."""

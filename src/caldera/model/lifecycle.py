@@ -48,6 +48,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.RELEASING: frozenset(
         {
             JobState.PENDING,  # room released: requeued with its original submit time
+            JobState.RUNNING,  # the eviction was refused (a PodDisruptionBudget): it runs on
             JobState.HELD,  # requeued while its queue is outside its window
             JobState.SUCCEEDED,  # it finished inside the grace period
             JobState.CANCELLED,  # the eviction was a cancel

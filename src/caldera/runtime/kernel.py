@@ -373,6 +373,38 @@ class Kernel(Generic[JobT, TaskT]):
         self.mark(job)
         return True
 
+    def keep(self, job: JobT, tasks: Sequence[TaskT], now: float) -> bool:
+        """An eviction the world refused (on Kubernetes: a PodDisruptionBudget's 429 from the
+        Eviction API): `tasks` were asked to leave but never got the signal, so they run on.
+        They stop leaving; a whole gang that was Releasing is Running again, its progress
+        resumed where the signal froze it (the moments in between count as work: the pods
+        never stopped). The eviction is not counted as one, but `last_evicted_at` stays, so
+        the victim's cooldown steers the next non-critical plans to other victims. The
+        runtime re-plans the preemptor (its reservation counted on this room). False when
+        none of them can be kept (gone meanwhile, or the job is no longer running)."""
+        if job.state not in (JobState.RUNNING, JobState.RELEASING):
+            return False
+        kept = [t for t in job.tasks if t.leaving and not t.done and any(t is k for k in tasks)]
+        if not kept:
+            return False
+        for task in kept:
+            task.leaving = False
+            task.kill_at = None
+        if job.state is JobState.RELEASING:
+            self.set_state(job, JobState.RUNNING)
+            job.evicted_for = None
+            job.evict_reason = None
+            job.signalled_at = None
+        job.evictions = max(job.evictions - 1, 0)
+        if job.work_at_signal is not None and len(job.running) >= job.spec.min_available:
+            job.work_base = job.work_at_signal  # what the signal froze; it never stopped
+            job.running_since = now
+            job.work_at_signal = None
+            job.signal_gpu = 0
+            self.effects.progressing(job, sum(t.placement.gpu for t in job.running), now)
+        self.mark(job)
+        return True
+
     def cancel(self, job: JobT, now: float) -> bool:
         """A user's cancel: a waiting job ends now, a running one is evicted (reason cancel)
         and ends Cancelled when its tasks are gone. False if it has already ended."""
