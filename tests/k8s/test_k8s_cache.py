@@ -18,6 +18,7 @@ from caldera.core import PolicyConfig
 from caldera.k8s import FakeClock, FakeCluster, KubeRuntime, names
 from caldera.k8s.cache import NOT_ENDED, Informer, InformerCache, slim_pod
 from caldera.k8s.client import KubeClusterAPI
+from caldera.k8s.controller import Controller
 from caldera.model import Queue
 
 JOBS = f"{names.GROUP}/{names.VERSION}"
@@ -153,3 +154,14 @@ def test_the_runtime_runs_a_job_through_the_informer_cache(
     lists_made = cache.lists
     sync()
     assert cache.lists == lists_made  # steady state: no re-list
+
+    # What `caldera bench k8s` reads from the controller's `stats:` lines: a step in steady
+    # state runs the cycle (its timer) and sends nothing at all.
+    controller = Controller(runtime)
+    before = controller.stats()
+    assert before["lists"] == len(cache.informers) and before["requests"] > 0
+    clock.now += 10
+    runtime.step()
+    after = controller.stats()
+    assert after["cycles"] == before["cycles"] + 1
+    assert after["requests"] == before["requests"] and after["lists"] == before["lists"]

@@ -12,7 +12,6 @@ from typing import Any
 
 import kubernetes
 import pytest
-import urllib3
 
 from caldera.k8s.api import ClusterUnavailable
 from caldera.k8s.client import KubeClusterAPI, load_api_client
@@ -84,13 +83,16 @@ def bob_throttled(dev_cluster: DevCluster, api_client: Any) -> Iterator[Any]:
     flow.create_priority_level_configuration(LEVEL)
     flow.create_flow_schema(SCHEMA)
     bob = load_api_client(str(dev_cluster.kubeconfig("bob")))
-    http = urllib3.PoolManager(cert_reqs="CERT_NONE")
-    url = f"{bob.configuration.host}/api/v1/nodes"
-    headers = {"Authorization": bob.configuration.api_key["authorization"]}
+    core = k8s.client.CoreV1Api(bob)
 
     def refused() -> int | None:
-        answer = http.request("GET", url, headers=headers)
-        return int(answer.headers.get("Retry-After", "0")) if answer.status == 429 else None
+        try:
+            core.list_node(limit=1, _preload_content=False)
+        except k8s.client.ApiException as error:
+            if error.status == 429:
+                return int((error.headers or {}).get("Retry-After", "0"))
+            raise
+        return None
 
     deadline = time.monotonic() + 30
     while refused() is None:  # the API server has taken the schema in
