@@ -170,9 +170,11 @@ def _server_lists(api: Any) -> dict[str, int]:
     """LIST requests the API server has answered, by resource (every client)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    response = api.call_api(
-        "/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False
-    )[0]
+    method, url, headers, _, _ = api.param_serialize(
+        "GET", "/metrics", auth_settings=["BearerToken"]
+    )
+    response = api.call_api(method, url, header_params=headers, _request_timeout=60)
+    response.read()
     counts: dict[str, int] = {}
     for family in text_string_to_metric_families(response.data.decode()):
         if family.name != "apiserver_request":  # the parser drops `_total`
@@ -235,7 +237,10 @@ def bench_k8s(
     with tempfile.TemporaryDirectory(prefix="caldera-bench-k8s-") as tmp:
         folder = Path(tmp)
         shape = NodeShape(count=nodes, gpus=gpus_per_node, per_hypernode=8, hypernodes_per_spine=8)
-        cluster = DevCluster(folder=folder / "cluster", bins=bins, nodes=shape)
+        # Nodes are created one by one and KWOK makes each Ready: allow for a large cluster.
+        cluster = DevCluster(
+            folder=folder / "cluster", bins=bins, nodes=shape, start_timeout=90 + 0.6 * nodes
+        )
         began = time.monotonic()
         cluster.start()
         result.cluster_start_s = time.monotonic() - began

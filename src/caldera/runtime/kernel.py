@@ -19,6 +19,10 @@ What differs between runtimes is only how tasks run and where things are kept:
   rows to its database before it acts;
 - the Kubernetes controller creates pods and deletes them with the grace period.
 
+`Kernel.keep` undoes an eviction the world refused before it reached the tasks (on
+Kubernetes a PodDisruptionBudget's 429): the job is Running again and the runtime re-plans
+whoever counted on its room.
+
 Decisions that no longer match a job (its tasks changed since the snapshot) are skipped; an
 eviction of a job that is never a victim (critical, protected, conformance-protected) is
 refused and counted: the core never asks for one, and the kernel is the last line.
