@@ -763,3 +763,24 @@ def test_a_cancel_a_disruption_budget_refuses_deletes_the_pods_instead() -> None
     assert world.cluster.deletions == [(NAMESPACE, "mine-1-0", GRACE)]
     world.step(GRACE + 1)
     assert world.state("mine") == "Cancelled"
+
+
+def test_a_gang_that_lost_pods_to_an_eviction_before_the_refusal_is_stopped_whole() -> None:
+    """The budget refuses the second pod of a 2-pod gang after the first went: the gang
+    cannot run whole, so the refused pod is deleted (not rolled back) and the job requeued."""
+    world = World().hypernode("a", "n", count=2).start()
+    world.submit("gang", tasks=2, gpus=8)
+    world.step()
+    world.step(600)
+    world.cluster.blocked_evictions.add((NAMESPACE, "gang-1-1"))
+    world.submit("big", type="large-job", tasks=2, gpus=8)
+    world.step(1)
+    assert [a for a in world.cluster.actions if a[0] == "evict"] == [
+        ("evict", "pod", f"{NAMESPACE}/gang-1-0")
+    ]
+    assert (NAMESPACE, "gang-1-1", GRACE) in world.cluster.deletions  # deleted instead
+    assert world.events("gang")[-1] == "EvictionRefused"
+    world.step(GRACE + 1)
+    assert world.state("gang") == "Pending"
+    world.step(1)
+    assert world.state("big") == "Running"
