@@ -169,9 +169,14 @@ class CycleContext:
     stamp: Stamp = field(init=False)
     failed: dict[SearchKey, FailedSearch] = field(init=False)
     memo_hits: int = 0
+    # Bumped whenever a queue's usage changes (a start, an eviction, a promise): answers that
+    # depend only on the usages can be kept until then.
+    usage_generation: int = 0
+    _budget: int = field(init=False)  # milli-GPUs a cycle may signal (config × capacity)
 
     def __post_init__(self) -> None:
         snapshot = self.snapshot
+        self._budget = self._whole_budget()
         self.jobs = snapshot.by_id
         deserved = _default_deserved(snapshot)
         held = snapshot.job_index.usage
@@ -226,13 +231,17 @@ class CycleContext:
     @property
     def eviction_budget(self) -> int:
         """Milli-GPUs that may still be signalled this cycle (at least one node's worth)."""
+        return self._budget - self.evicted_gpu
+
+    def _whole_budget(self) -> int:
         room = self.room
         limit = max(self.config.eviction_budget * room.capacity_gpus, room.max_gpus)
         slices = room.capacity_milli - room.capacity_gpus * GPU_MILLI  # MIG slices' share
-        return int(limit * GPU_MILLI) + int(self.config.eviction_budget * slices) - self.evicted_gpu
+        return int(limit * GPU_MILLI) + int(self.config.eviction_budget * slices)
 
     def promise(self, job: JobView, sign: int) -> None:
         """Count (+1) or stop counting (-1) a nominated preemptor's gang in its queue."""
+        self.usage_generation += 1
         usage = self.usage.get(job.spec.queue)
         if usage is not None:
             gang = job.spec.gang_request
@@ -242,6 +251,7 @@ class CycleContext:
         """Record a start; the room is already taken by the caller."""
         self.starts.append(Start(job.id, placement, grow))
         self.started.add(job.id)
+        self.usage_generation += 1
         usage = self.usage.get(job.spec.queue)
         if usage is not None:
             usage.allocated = usage.allocated + job.spec.task_request.scaled(len(placement))
@@ -255,6 +265,7 @@ class CycleContext:
                 break
         else:
             raise ValueError(f"{job.id} was not started in this cycle")
+        self.usage_generation += 1
         usage = self.usage.get(job.spec.queue)
         if usage is not None:
             usage.allocated = usage.allocated + job.spec.task_request.scaled(len(extra))
@@ -266,6 +277,7 @@ class CycleContext:
         self.evictions.append(evict)
         self.evicted.add(victim.id)
         self.evicted_gpu += evict.gpu
+        self.usage_generation += 1
         usage = self.usage.get(victim.spec.queue)
         if usage is not None:
             tasks = len(evict.tasks) if evict.tasks else len(victim.placement)
@@ -338,11 +350,9 @@ class CycleContext:
         """When the next running job leaves its cooldown and may be a victim again."""
         cooldown, now = self.config.cooldown, self.now
         ends = [
-            job.last_evicted_at + cooldown
-            for by_priority in self.snapshot.job_index.victims.values()
-            for jobs in by_priority.values()
-            for job in jobs.values()
-            if job.last_evicted_at is not None and job.last_evicted_at + cooldown > now
+            at + cooldown
+            for at in self.snapshot.job_index.evicted_before.values()
+            if at + cooldown > now
         ]
         return min(ends, default=math.inf)
 

@@ -40,7 +40,10 @@ def run(snapshot: Snapshot, policy: Policy) -> Decisions:
         cycle = CycleContext(snapshot, room)
         for phase in policy.phases:
             phase(cycle)
-        return replace(cycle.decisions(), waiting=waiting_reasons(cycle))
+        decisions = cycle.decisions()
+        if not snapshot.explain:
+            return decisions
+        return replace(decisions, waiting=waiting_reasons(cycle))
 
 
 def _critical(key: GroupKey) -> bool:

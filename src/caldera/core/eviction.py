@@ -290,10 +290,12 @@ def give_way(
             plan = None  # failed before, and nothing since could change the answer (memo.py)
         else:
             plan = planner(job, pools)
-            if plan is not None and _wait_for_a_cheaper_plan(cycle, job, plan):
-                plan = None
             if plan is None:
                 cycle.record_failure(key, job)
+            elif _wait_for_a_cheaper_plan(cycle, job, plan):
+                # Not a failure: a victim's next checkpoint may make a lossless plan, with
+                # nothing else changing, so this search is not settled (core/memo.py).
+                plan = None
         if reserved:  # what its plan does not use stays out of others' reach this cycle
             cycle.reserve(job.id, reserved)
         if plan is None:

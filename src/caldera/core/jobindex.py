@@ -63,6 +63,10 @@ class JobIndex:
         self.nominated: dict[str, JobView] = {}  # pending preemptors holding reserved room
         # Running jobs that could ever be victims: queue -> base priority -> id -> view.
         self.victims: dict[str, dict[int, dict[str, JobView]]] = {}
+        # node -> milli-GPUs held by running work that is never a victim (core/packing.py)
+        self.pinned: dict[int, int] = {}
+        # Possible victims evicted before (now running again) -> when: their cooldowns.
+        self.evicted_before: dict[str, float] = {}
         self.token = next(_TOKENS)
         self.version = 0
         for job in jobs:
@@ -105,6 +109,10 @@ class JobIndex:
             if not _never_a_victim(job):
                 by_priority = self.victims.setdefault(spec.queue, {})
                 by_priority.setdefault(spec.priority, {})[job.id] = job
+                if job.last_evicted_at is not None:
+                    self.evicted_before[job.id] = job.last_evicted_at
+        if job.state is JobState.RUNNING and _never_a_victim(job):
+            self._pin(job, 1)
 
     def _remove(self, job: JobView) -> None:
         del self.views[job.id]
@@ -119,12 +127,24 @@ class JobIndex:
             self.nominated.pop(job.id, None)
         elif job.placement or job.releasing:
             self._count(job, -1)
+        if job.state is JobState.RUNNING and _never_a_victim(job):
+            self._pin(job, -1)
         self.growable.pop(job.id, None)
+        self.evicted_before.pop(job.id, None)
         by_priority = self.victims.get(spec.queue)
         if by_priority is not None:
             same = by_priority.get(spec.priority)
             if same is not None and same.pop(job.id, None) is not None and not same:
                 del by_priority[spec.priority]
+
+    def _pin(self, job: JobView, sign: int) -> None:
+        pinned = self.pinned
+        for task in job.placement:
+            held = pinned.get(task.node, 0) + sign * task.gpu
+            if held:
+                pinned[task.node] = held
+            else:
+                pinned.pop(task.node, None)
 
     def _count(self, job: JobView, sign: int) -> None:
         spec = job.spec

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from caldera.core.context import CycleContext
 from caldera.core.placement import place_job
 from caldera.core.room import Room, TaskPlacement
-from caldera.model import CRITICAL_PRIORITY, JobSpec, JobState
+from caldera.model import CRITICAL_PRIORITY, JobSpec
 
 __all__ = [
     "count_non_evictable",
@@ -41,12 +41,8 @@ def non_evictable(cycle: CycleContext) -> dict[int, int]:
     """Milli-GPUs per node held by running work that is never a victim (once per cycle)."""
 
     def build() -> dict[int, int]:
-        held: dict[int, int] = {}
-        for job in cycle.snapshot.job_index.by_state[JobState.RUNNING].values():
-            if never_evicted(job.spec):
-                for task in job.placement:
-                    held[task.node] = held.get(task.node, 0) + task.gpu
-        return held
+        # The job index keeps the running jobs' count; this cycle's starts are added to a copy.
+        return dict(cycle.snapshot.job_index.pinned)
 
     return cycle.memo("non_evictable", build)
 

@@ -21,6 +21,7 @@ job whose effective weight escalated to the ceiling for a non-critical preemptor
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
@@ -34,7 +35,7 @@ from caldera.core.eviction import (
 )
 from caldera.core.snapshot import JobView
 from caldera.core.victims import Plan, Unit
-from caldera.model import CRITICAL_PRIORITY
+from caldera.model import CRITICAL_PRIORITY, Resources
 
 __all__ = ["borrowers_first", "may_reclaim", "reclaim"]
 
@@ -58,10 +59,27 @@ def _others_borrow(cycle: CycleContext, queue: str) -> bool:
     )
 
 
+@dataclass
+class _Answers:
+    """`borrowers_first` answers of one cycle, valid while no queue's usage changes."""
+
+    generation: int = -1
+    answers: dict[tuple[str, Resources, int, bool], bool] = field(default_factory=dict)
+
+
 def borrowers_first(cycle: CycleContext, job: JobView) -> bool:
     """Should `job` reclaim before it preempts its own queue's lower-priority work? (Kueue's
-    candidate order: borrowers first.)"""
-    return may_reclaim(cycle, job) and _others_borrow(cycle, job.spec.queue)
+    candidate order: borrowers first.) The answer depends on the job's queue, gang and
+    priority and on the queues' usage: kept per cycle until a usage changes."""
+    spec = job.spec
+    known = cycle.memo("borrowers_first?", _Answers)
+    if known.generation != cycle.usage_generation:
+        known.generation, known.answers = cycle.usage_generation, {}
+    key = (spec.queue, spec.gang_request, spec.priority, spec.may_preempt)
+    answer = known.answers.get(key)
+    if answer is None:
+        answer = known.answers[key] = may_reclaim(cycle, job) and _others_borrow(cycle, spec.queue)
+    return answer
 
 
 def reclaim(cycle: CycleContext) -> None:

@@ -50,13 +50,14 @@ def reserve_for_starving(cycle: CycleContext) -> set[str]:
     for key, jobs in cycle.eligible_groups:
         if key[1] != LARGE or key[0] not in cycle.usage or not cycle.in_pass(key):
             continue
-        for job in jobs:
-            if job.id in cycle.started or not starving(cycle, job):
+        for job in jobs:  # a group is in rank order: one type, oldest submission first
+            if job.id in cycle.started or job.nomination is not None:
                 continue
-            best = heads.get(key[0])
-            if best is None or job.spec.rank < best.spec.rank:
-                heads[key[0]] = job
-            break  # a group is in rank order
+            if starving(cycle, job):
+                best = heads.get(key[0])
+                if best is None or job.spec.rank < best.spec.rank:
+                    heads[key[0]] = job
+            break  # the first that could starve does, or none after it does yet
     started: set[str] = set()
     for job in sorted(heads.values(), key=lambda j: j.spec.rank):
         spec = job.spec
@@ -105,18 +106,24 @@ def _domain(cycle: CycleContext, spec: JobSpec) -> tuple[int, ...] | None:
     fixed = non_evictable(cycle)
     models = spec.gpu_models
     for tier in tiers:
-        domains = room.tier1_nodes if tier <= 1 else room.tier2_nodes
+        layout = room.domain_layout(tier, models)
+        held = dict.fromkeys(layout, 0)
+        of = room.tier1_nodes if tier <= 1 else room.tier2_nodes
+        node_domain = {n: d for d, nodes in of.items() for n in nodes} if fixed else {}
+        for node, milli in fixed.items():
+            domain = node_domain[node]
+            if domain in held and (models is None or room.nodes[node].gpu_model in models):
+                held[domain] += milli
+        whole = room.tier1_whole if tier <= 1 else room.tier2_whole
         options: list[tuple[int, int, int, tuple[int, ...]]] = []
-        for domain, nodes in domains.items():
-            usable = [n for n in nodes if models is None or room.nodes[n].gpu_model in models]
-            capacity = sum(room.nodes[n].gpus for n in usable) * GPU_MILLI
-            held = sum(fixed.get(n, 0) for n in usable)
-            if capacity - held < need * GPU_MILLI:
+        for domain, (usable, capacity) in layout.items():
+            if capacity - held[domain] < need * GPU_MILLI:
                 continue  # never, while its non-evictable work runs
-            free = sum(room.whole[n] for n in usable)
-            options.append((-free, held, domain, tuple(usable)))
+            free = whole[domain] if models is None else sum(room.whole[n] for n in usable)
+            options.append((-free, held[domain], domain, usable))
         if options:
             return min(options)[3]
         if topology is not None and topology.mode is TopologyMode.HARD:
             return None
+    return None
     return None

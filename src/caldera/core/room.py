@@ -30,6 +30,9 @@ __all__ = ["CapacityError", "Room", "TaskPlacement"]
 
 _TOKENS = count(1)
 
+DomainLayout = dict[int, tuple[tuple[int, ...], int]]
+"""Topology domain -> (its usable nodes, their GPU capacity in milli-GPUs)."""
+
 
 @dataclass(frozen=True, slots=True)
 class TaskPlacement:
@@ -102,8 +105,25 @@ class Room:
             self.tier2_whole[n.tier2] = self.tier2_whole.get(n.tier2, 0) + n.gpus
             self.model_whole[n.gpu_model] += n.gpus
         self._journal: list[tuple[TaskPlacement, int]] | None = None
+        self._layouts: dict[tuple[int, frozenset[str] | None], DomainLayout] = {}
         self.token = next(_TOKENS)
         self.version = 0  # changes made outside scratch(): a runtime's starts and releases
+
+    def domain_layout(self, tier: int, models: frozenset[str] | None) -> DomainLayout:
+        """Per domain of `tier` (1 or 2): its nodes of the allowed GPU models and their
+        capacity in milli-GPUs. The nodes never change, so this is worked out once."""
+        key = (1 if tier <= 1 else 2, models)
+        layout = self._layouts.get(key)
+        if layout is None:
+            domains = self.tier1_nodes if tier <= 1 else self.tier2_nodes
+            layout = {}
+            for domain, nodes in domains.items():
+                usable = tuple(
+                    n for n in nodes if models is None or self.nodes[n].gpu_model in models
+                )
+                layout[domain] = (usable, sum(self.nodes[n].gpus for n in usable) * GPU_MILLI)
+            self._layouts[key] = layout
+        return layout
 
     # -- changes ----------------------------------------------------------------------------
 

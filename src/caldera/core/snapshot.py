@@ -38,6 +38,10 @@ class Snapshot:
     index: JobIndex | None = None
     # The last cycle's `Decisions.memo`: failed searches nothing has unsettled (core/memo.py).
     memo: SearchMemo | None = None
+    # Say why each pending job waits (`Decisions.waiting`, for the operator's view). Costs a
+    # pass over the pending groups each cycle; a runtime nobody looks at (the simulator)
+    # turns it off — it changes no decision.
+    explain: bool = True
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.now):

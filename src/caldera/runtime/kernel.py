@@ -190,6 +190,8 @@ class Kernel(Generic[JobT, TaskT]):
     # only to check that the memo changes nothing.
     memoize: bool = True
     memo: SearchMemo | None = None
+    # Ask each cycle why pending jobs wait (`Decisions.waiting`); off where nobody reads it.
+    explain: bool = True
 
     def snapshot(
         self, now: float, nodes: tuple[Node, ...], queues: Mapping[str, Queue], room: Room
@@ -208,6 +210,7 @@ class Kernel(Generic[JobT, TaskT]):
             room=room,
             index=self.index,
             memo=self.memo if self.memoize else None,
+            explain=self.explain,
         )
 
     # -- decisions -------------------------------------------------------------------------

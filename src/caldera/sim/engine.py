@@ -190,7 +190,7 @@ class Simulator:
         self.queues = {q.name: q for q in scenario.queues}
         self.jobs: dict[str, SimJob] = {}
         self.kernel: Kernel[SimJob, SimTask] = Kernel(
-            _SimEffects(self), self.config, grace_signals=False, memoize=memoize
+            _SimEffects(self), self.config, grace_signals=False, memoize=memoize, explain=False
         )
         self.throttles = self.kernel.throttles
         self.active = self.kernel.jobs  # jobs submitted and not yet over
