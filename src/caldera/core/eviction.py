@@ -28,6 +28,7 @@ from caldera.core.victims import (
     VictimIndex,
     find_plan,
     is_protected,
+    never_fits,
     victim_units,
 )
 from caldera.core.weight import effective_weight
@@ -39,6 +40,7 @@ __all__ = [
     "VictimsByQueue",
     "continue_nominations",
     "give_way",
+    "hopeless",
     "over_capability",
 ]
 
@@ -233,6 +235,24 @@ class VictimPools:
             )
 
         return allow
+
+
+def hopeless(cycle: CycleContext, job: JobView, borrowers: bool) -> bool:
+    """Would every victim search for `job` fail, even taking all its queue's lower-priority
+    work (and, with `borrowers`, all running work of the other reclaimable queues)? A cheap
+    count on the job index that saves building the candidates of a search that cannot
+    succeed (`victims.never_fits`); False when it cannot tell."""
+    spec = job.spec
+    held = cycle.snapshot.job_index.victim_devices
+    holders = [
+        by_node for value, by_node in held.get(spec.queue, {}).items() if value < spec.priority
+    ]
+    if borrowers:
+        for queue, by_priority in held.items():
+            usage = cycle.usage.get(queue)
+            if queue != spec.queue and (usage is None or usage.queue.reclaimable):
+                holders.extend(by_priority.values())
+    return never_fits(cycle.room, spec, holders)
 
 
 def give_way(

@@ -63,6 +63,10 @@ class JobIndex:
         self.nominated: dict[str, JobView] = {}  # pending preemptors holding reserved room
         # Running jobs that could ever be victims: queue -> base priority -> id -> view.
         self.victims: dict[str, dict[int, dict[str, JobView]]] = {}
+        # The same, by node: queue -> base priority -> node -> GPU devices its tasks use (a
+        # device shared by two tasks counts twice). What evicting all of them could free at
+        # most, for a quick "never, even then" before a victim search (core/victims.py).
+        self.victim_devices: dict[str, dict[int, dict[int, int]]] = {}
         # node -> milli-GPUs held by running work that is never a victim (core/packing.py)
         self.pinned: dict[int, int] = {}
         # Possible victims evicted before (now running again) -> when: their cooldowns.
@@ -109,6 +113,7 @@ class JobIndex:
             if not _never_a_victim(job):
                 by_priority = self.victims.setdefault(spec.queue, {})
                 by_priority.setdefault(spec.priority, {})[job.id] = job
+                self._hold_devices(job, 1)
                 if job.last_evicted_at is not None:
                     self.evicted_before[job.id] = job.last_evicted_at
         if job.state is JobState.RUNNING and _never_a_victim(job):
@@ -134,8 +139,21 @@ class JobIndex:
         by_priority = self.victims.get(spec.queue)
         if by_priority is not None:
             same = by_priority.get(spec.priority)
-            if same is not None and same.pop(job.id, None) is not None and not same:
-                del by_priority[spec.priority]
+            if same is not None and same.pop(job.id, None) is not None:
+                self._hold_devices(job, -1)
+                if not same:
+                    del by_priority[spec.priority]
+
+    def _hold_devices(self, job: JobView, sign: int) -> None:
+        spec = job.spec
+        by_node = self.victim_devices.setdefault(spec.queue, {}).setdefault(spec.priority, {})
+        for task in job.placement:
+            if task.milli:
+                held = by_node.get(task.node, 0) + sign * len(task.devices)
+                if held:
+                    by_node[task.node] = held
+                else:
+                    del by_node[task.node]
 
     def _pin(self, job: JobView, sign: int) -> None:
         pinned = self.pinned

@@ -19,6 +19,7 @@ from caldera.core.eviction import (
     continue_nominations,
     frees,
     give_way,
+    hopeless,
     over_capability,
     search,
 )
@@ -40,6 +41,8 @@ def preempt(cycle: CycleContext) -> None:
         return True
 
     def planner(job: JobView, pools: VictimPools) -> Plan | None:
+        if hopeless(cycle, job, borrowers=False):
+            return None
         queue = job.spec.queue
         over = over_capability(cycle.usage[queue], job.spec.gang_request)
         return search(

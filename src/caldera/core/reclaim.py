@@ -30,6 +30,7 @@ from caldera.core.eviction import (
     freed_by,
     frees,
     give_way,
+    hopeless,
     over_capability,
     search,
 )
@@ -86,6 +87,8 @@ def reclaim(cycle: CycleContext) -> None:
     deferred: set[str] = cycle.memo("borrowers_first", set)
 
     def planner(job: JobView, pools: VictimPools) -> Plan | None:
+        if hopeless(cycle, job, borrowers=True):
+            return None
         queue = job.spec.queue
         usage = cycle.usage[queue]
         gang = job.spec.gang_request

@@ -29,7 +29,7 @@ search can be memoised on them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -52,6 +52,7 @@ __all__ = [
     "expected_loss",
     "find_plan",
     "is_protected",
+    "never_fits",
     "victim_units",
 ]
 
@@ -334,6 +335,39 @@ def _counted_prefix(
         if tasks >= spec.min_available:
             return length
     return None
+
+
+def never_fits(room: Room, spec: JobSpec, holders: Iterable[Mapping[int, int]]) -> bool:
+    """Could the gang not be placed even with every task of the `holders` gone (each maps a
+    node to the GPU devices its tasks use there)? Counts per node the whole GPUs that could
+    then be free — optimistic: NVLink islands, topology, CPU and memory are ignored — so True
+    proves that every victim search among those holders fails, without building its
+    candidates. Whole-GPU tasks only (False: not known)."""
+    per_task = spec.whole_gpus
+    if per_task == 0 or spec.gpu % GPU_MILLI:
+        return False
+    models = spec.gpu_models
+    need = spec.min_available
+    tasks = 0
+    for model in room.models if models is None else models:
+        for level, bucket in enumerate(room.buckets.get(model, ())):
+            tasks += len(bucket) * (level // per_task)
+    if tasks >= need:
+        return False
+    devices: dict[int, int] = {}
+    for held in holders:
+        for node, count in held.items():
+            devices[node] = devices.get(node, 0) + count
+    whole, nodes = room.whole, room.nodes
+    for node, count in devices.items():
+        info = nodes[node]
+        if models is not None and info.gpu_model not in models:
+            continue
+        free = whole[node]
+        tasks += min(info.gpus, free + count) // per_task - free // per_task
+        if tasks >= need:
+            return False
+    return True
 
 
 def _fits(
