@@ -237,22 +237,13 @@ class VictimPools:
         return allow
 
 
-def hopeless(cycle: CycleContext, job: JobView, borrowers: bool) -> bool:
-    """Would every victim search for `job` fail, even taking all its queue's lower-priority
-    work (and, with `borrowers`, all running work of the other reclaimable queues)? A cheap
-    count on the job index that saves building the candidates of a search that cannot
-    succeed (`victims.never_fits`); False when it cannot tell."""
+def hopeless(cycle: CycleContext, job: JobView) -> bool:
+    """Would every victim search for `job` among its queue's lower-priority work fail, even
+    taking all of it? A cheap count on the job index that saves building the candidates of
+    a search that cannot succeed (`victims.never_fits`); False when it cannot tell."""
     spec = job.spec
-    held = cycle.snapshot.job_index.victim_devices
-    holders = [
-        by_node for value, by_node in held.get(spec.queue, {}).items() if value < spec.priority
-    ]
-    if borrowers:
-        for queue, by_priority in held.items():
-            usage = cycle.usage.get(queue)
-            if queue != spec.queue and (usage is None or usage.queue.reclaimable):
-                holders.extend(by_priority.values())
-    return never_fits(cycle.room, spec, holders)
+    index = cycle.snapshot.job_index
+    return never_fits(cycle.room, spec, index.lower_devices(spec.queue, spec.priority))
 
 
 def give_way(

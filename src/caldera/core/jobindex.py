@@ -67,6 +67,8 @@ class JobIndex:
         # device shared by two tasks counts twice). What evicting all of them could free at
         # most, for a quick "never, even then" before a victim search (core/victims.py).
         self.victim_devices: dict[str, dict[int, dict[int, int]]] = {}
+        self._devices_version = 0
+        self._lower: dict[tuple[str, int], tuple[int, dict[int, int]]] = {}
         # node -> milli-GPUs held by running work that is never a victim (core/packing.py)
         self.pinned: dict[int, int] = {}
         # Possible victims evicted before (now running again) -> when: their cooldowns.
@@ -144,8 +146,24 @@ class JobIndex:
                 if not same:
                     del by_priority[spec.priority]
 
+    def lower_devices(self, queue: str, priority: int) -> dict[int, int]:
+        """Node -> GPU devices used by the queue's possible victims below `priority`; kept
+        until the index changes."""
+        key = (queue, priority)
+        cached = self._lower.get(key)
+        if cached is not None and cached[0] == self._devices_version:
+            return cached[1]
+        merged: dict[int, int] = {}
+        for value, by_node in self.victim_devices.get(queue, {}).items():
+            if value < priority:
+                for node, count in by_node.items():
+                    merged[node] = merged.get(node, 0) + count
+        self._lower[key] = (self._devices_version, merged)
+        return merged
+
     def _hold_devices(self, job: JobView, sign: int) -> None:
         spec = job.spec
+        self._devices_version += 1
         by_node = self.victim_devices.setdefault(spec.queue, {}).setdefault(spec.priority, {})
         for task in job.placement:
             if task.milli:

@@ -30,13 +30,12 @@ from caldera.core.eviction import (
     freed_by,
     frees,
     give_way,
-    hopeless,
     over_capability,
     search,
 )
 from caldera.core.snapshot import JobView
 from caldera.core.victims import Plan, Unit
-from caldera.model import CRITICAL_PRIORITY, Resources
+from caldera.model import CRITICAL_PRIORITY
 
 __all__ = ["borrowers_first", "may_reclaim", "reclaim"]
 
@@ -65,7 +64,7 @@ class _Answers:
     """`borrowers_first` answers of one cycle, valid while no queue's usage changes."""
 
     generation: int = -1
-    answers: dict[tuple[str, Resources, int, bool], bool] = field(default_factory=dict)
+    answers: dict[tuple[str, int, int], bool] = field(default_factory=dict)
 
 
 def borrowers_first(cycle: CycleContext, job: JobView) -> bool:
@@ -76,7 +75,7 @@ def borrowers_first(cycle: CycleContext, job: JobView) -> bool:
     known = cycle.memo("borrowers_first?", _Answers)
     if known.generation != cycle.usage_generation:
         known.generation, known.answers = cycle.usage_generation, {}
-    key = (spec.queue, spec.gang_request, spec.priority, spec.may_preempt)
+    key = (spec.queue, spec.priority, spec.shape)  # its group: same gang, same class
     answer = known.answers.get(key)
     if answer is None:
         answer = known.answers[key] = may_reclaim(cycle, job) and _others_borrow(cycle, spec.queue)
@@ -87,8 +86,6 @@ def reclaim(cycle: CycleContext) -> None:
     deferred: set[str] = cycle.memo("borrowers_first", set)
 
     def planner(job: JobView, pools: VictimPools) -> Plan | None:
-        if hopeless(cycle, job, borrowers=True):
-            return None
         queue = job.spec.queue
         usage = cycle.usage[queue]
         gang = job.spec.gang_request

@@ -29,7 +29,7 @@ search can be memoised on them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -337,9 +337,9 @@ def _counted_prefix(
     return None
 
 
-def never_fits(room: Room, spec: JobSpec, holders: Iterable[Mapping[int, int]]) -> bool:
-    """Could the gang not be placed even with every task of the `holders` gone (each maps a
-    node to the GPU devices its tasks use there)? Counts per node the whole GPUs that could
+def never_fits(room: Room, spec: JobSpec, devices: Mapping[int, int]) -> bool:
+    """Could the gang not be placed even with every task of some holders gone (`devices`:
+    node -> the GPU devices their tasks use there)? Counts per node the whole GPUs that could
     then be free — optimistic: NVLink islands, topology, CPU and memory are ignored — so True
     proves that every victim search among those holders fails, without building its
     candidates. Whole-GPU tasks only (False: not known)."""
@@ -354,10 +354,6 @@ def never_fits(room: Room, spec: JobSpec, holders: Iterable[Mapping[int, int]]) 
             tasks += len(bucket) * (level // per_task)
     if tasks >= need:
         return False
-    devices: dict[int, int] = {}
-    for held in holders:
-        for node, count in held.items():
-            devices[node] = devices.get(node, 0) + count
     whole, nodes = room.whole, room.nodes
     for node, count in devices.items():
         info = nodes[node]
