@@ -31,6 +31,7 @@ __all__ = [
     "node_allows",
     "place_job",
     "place_on_nodes",
+    "whole_slots",
 ]
 
 
@@ -178,11 +179,35 @@ def _in_domain_order(room: Room, nodes: Sequence[int]) -> list[int]:
     return sorted(nodes, key=lambda index: (whole[index], index))
 
 
+def whole_slots(
+    room: Room, per_task: int, models: Iterable[str] | None, enough: int | None = None
+) -> int:
+    """How many tasks of `per_task` whole GPUs the free whole GPUs could hold, each on one
+    node (CPU, memory and NVLink ignored: an upper bound); counting stops at `enough`."""
+    tasks = 0
+    for model in room.models if models is None else models:
+        for level, bucket in enumerate(room.buckets.get(model, ())):
+            if level >= per_task:
+                tasks += len(bucket) * (level // per_task)
+                if enough is not None and tasks >= enough:
+                    return tasks
+    return tasks
+
+
 def _enough_whole(room: Room, spec: JobSpec, minimum: int) -> bool:
+    """A quick necessary condition: enough free whole GPUs (or slices) in all, and for
+    whole-GPU tasks, enough nodes with a task's worth of them each."""
     if spec.gpu_profile is not None:
         return room.free_slices(spec.gpu_profile, models=spec.gpu_models) >= minimum
-    need = spec.whole_gpus * minimum
-    return need == 0 or room.free_whole(spec.gpu_models) >= need
+    per_task = spec.whole_gpus
+    need = per_task * minimum
+    if need == 0:
+        return True
+    if room.free_whole(spec.gpu_models) < need:
+        return False
+    if spec.gpu % GPU_MILLI:
+        return True
+    return whole_slots(room, per_task, spec.gpu_models, minimum) >= minimum
 
 
 def place_job(

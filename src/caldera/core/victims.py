@@ -36,7 +36,7 @@ from typing import NamedTuple
 from caldera.core.config import PolicyConfig
 from caldera.core.jobindex import _never_a_victim
 from caldera.core.packing import spread
-from caldera.core.placement import can_host, place_job
+from caldera.core.placement import can_host, place_job, whole_slots
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView
 from caldera.core.weight import effective_weight
@@ -348,10 +348,7 @@ def never_fits(room: Room, spec: JobSpec, devices: Mapping[int, int]) -> bool:
         return False
     models = spec.gpu_models
     need = spec.min_available
-    tasks = 0
-    for model in room.models if models is None else models:
-        for level, bucket in enumerate(room.buckets.get(model, ())):
-            tasks += len(bucket) * (level // per_task)
+    tasks = whole_slots(room, per_task, models, need)
     if tasks >= need:
         return False
     whole, nodes = room.whole, room.nodes
