@@ -30,6 +30,7 @@ from caldera.core.eviction import (
     freed_by,
     frees,
     give_way,
+    hopeless,
     over_capability,
     search,
 )
@@ -95,7 +96,7 @@ def reclaim(cycle: CycleContext) -> None:
             best = search(cycle, job, pools.borrowers(job), pools.floor_veto(queue))
             if best is not None and best.cost.lost == 0 and not best.cost.late:
                 return best
-        if job.id in deferred:
+        if job.id in deferred and not hopeless(cycle, job):
             own = search(
                 cycle, job, pools.own(job), enough=None if over is None else frees(queue, over)
             )
@@ -103,7 +104,7 @@ def reclaim(cycle: CycleContext) -> None:
                 best = own
         if best is not None:
             return best
-        if not pools.own(job).units or not pools.borrowers(job).units:
+        if not pools.borrowers(job).units or not pools.own(job).units:
             return None
         critical = job.spec.priority >= CRITICAL_PRIORITY
 

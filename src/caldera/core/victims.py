@@ -359,6 +359,23 @@ def never_fits(room: Room, spec: JobSpec, devices: Mapping[int, int]) -> bool:
         free = whole[node]
         tasks += min(info.gpus, free + count) // per_task - free // per_task
         if tasks >= need:
+            return _never_in_one_domain(room, spec, devices)
+    return True
+
+
+def _never_in_one_domain(room: Room, spec: JobSpec, devices: Mapping[int, int]) -> bool:
+    """`never_fits` for a gang that must run inside one domain of its tier (`hard`
+    topology): the same count, domain by domain."""
+    topology = spec.topology
+    if topology is None or topology.mode is not TopologyMode.HARD or spec.min_available < 2:
+        return False
+    per_task, need = spec.whole_gpus, spec.min_available
+    whole, nodes = room.whole, room.nodes
+    for usable, _ in room.domain_layout(topology.highest_tier, spec.gpu_models).values():
+        tasks = 0
+        for node in usable:
+            tasks += min(nodes[node].gpus, whole[node] + devices.get(node, 0)) // per_task
+        if tasks >= need:
             return False
     return True
 
