@@ -54,10 +54,27 @@ def may_reclaim(cycle: CycleContext, job: JobView) -> bool:
 
 
 def _others_borrow(cycle: CycleContext, queue: str) -> bool:
-    return any(
-        name != queue and usage.queue.reclaimable and usage.over_deserved(usage.kept)
-        for name, usage in cycle.usage.items()
-    )
+    return bool(_borrowing(cycle) - {queue})
+
+
+def _borrowing(cycle: CycleContext) -> set[str]:
+    """Reclaimable queues above their deserved share, counting what they keep once their
+    signalled jobs leave (kept until a queue's usage changes)."""
+    known = cycle.memo("borrowing", _Borrowing)
+    if known.generation != cycle.usage_generation:
+        known.generation = cycle.usage_generation
+        known.queues = {
+            name
+            for name, usage in cycle.usage.items()
+            if usage.queue.reclaimable and usage.over_deserved(usage.kept)
+        }
+    return known.queues
+
+
+@dataclass
+class _Borrowing:
+    generation: int = -1
+    queues: set[str] = field(default_factory=set)
 
 
 @dataclass

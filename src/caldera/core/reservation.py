@@ -108,10 +108,8 @@ def _domain(cycle: CycleContext, spec: JobSpec) -> tuple[int, ...] | None:
     for tier in tiers:
         layout = room.domain_layout(tier, models)
         held = dict.fromkeys(layout, 0)
-        of = room.tier1_nodes if tier <= 1 else room.tier2_nodes
-        node_domain = {n: d for d, nodes in of.items() for n in nodes} if fixed else {}
         for node, milli in fixed.items():
-            domain = node_domain[node]
+            domain = room.nodes[node].tier1 if tier <= 1 else room.nodes[node].tier2
             if domain in held and (models is None or room.nodes[node].gpu_model in models):
                 held[domain] += milli
         whole = room.tier1_whole if tier <= 1 else room.tier2_whole
