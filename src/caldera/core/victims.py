@@ -201,6 +201,16 @@ class VictimIndex:
     def _order(self, unit: Unit) -> tuple[int, VictimKey]:
         return (0 if self.first is None else self.first(unit), unit.key)
 
+    def devices(self, gone: set[str]) -> dict[int, int]:
+        """Node -> GPU devices the live candidates use there (each task once)."""
+        found: dict[int, int] = {}
+        for unit in self.units:
+            if unit.whole and unit.job.id not in gone:
+                for task in unit.job.placement:
+                    if task.milli:
+                        found[task.node] = found.get(task.node, 0) + len(task.devices)
+        return found
+
     def on(self, nodes: Sequence[int] | None, gone: set[str]) -> list[Unit]:
         """Live units touching `nodes` (None: all), cheapest first, each once."""
         if nodes is None:
@@ -414,6 +424,8 @@ def find_plan(
     beat the best plan.
     """
     gone = gone if gone is not None else set()
+    if spec.tasks > 1 and never_fits(room, spec, index.devices(gone)):
+        return None  # not even with every candidate gone: no domain needs trying
     domains = candidate_domains(room, spec, index)
     if enough is not None and None not in domains:
         # Victims for quota need not make room: the preemptor may fit anywhere (placement
