@@ -1,0 +1,69 @@
+"""The quick counts that skip victim searches (issue 12) must never skip one that could succeed.
+
+`victims.never_fits` and `placement.whole_slots` are optimistic counts: when they say "never",
+the full search must agree. Checked on the random worlds of the cycle properties, taking every
+running job that could ever be a victim as a candidate (the largest pool any phase builds).
+"""
+
+from __future__ import annotations
+
+from hypothesis import event, given
+from hypothesis import strategies as st
+from test_cycle_properties import NOW, World, worlds
+
+from caldera.core import PolicyConfig
+from caldera.core.placement import place_job, whole_slots
+from caldera.core.victims import VictimIndex, find_plan, is_protected, never_fits, victim_units
+from caldera.model import GPU_MILLI, JobState
+
+
+def _candidates(world: World, config: PolicyConfig) -> VictimIndex:
+    units = [
+        unit
+        for view in world.jobs
+        if view.state is JobState.RUNNING and not is_protected(view)
+        for unit in victim_units(view, config, NOW)
+    ]
+    return VictimIndex(units)
+
+
+@given(st.one_of(worlds(), worlds(contended=True)), st.data())
+def test_never_fits_only_when_no_victim_set_can_place_the_job(
+    world: World, data: st.DataObject
+) -> None:
+    pending = [view for view in world.jobs if view.state is JobState.PENDING]
+    if not pending:
+        return
+    job = data.draw(st.sampled_from(pending))
+    snap = world.snapshot()
+    index = _candidates(world, snap.config)
+    if not never_fits(snap.free_room, job.spec, index.devices(set())):
+        event("the count cannot tell")
+        return
+    event("never fits")
+    with snap.free_room.scratch() as room:
+        assert find_plan(room, job.spec, index) is None
+        # The claim itself: with every candidate's tasks given back, the job still does not
+        # fit (so no subset of them can make it fit, whatever a search would try).
+        for unit in index.units:
+            if unit.whole:
+                for task in unit.placements:
+                    room.give(task)
+        assert place_job(room, job.spec, maximum=job.spec.min_available) is None
+
+
+@given(st.one_of(worlds(), worlds(contended=True)), st.data())
+def test_whole_slots_bounds_what_placement_finds(world: World, data: st.DataObject) -> None:
+    """Placement never starts more whole-GPU tasks than the count allows."""
+    pending = [
+        v
+        for v in world.jobs
+        if v.state is JobState.PENDING and v.spec.gpu >= GPU_MILLI and v.spec.gpu_profile is None
+    ]
+    if not pending:
+        return
+    spec = data.draw(st.sampled_from(pending)).spec
+    with world.snapshot().free_room.scratch() as room:
+        slots = whole_slots(room, spec.whole_gpus, spec.gpu_models)
+        placed = place_job(room, spec, minimum=1)
+    assert placed is None or len(placed) <= slots
