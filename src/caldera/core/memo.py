@@ -16,6 +16,14 @@ settled until one of these happens:
    large job starts to starve (it then searches with its reserved room, reservation.py);
 5. the group's first job changes (its submit time sets those points).
 
+Only searches that found no plan are settled: a plan the preemptor declined because every
+plan loses work (`lossy_patience`) is searched again next time, since a victim's next
+periodic checkpoint can make it lossless with nothing else changing.
+
+Before a search is even built, a count can settle it in the same cycle: `victims.never_fits`
+counts the whole GPUs each node could have if every candidate were gone (from the job
+index's per-node device counts); when even that cannot hold the gang, no victim set can.
+
 Everything else that happens between two cycles only *tightens* what a waiting group is
 offered: a new pending job competes for room and victims, it never adds any; effective
 weights only grow with time (fewer candidates); a job leaving the pending set without ever
