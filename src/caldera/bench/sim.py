@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -124,19 +125,22 @@ def bench_scenario(
     name: str,
     build: Callable[[], Scenario],
     policy: str | None = None,
-    progress: Callable[[float], None] | None = None,
+    watch: Callable[[Scenario], AbstractContextManager[Callable[[float], None] | None]]
+    | None = None,
 ) -> SimBenchResult:
-    """Build the scenario (timed apart), then time one full simulation and its result."""
+    """Build the scenario (timed apart), then time one full simulation and its result.
+    `watch(scenario)`: a context giving a progress callback (simulated time), or None."""
     began = time.perf_counter()
     scenario = build()
     if policy is not None:
         scenario = scenario.with_policy(policy)
     loaded = time.perf_counter()
-    cpu = time.process_time()
-    simulator = Simulator(scenario, progress=progress).run()
-    result = simulator.result()
-    done = time.perf_counter()
-    cpu_done = time.process_time()
+    with nullcontext(None) if watch is None else watch(scenario) as progress:
+        cpu = time.process_time()
+        simulator = Simulator(scenario, progress=progress).run()
+        result = simulator.result()
+        done = time.perf_counter()
+        cpu_done = time.process_time()
     return SimBenchResult(
         workload=name,
         jobs=len(scenario.submissions),

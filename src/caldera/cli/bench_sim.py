@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Annotated
 
@@ -17,7 +19,9 @@ from rich.table import Table
 from caldera.bench.sim import bench_scenario, burst_scenario, openb_scenario, synthetic_scenario
 from caldera.cli.bench import bench_app
 from caldera.cli.errors import EXIT_BAD_INPUT, fail
+from caldera.cli.progress import sim_progress
 from caldera.policies import policy_names
+from caldera.sim import Scenario
 
 __all__ = ["sim_command"]
 
@@ -40,6 +44,7 @@ def sim_command(
     ] = None,
     policy: Annotated[str, typer.Option(help="Policy to simulate under.")] = "caldera",
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
 ) -> None:
     """Time whole simulations: 20,000 jobs on 6,504 GPUs, a backlog burst, the OpenB trace."""
     if workload not in ("all", *_WORKLOADS):
@@ -50,14 +55,24 @@ def sim_command(
         fail("jobs and nodes must be positive", EXIT_BAD_INPUT)
     chosen = list(_WORKLOADS) if workload == "all" else [workload]
     results = []
+
+    def watch(scenario: Scenario) -> AbstractContextManager[Callable[[float], None] | None]:
+        return sim_progress(scenario, quiet)
+
     for name in chosen:
         try:
             if name == "synthetic":
-                result = bench_scenario(name, lambda: synthetic_scenario(jobs, nodes, seed), policy)
+                result = bench_scenario(
+                    name, lambda: synthetic_scenario(jobs, nodes, seed), policy, watch
+                )
             elif name == "burst":
-                result = bench_scenario(name, lambda: burst_scenario(jobs, nodes, seed), policy)
+                result = bench_scenario(
+                    name, lambda: burst_scenario(jobs, nodes, seed), policy, watch
+                )
             else:
-                result = bench_scenario(name, lambda: openb_scenario(pods, folder=traces), policy)
+                result = bench_scenario(
+                    name, lambda: openb_scenario(pods, folder=traces), policy, watch
+                )
         except ValueError as error:
             fail(str(error), EXIT_BAD_INPUT)
         results.append(result.as_dict())
