@@ -23,6 +23,7 @@ fsync and synchronous commit on, so each commit waits for its flush (`caldera.be
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import queue
@@ -38,6 +39,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -217,45 +219,59 @@ def _load(
     workers: int,
     progress: Callable[[int], None] | None,
 ) -> tuple[list[float], list[float], dict[str, int], float, list[str]]:
-    # One client (a keep-alive connection) per worker, made and connected before the clock
-    # starts: making an httpx client loads the CA bundle (tens of ms of CPU each), which in
-    # the first second of the load would be timed as the server's latency.
-    clients: queue.SimpleQueue[httpx.Client] = queue.SimpleQueue()
-    made: list[httpx.Client] = []
+    # One keep-alive connection per worker, opened before the clock starts. The load client
+    # is the standard library's http.client, not httpx: it runs on the same machine as the
+    # server, and httpx costs several times its CPU per request, taken from the server and
+    # timed as its latency.
+    where = urlsplit(url)
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Content-Type": "application/json",
+        "Connection": "keep-alive",
+    }
+    connections: queue.SimpleQueue[http.client.HTTPConnection] = queue.SimpleQueue()
+    made: list[http.client.HTTPConnection] = []
     for _ in range(workers):
-        client = httpx.Client(
-            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30
-        )
-        client.get("/healthz").raise_for_status()
-        made.append(client)
-        clients.put(client)
+        connection = http.client.HTTPConnection(where.hostname or "127.0.0.1", where.port, 30)
+        connection.request("GET", "/healthz")
+        connection.getresponse().read()
+        made.append(connection)
+        connections.put(connection)
     latencies: list[float] = []
     inside: list[float] = []
     ids: list[str] = []
     errors: dict[str, int] = {}  # what failed: the HTTP status, or the transport error
     record = threading.Lock()
-    body = {"queue": _QUEUE, "gpus": 1, "command": ["sleep", "3600"], "name": "load"}
+    payload = json.dumps(
+        {"queue": _QUEUE, "gpus": 1, "command": ["sleep", "3600"], "name": "load"}
+    ).encode()
 
     def submit() -> None:
-        client = clients.get()
+        connection = connections.get()
         try:
-            _submit(client)
+            _submit(connection)
         finally:
-            clients.put(client)
+            connections.put(connection)
 
-    def _submit(client: httpx.Client) -> None:
+    def _submit(connection: http.client.HTTPConnection) -> None:
         began = time.perf_counter()
+        answer = b""
+        timing = ""
         try:
-            response = client.post("/v1/jobs", json=body)
-            failure = None if response.status_code == 201 else str(response.status_code)
-        except httpx.HTTPError as error:
+            connection.request("POST", "/v1/jobs", body=payload, headers=headers)
+            response = connection.getresponse()
+            answer = response.read()
+            timing = response.getheader("server-timing", "")
+            failure = None if response.status == 201 else str(response.status)
+        except (OSError, http.client.HTTPException) as error:
+            connection.close()  # reconnects on the next request
             failure = type(error).__name__
         elapsed = time.perf_counter() - began
         with record:
             if failure is None:
                 latencies.append(elapsed)
-                inside.append(_server_ms(response))
-                ids.append(response.json()["id"])
+                inside.append(_server_ms(timing))
+                ids.append(json.loads(answer)["id"])
             else:
                 errors[failure] = errors.get(failure, 0) + 1
 
@@ -271,14 +287,13 @@ def _load(
             if progress is not None and i % int(max(rate, 1)) == 0:
                 progress(i)
     wall = time.monotonic() - began
-    for client in made:
-        client.close()
+    for connection in made:
+        connection.close()
     return latencies, inside, errors, wall, ids
 
 
-def _server_ms(response: httpx.Response) -> float:
+def _server_ms(timing: str) -> float:
     """The server's own time for a request, from its Server-Timing header (0 if absent)."""
-    timing = response.headers.get("server-timing", "")
     _, _, value = timing.partition("dur=")
     try:
         return float(value.split(";")[0])

@@ -167,8 +167,9 @@ class Runtime:
 
     def stop(self) -> None:
         """Stop deciding. Running tasks keep running; the next server adopts them."""
-        if self._intake is not None:  # what was queued is committed and answered first
-            self._intake.close()
+        intake, self._intake = self._intake, None
+        if intake is not None:  # what was queued is committed and answered first
+            intake.close()
         self._stop.set()
         self.wake.set()
         if self._thread is not None:
@@ -445,7 +446,17 @@ class Runtime:
         events, audit rows), then let them join the live set. A row is committed before its
         job joins (so nothing can start or change it first) and outside the runtime lock (a
         cycle never waits for the commit, nor a commit for a cycle). If the group's
-        transaction fails, each is tried alone, so one bad submission fails only itself."""
+        transaction fails, each is tried alone, so one bad submission fails only itself.
+        Whatever happens, every caller gets an answer."""
+        try:
+            self._accept_group(group)
+        except Exception as error:
+            for submission in group:
+                if not submission.future.done():
+                    submission.future.set_exception(error)
+            raise
+
+    def _accept_group(self, group: list[Submission]) -> None:
         limited: list[Submission] = []
         for submission in group:
             if not submission.future.set_running_or_notify_cancel():
