@@ -124,4 +124,3 @@ def _domain(cycle: CycleContext, spec: JobSpec) -> tuple[int, ...] | None:
         if topology is not None and topology.mode is TopologyMode.HARD:
             return None
     return None
-    return None
