@@ -165,6 +165,7 @@ class CycleContext:
     wakeups: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     _memo: dict[str, object] = field(default_factory=dict)
+    _usage_memo: dict[str, tuple[int, object]] = field(default_factory=dict)
     # Failed victim searches still settled (core/memo.py), and the state they hold for.
     stamp: Stamp = field(init=False)
     failed: dict[SearchKey, FailedSearch] = field(init=False)
@@ -208,6 +209,14 @@ class CycleContext:
         if name not in self._memo:
             self._memo[name] = build()
         return cast(T, self._memo[name])
+
+    def usage_memo(self, name: str, build: Callable[[], T]) -> T:
+        """A value that depends only on the queues' usage: computed once, again after any
+        start, eviction or promise (`usage_generation`)."""
+        entry = self._usage_memo.get(name)
+        if entry is None or entry[0] != self.usage_generation:
+            entry = self._usage_memo[name] = (self.usage_generation, build())
+        return cast(T, entry[1])
 
     @property
     def eligible(self) -> list[JobView]:

@@ -21,7 +21,6 @@ job whose effective weight escalated to the ceiling for a non-critical preemptor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
@@ -54,49 +53,29 @@ def may_reclaim(cycle: CycleContext, job: JobView) -> bool:
 
 
 def _others_borrow(cycle: CycleContext, queue: str) -> bool:
-    return bool(_borrowing(cycle) - {queue})
-
-
-def _borrowing(cycle: CycleContext) -> set[str]:
-    """Reclaimable queues above their deserved share, counting what they keep once their
-    signalled jobs leave (kept until a queue's usage changes)."""
-    known = cycle.memo("borrowing", _Borrowing)
-    if known.generation != cycle.usage_generation:
-        known.generation = cycle.usage_generation
-        known.queues = {
+    """Does a reclaimable queue other than `queue` hold more than its deserved share, counting
+    what it keeps once its signalled jobs leave?"""
+    borrowing = cycle.usage_memo(
+        "borrowing",
+        lambda: {
             name
             for name, usage in cycle.usage.items()
             if usage.queue.reclaimable and usage.over_deserved(usage.kept)
-        }
-    return known.queues
-
-
-@dataclass
-class _Borrowing:
-    generation: int = -1
-    queues: set[str] = field(default_factory=set)
-
-
-@dataclass
-class _Answers:
-    """`borrowers_first` answers of one cycle, valid while no queue's usage changes."""
-
-    generation: int = -1
-    answers: dict[tuple[str, int, int], bool] = field(default_factory=dict)
+        },
+    )
+    return any(name != queue for name in borrowing)
 
 
 def borrowers_first(cycle: CycleContext, job: JobView) -> bool:
     """Should `job` reclaim before it preempts its own queue's lower-priority work? (Kueue's
     candidate order: borrowers first.) The answer depends on the job's queue, gang and
-    priority and on the queues' usage: kept per cycle until a usage changes."""
+    priority and on the queues' usage: kept per pending group until a usage changes."""
     spec = job.spec
-    known = cycle.memo("borrowers_first?", _Answers)
-    if known.generation != cycle.usage_generation:
-        known.generation, known.answers = cycle.usage_generation, {}
+    answers: dict[tuple[str, int, int], bool] = cycle.usage_memo("borrowers_first answers", dict)
     key = (spec.queue, spec.priority, spec.shape)  # its group: same gang, same class
-    answer = known.answers.get(key)
+    answer = answers.get(key)
     if answer is None:
-        answer = known.answers[key] = may_reclaim(cycle, job) and _others_borrow(cycle, spec.queue)
+        answer = answers[key] = may_reclaim(cycle, job) and _others_borrow(cycle, spec.queue)
     return answer
 
 
