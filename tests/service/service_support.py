@@ -17,7 +17,6 @@ import atexit
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import httpx
 import pytest
 import yaml
 
+from caldera.ports import free_port
 from caldera.sdk import Client
 from caldera.service.launcher import kill_recorded_tasks
 from polling import wait_for
@@ -71,12 +71,6 @@ BASE_CONFIG: dict[str, Any] = {
     "policy": {"grace_period": 6, "throttle_timeout": 120},
     "poll_interval": 0.05,
 }
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass

@@ -27,7 +27,6 @@ import http.client
 import json
 import os
 import queue
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from caldera.metrics_util import percentile
+from caldera.ports import free_port
 
 __all__ = ["ApiBenchResult", "bench_api"]
 
@@ -76,12 +76,6 @@ class ApiBenchResult:
         return asdict(self)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextmanager
 def _own_server(gpus: int, database_url: str | None, rate: float) -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="caldera-bench-") as folder:
@@ -103,7 +97,7 @@ def _own_server(gpus: int, database_url: str | None, rate: float) -> Iterator[st
             root.chmod(0o711)  # which must reach the data dir
         config.write_text(json.dumps(settings))
         config.chmod(0o600)
-        port = _free_port()
+        port = free_port()
         caldera = str(Path(sys.executable).parent / "caldera")
         argv = [caldera, "serve", "--config", str(config), "--data-dir", str(root / "data")]
         argv += ["--gpus", str(gpus), "--port", str(port)]

@@ -16,12 +16,13 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from caldera.ports import free_port
 
 __all__ = ["PostgresServer", "find_binaries", "start_postgres"]
 
@@ -36,12 +37,6 @@ def find_binaries() -> Path | None:
             except ValueError:
                 continue
     return max(found)[1] if found else None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -158,7 +153,7 @@ def start_postgres(bin_dir: Path, durable: bool = False) -> PostgresServer:
     os.chmod(root, 0o700)
     last: RuntimeError | None = None
     for _ in range(3):  # the free port may be taken between the probe and the start
-        server = PostgresServer(bin_dir, root, _free_port(), user, durable)
+        server = PostgresServer(bin_dir, root, free_port(), user, durable)
         try:
             server.start()
             return server

@@ -11,7 +11,6 @@ process before the database says why, and a reader can print what is about to ha
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 from caldera.core import Evict, Nomination, PolicyConfig, Room, TaskPlacement, Throttle
 from caldera.model import GPU_MILLI, Node
+from caldera.ports import free_port
 from caldera.runtime import EventKind
 from caldera.service.jobs import LiveJob, TaskRun
 from caldera.service.launcher import JobFiles, Launch, Launcher, environment
@@ -47,12 +47,6 @@ class Signal:
 
 
 Intent = Spawn | Signal
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Actuator:
@@ -98,7 +92,7 @@ class Actuator:
             # The core never asks for this; if it ever does, nobody gets a GPU twice.
             log.error("refused start of %s: room on its nodes is taken", job.id)
             return None
-        port = next((t.master_port for t in job.running), 0) or _free_port()
+        port = next((t.master_port for t in job.running), 0) or free_port()
         return [
             TaskRun(rank=first_rank + i, attempt=attempt, placement=p, master_port=port)
             for i, p in enumerate(placement)
