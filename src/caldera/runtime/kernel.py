@@ -384,8 +384,9 @@ class Kernel(Generic[JobT, TaskT]):
         """An eviction the world refused (on Kubernetes: a PodDisruptionBudget's 429 from the
         Eviction API): `tasks` were asked to leave but never got the signal, so they run on.
         They stop leaving; a whole gang that was Releasing is Running again, its progress
-        resumed where the signal froze it (the moments in between count as work: the pods
-        never stopped). The eviction is not counted as one, but `last_evicted_at` stays, so
+        resumed from where the signal froze it (the moments between the signal and the
+        refusal are not counted — the refusal comes back at once — though the pods never
+        stopped). The eviction is not counted as one, but `last_evicted_at` stays, so
         the victim's cooldown steers the next non-critical plans to other victims. The
         runtime re-plans the preemptor (its reservation counted on this room). False when
         none of them can be kept (gone meanwhile, or the job is no longer running)."""
