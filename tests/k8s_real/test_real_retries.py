@@ -1,15 +1,19 @@
 """Real 429s from API Priority and Fairness (issue 9, defect 3: one 429 failed the job for
 good), on the real control plane. A FlowSchema sends every request of user bob to a priority
-level with the fewest seats there are (`nominalConcurrencyShares: 0`, nothing borrowed) that
-rejects what it cannot seat at once (`limitResponse: Reject`); a few threads of bob's keep it
-busy, so bob's other requests meet real 429s with the server's `Retry-After`.
+level with the fewest seats there are (`nominalConcurrencyShares: 0`, nothing borrowed: one
+request at a time) that rejects what it cannot seat at once (`limitResponse: Reject`). A
+thread of bob's holds that seat most of the time with a request the server itself keeps for
+3 s (a LIST at a resourceVersion the cache has not reached answers 504 "Too large resource
+version" only after waiting for it), then lets go for a moment: bob's other requests meet real
+429s with the server's `Retry-After`, and get through in the pauses. The seat is held by the
+server's clock, not by how fast the flooding client can send (eight threads of quick LISTs
+kept it busy too rarely on a loaded CI machine).
 
 - without retries (`retry_budget=0`: the old behaviour) a 429 fails the call;
 - with them, the client waits what `Retry-After` says and every call succeeds."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -63,7 +67,8 @@ SCHEMA = {
         ],
     },
 }
-FLOOD = 8  # threads of bob's keeping his one seat busy
+HOLD_PAUSE = 1.5  # seconds the holder lets go of bob's seat between two 3 s holds
+FAR_AHEAD = 10**12  # a resourceVersion the watch cache has not reached: the server waits 3 s
 
 
 @pytest.fixture
@@ -108,14 +113,21 @@ def bob_starved(dev_cluster: DevCluster, api_client: Any) -> Iterator[Callable[[
         assert time.monotonic() < deadline, "bob's requests never reached the starved level"
         time.sleep(0.2)
     stop = threading.Event()
+    far = str(int(probe.list_node(limit=1).metadata.resource_version) + FAR_AHEAD)
 
-    def flood() -> None:
+    def hold() -> None:
         core = k8s.client.CoreV1Api(bob())
         while not stop.is_set():
-            with contextlib.suppress(k8s.client.ApiException):
-                core.list_pod_for_all_namespaces(_preload_content=False)
+            try:
+                core.list_node(resource_version=far, resource_version_match="NotOlderThan",
+                               _preload_content=False)  # fmt: skip
+            except k8s.client.ApiException as error:
+                if error.status == 429:  # bob's own call had the seat: take it right after
+                    stop.wait(0.05)
+                    continue
+            stop.wait(HOLD_PAUSE)
 
-    threads = [threading.Thread(target=flood, daemon=True) for _ in range(FLOOD)]
+    threads = [threading.Thread(target=hold, daemon=True)]
     for thread in threads:
         thread.start()
     try:
