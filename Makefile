@@ -47,12 +47,21 @@ clean:
 
 # The real control plane of tests/k8s_real and `caldera k8s dev-cluster`: kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubectl, etcd and KWOK built from Go modules into
-# ~/.cache/caldera/cluster-bins (CALDERA_CLUSTER_BINS); cached, so only the first run builds.
+# ~/.cache/caldera/cluster-bins (CALDERA_CLUSTER_BINS); then the real Volcano (vc-scheduler,
+# vc-controller-manager, vc-webhook-manager and its CRDs) from the Go module proxy into
+# ~/.cache/caldera/volcano-bins (CALDERA_VOLCANO_BINS). Cached, so only the first run builds;
+# one build after the other (2 cores: two at once only add memory).
 cluster-bins:
 	./scripts/cluster-bins.sh
+	./scripts/volcano-bins.sh
 
+# Outside CI a Volcano that does not build is one line and its tests skip; under CI=true it
+# fails the run, as the control plane does.
 cluster-bins-if-go:
 	@if command -v go >/dev/null 2>&1; then ./scripts/cluster-bins.sh >/dev/null; \
+	  if ! ./scripts/volcano-bins.sh >/dev/null; then \
+	    if [ "$$CI" = "true" ]; then echo "make: CI needs the real Volcano (scripts/volcano-bins.sh failed)" >&2; exit 1; fi; \
+	    echo "make: Volcano did not build: its tests (tests/k8s_real) will skip" >&2; fi; \
 	elif [ "$$CI" = "true" ]; then echo "make: CI needs Go to build the real control plane" >&2; exit 1; \
 	else echo "make: Go not found: the real-control-plane tests (tests/k8s_real) will skip" >&2; fi
 

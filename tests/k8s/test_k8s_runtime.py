@@ -666,6 +666,51 @@ def test_a_quota_refusal_is_not_now_and_spends_no_retry() -> None:
     assert (status["state"], status["attempts"], status["retries"]) == ("Running", 2, 0)
 
 
+def test_a_pod_group_volcano_refuses_for_its_queue_creates_no_pod_and_waits() -> None:
+    """Issue 10, defect 5: Volcano (>= 1.12) refuses a PodGroup whose Queue is missing or
+    not Open; caldera logged it and still created the pods, which Volcano never schedules."""
+    world = World().hypernode("a", "n", count=1)
+    world.cluster.volcano_admission = True
+    world.start()
+    world.cluster.queues["team"] = {"metadata": {"name": "team"}, "status": {"state": "Closed"}}
+    world.submit("job")
+    world.step()
+    assert world.pods("job") == []
+    assert world.cluster.pod_groups == {}
+    assert "PodGroupRefused" in world.events("job")
+    status = world.status("job")
+    assert (status["state"], status["retries"]) == ("Pending", 0)
+    attempts = status["attempts"]
+    for _ in range(5):  # it waits for the queue: no start is tried again meanwhile
+        world.step(1)
+    assert world.status("job")["attempts"] == attempts and world.pods("job") == []
+    world.cluster.queues["team"]["status"] = {"state": "Open"}  # Volcano opens it
+    world.step(6)
+    world.step(1)
+    status = world.status("job")
+    assert (status["state"], status["retries"]) == ("Running", 0)
+    assert len(world.pods("job")) == 1
+
+
+def test_a_pod_group_refused_for_another_reason_fails_the_start() -> None:
+    """Refused with its queue Open: the job's own fault, as a refused pod is."""
+    world = World().hypernode("a", "n", count=1).start()
+    world.cluster.queues["team"] = {"metadata": {"name": "team"}, "status": {"state": "Open"}}
+    original = world.cluster.create_pod_group
+
+    def refuse(namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        raise Invalid("create podgroup: admission webhook denied the request: bad topology")
+
+    world.cluster.create_pod_group = refuse  # type: ignore[method-assign]
+    world.submit("job", maxRetries=0)
+    world.step()
+    world.step(1)
+    world.cluster.create_pod_group = original  # type: ignore[method-assign]
+    assert world.pods("job") == []
+    assert world.state("job") == "Failed"
+    assert "bad topology" in world.status("job")["reason"]
+
+
 def test_a_refused_create_fails_the_job_with_the_servers_words() -> None:
     world = World().hypernode("a", "n", count=1).start()
     world.cluster.create_errors.append(Invalid("admission webhook denied the pod"))

@@ -15,10 +15,13 @@ from caldera.cli.main import app
 from caldera.k8s.devcluster import DevClusterError, ScenarioNodes
 from caldera.k8s.devcluster_volcano import (
     SEED_001,
+    WEBHOOK_ADMISSIONS,
     conf_text,
     find_volcano,
     scheduler_args,
     volcano_crds,
+    webhook_args,
+    webhook_configurations,
 )
 from caldera.sim import parse_scenario
 
@@ -42,9 +45,93 @@ def _crds(folder: Path, names: list[str]) -> Path:
     return folder
 
 
-def test_without_the_variable_there_is_no_volcano() -> None:
-    assert find_volcano({}) is None
-    assert find_volcano({"CALDERA_VOLCANO_SCHEDULER": "  "}) is None
+def test_without_the_variable_nor_the_cache_there_is_no_volcano(tmp_path: Path) -> None:
+    empty = {"CALDERA_VOLCANO_BINS": str(tmp_path)}  # the cache make cluster-bins fills
+    assert find_volcano(empty) is None
+    assert find_volcano({**empty, "CALDERA_VOLCANO_SCHEDULER": "  "}) is None
+
+
+def _cache(root: Path, drop: str = "") -> Path:
+    """A Volcano cache as scripts/volcano-bins.sh leaves it (its key folder, `.complete`)."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "volcano-bins.sh"
+    text = script.read_text()
+    version = text.split('VOLCANO_VERSION="${VOLCANO_VERSION:-')[1].split("}")[0]
+    apis = text.split('VOLCANO_APIS_VERSION="${VOLCANO_APIS_VERSION:-')[1].split("}")[0]
+    folder = root / f"volcano-{version}_apis-{apis}"
+    (folder / "bin").mkdir(parents=True)
+    for name in ("vc-scheduler", "vc-controller-manager", "vc-webhook-manager"):
+        if name != drop:
+            _exe(folder / "bin" / name)
+    (folder / "crd").mkdir()
+    _crds(folder / "crd" / "volcano", ["queues.scheduling.volcano.sh"])
+    _crds(folder / "crd" / "jobflow", ["jobflows.flow.volcano.sh"])
+    (folder / ".complete").touch()
+    return folder
+
+
+def test_the_cache_is_found_when_the_variables_are_unset(tmp_path: Path) -> None:
+    folder = _cache(tmp_path)
+    found = find_volcano({"CALDERA_VOLCANO_BINS": str(tmp_path)})
+    assert found is not None
+    assert found.scheduler == folder / "bin" / "vc-scheduler"
+    assert found.controllers == folder / "bin" / "vc-controller-manager"
+    assert found.webhook == folder / "bin" / "vc-webhook-manager"
+    assert [d["metadata"]["name"] for d in found.manifests()] == [
+        "queues.scheduling.volcano.sh",
+        "jobflows.flow.volcano.sh",
+    ]
+
+
+def test_the_variables_override_the_cache(tmp_path: Path) -> None:
+    _cache(tmp_path / "cache")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    scheduler = _exe(mine / "vc-scheduler")
+    _exe(mine / "vc-controller-manager")
+    crds = _crds(mine / "crds", ["queues.scheduling.volcano.sh"])
+    found = find_volcano(
+        {
+            "CALDERA_VOLCANO_BINS": str(tmp_path / "cache"),
+            "CALDERA_VOLCANO_SCHEDULER": str(scheduler),
+            "CALDERA_VOLCANO_CRDS": str(crds),
+        }
+    )
+    assert found is not None and found.scheduler == scheduler.resolve()
+    assert found.webhook is None  # none beside the scheduler: only the webhook tests need one
+
+
+def test_a_cache_with_a_binary_gone_is_one_line(tmp_path: Path) -> None:
+    _cache(tmp_path, drop="vc-webhook-manager")
+    with pytest.raises(DevClusterError, match=r"lacks .*vc-webhook-manager$") as caught:
+        find_volcano({"CALDERA_VOLCANO_BINS": str(tmp_path)})
+    assert "\n" not in str(caught.value)
+
+
+def test_the_webhook_configurations_name_what_vc_webhook_manager_looks_up() -> None:
+    """vc-webhook-manager only patches its CA into configurations named
+    `volcano-admission-service-<path>`; it waits for each of the admissions it serves."""
+    configurations = webhook_configurations("https://127.0.0.1:9443", "Q0E=")
+    by_name = {c["metadata"]["name"]: c for c in configurations}
+    assert set(by_name) == {
+        "volcano-admission-service" + path.replace("/", "-") for path, *_ in WEBHOOK_ADMISSIONS
+    }
+    queue = by_name["volcano-admission-service-queues-validate"]
+    assert queue["kind"] == "ValidatingWebhookConfiguration"
+    (hook,) = queue["webhooks"]
+    assert hook["clientConfig"] == {
+        "url": "https://127.0.0.1:9443/queues/validate",
+        "caBundle": "Q0E=",
+    }
+    assert hook["rules"][0]["resources"] == ["queues"] and hook["failurePolicy"] == "Fail"
+    assert by_name["volcano-admission-service-queues-mutate"]["kind"] == (
+        "MutatingWebhookConfiguration"
+    )
+    assert "volcano-admission-service-podgroups-validate" in by_name
+    args = webhook_args("/k/admin.kubeconfig", 9443, Path("/pki"))
+    assert "--listen-address=127.0.0.1" in args and "--port=9443" in args
+    enabled = next(a for a in args if a.startswith("--enabled-admission="))
+    assert enabled.split("=", 1)[1].split(",") == [path for path, *_ in WEBHOOK_ADMISSIONS]
+    assert all("=127.0.0.1" in a for a in args if "address=" in a)
 
 
 def test_the_controllers_are_found_beside_the_scheduler(tmp_path: Path) -> None:

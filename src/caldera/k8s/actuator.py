@@ -98,6 +98,9 @@ class KubeActuator:
     # The Eviction API refused a victim's pod (job, pod, the server's words): the runtime
     # rolls the eviction back and re-plans its preemptor.
     refused: Callable[[KubeJob, str, str], None] = field(default=lambda job, pod, why: None)
+    # Volcano refused a start's PodGroup because its queue is missing or not Open (queue,
+    # the server's words): the runtime keeps that queue's jobs waiting until it is Open.
+    queue_not_open: Callable[[str, str], None] = field(default=lambda queue, why: None)
     instance: str = field(default_factory=socket.gethostname)
     dirty: dict[str, KubeJob] = field(default_factory=dict)
     rejections: list[tuple[str, str, Object]] = field(default_factory=list)
@@ -383,32 +386,86 @@ class KubeActuator:
         except ClusterConflict:
             self._check_ours(intent)  # issue 9, defect 10: a 409 is not proof it is ours
             return
-        except NotFound:
-            # Issue 9, defect 10: the namespace (or the job) went away meanwhile; the next
-            # look forgets the job. The task never began.
-            if intent.task is not None:
-                intent.task.done, intent.task.exit_code = True, None
-                self.settle(job)
-            return
         except ClusterUnavailable:
             raise
-        except QuotaExceeded as error:
-            # Issue 9, defect 3: the namespace is full for now, not forever. The task never
-            # began and it is not the job's fault: its gang is requeued, no retry is spent.
-            log.warning("cannot create %s %s now: %s", kind, name, error)
-            if intent.task is not None:
-                intent.task.done, intent.task.exit_code = True, None
-                self.note(Reason.CREATE_REFUSED, job, self.clock(), f"not now: {error}")
-                self.settle(job)
-        except ClusterError as error:
+        except (ClusterError, NotFound) as error:
+            if kind == "PodGroup":
+                # Issue 10, defect 5: the pods of a start whose gang Volcano refused would
+                # never be scheduled (Volcano ignores pods without their PodGroup).
+                self._pod_group_refused(job, name, error)
+                return
+            if isinstance(error, NotFound):
+                # Issue 9, defect 10: the namespace (or the job) went away meanwhile; the
+                # next look forgets the job. The task never began.
+                if intent.task is not None:
+                    intent.task.done, intent.task.exit_code = True, None
+                    self.settle(job)
+            elif isinstance(error, QuotaExceeded):
+                # Issue 9, defect 3: the namespace is full for now, not forever. The task
+                # never began and it is not the job's fault: its gang is requeued, no retry
+                # is spent.
+                log.warning("cannot create %s %s now: %s", kind, name, error)
+                if intent.task is not None:
+                    intent.task.done, intent.task.exit_code = True, None
+                    self.note(Reason.CREATE_REFUSED, job, self.clock(), f"not now: {error}")
+                    self.settle(job)
+            else:
+                self.api_errors += 1
+                log.error("cannot create %s %s: %s", kind, name, error)
+                if intent.task is not None:
+                    # Refused for good (admission, RBAC, invalid): the task ended before it
+                    # began.
+                    intent.task.done, intent.task.exit_code = True, 1
+                    job.reason = str(error)
+                    self.note(Reason.CREATE_REFUSED, job, self.clock(), str(error))
+                    self.settle(job)
+
+    def _pod_group_refused(self, job: KubeJob, name: str, error: ClusterError | NotFound) -> None:
+        """The start's PodGroup was refused: create none of its pods. When its Volcano queue
+        is missing or not Open (Volcano's PodGroup webhook, >= 1.12) the start is not the
+        job's fault: no retry is spent, the job waits (`queue_not_open`) and is planned again
+        once the queue is Open. Any other refusal fails the start as a refused pod does."""
+        queue = job.spec.queue
+        state = self._volcano_queue_state(queue)
+        waits = state != "Open" or isinstance(error, QuotaExceeded)
+        starting = [
+            i.task
+            for i in self.pending
+            if isinstance(i, Create) and i.job is job and i.task is not None
+        ]
+        self.pending = [i for i in self.pending if not (isinstance(i, Create) and i.job is job)]
+        if waits:
+            what = "missing" if state is None else (state or "not Open yet")
+            message = (
+                f"PodGroup {name} refused ({error}); Volcano queue {queue} is {what}: "
+                "no pod created, the job waits for the queue to be Open"
+            )
+            log.warning("%s: %s", job.id, message)
+            self.queue_not_open(queue, message)
+        else:
+            message = f"PodGroup {name} refused: {error}"
             self.api_errors += 1
-            log.error("cannot create %s %s: %s", kind, name, error)
-            if intent.task is not None:
-                # Refused for good (admission, RBAC, invalid): the task ended before it began.
-                intent.task.done, intent.task.exit_code = True, 1
-                job.reason = str(error)
-                self.note(Reason.CREATE_REFUSED, job, self.clock(), str(error))
-                self.settle(job)
+            log.error("%s: %s", job.id, message)
+            job.reason = message
+        for task in starting:
+            task.done, task.exit_code = True, (None if waits else 1)
+        self.note(Reason.POD_GROUP_REFUSED, job, self.clock(), message)
+        if starting:
+            self.settle(job)
+
+    def _volcano_queue_state(self, queue: str) -> str | None:
+        """The Volcano Queue's `status.state` ("" before Volcano's controller set it), None
+        when there is no such Queue (or it cannot be read: treated as not Open)."""
+        try:
+            found = self.api.read_queue(queue)
+        except ClusterUnavailable:
+            raise
+        except (ClusterError, NotFound) as error:
+            log.warning("cannot read Volcano queue %s: %s", queue, error)
+            return None
+        if found is None:
+            return None
+        return str((found.get("status") or {}).get("state") or "")
 
     def _check_ours(self, intent: Create) -> None:
         """An object with the name exists: carry on only if it is the one this start made

@@ -114,6 +114,11 @@ class ClusterAPI(Protocol):
 
     def list_queues(self) -> list[Object]: ...
 
+    def read_queue(self, name: str) -> Object | None:
+        """The Volcano Queue (its `status.state` says whether Volcano takes PodGroups for it);
+        None when there is none."""
+        ...
+
     def apply_queue(self, body: Object) -> None:
         """Create the Volcano Queue, or replace its spec and caldera's annotations."""
         ...

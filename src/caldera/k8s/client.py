@@ -562,6 +562,26 @@ class KubeClusterAPI:
         )
         return list(found.get("items") or [])
 
+    def read_queue(self, name: str) -> Object | None:
+        try:
+            found: Object = self._json(
+                self._call(
+                    f"read Volcano queue {name}",
+                    lambda: self.custom.get_cluster_custom_object(
+                        VOLCANO_GROUP,
+                        VOLCANO_VERSION,
+                        "queues",
+                        name,
+                        _request_timeout=self.timeout,
+                        _preload_content=False,
+                    ),
+                    volcano=True,
+                )
+            )
+        except NotFound:
+            return None
+        return found
+
     def apply_queue(self, body: Object) -> None:
         name = body["metadata"]["name"]
         what = f"queue {name}"

@@ -81,6 +81,9 @@ class DryRunCluster:
     def list_queues(self) -> list[Object]:
         return self.api.list_queues()
 
+    def read_queue(self, name: str) -> Object | None:
+        return self.api.read_queue(name)
+
     def watch(
         self, kind: str, namespace: str, label_selector: str, timeout_seconds: int
     ) -> Iterator[str]:

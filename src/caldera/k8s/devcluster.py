@@ -17,13 +17,15 @@ KWOK manages the nodes this module creates (label `caldera.io/kwok=true`): the n
 pod lifecycle from `devcluster_stages.yaml` (bound → Running; an annotation completes or fails
 a pod after a duration; a deleted pod goes when its grace period ends).
 
-Volcano is optional: its module is not served by the Go module proxy here, so by default the
-scheduler is kube-scheduler (pods bind one by one, no gang) and the Queue/PodGroup CRDs are
-caldera's schema-less stand-ins (`devcluster_crds.yaml`). Given a Volcano built by hand
-(`DevCluster.volcano`, or the CALDERA_VOLCANO_* variables: `caldera.k8s.devcluster_volcano`),
-vc-scheduler (configured as seed 001) and vc-controller-manager run beside kube-scheduler and
-Volcano's own CRDs replace the stand-ins. docs/kubernetes.md and docs/evaluation.md
-("Against the real Volcano") say more.
+Volcano is optional: by default the scheduler is kube-scheduler (pods bind one by one, no
+gang) and the Queue/PodGroup CRDs are caldera's schema-less stand-ins (`devcluster_crds.yaml`).
+Given a Volcano (`DevCluster.volcano`: `caldera.k8s.devcluster_volcano.find_volcano`, the one
+`make cluster-bins` builds from the Go module proxy or the CALDERA_VOLCANO_* variables),
+Volcano's own CRDs replace the stand-ins and, once they are established, vc-scheduler
+(configured as seed 001) and vc-controller-manager run beside kube-scheduler; with
+`volcano_webhook`, vc-webhook-manager first (Volcano's Queue, PodGroup and Job admission, TLS on
+127.0.0.1 from the cluster's CA, its webhook configurations registered by the dev cluster).
+docs/kubernetes.md and docs/evaluation.md ("Against the real Volcano") say more.
 
 The nodes are either a uniform `NodeShape` or `ScenarioNodes`: a scenario's nodes, named so
 that their order by name (the order caldera's controller reads them in) is the scenario's.
@@ -34,6 +36,7 @@ A cluster lives in one folder (`state.json`, kubeconfigs, certificates, etcd dat
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime as dt
 import ipaddress
@@ -66,6 +69,8 @@ from caldera.k8s.devcluster_volcano import (
     controllers_args,
     scheduler_args,
     volcano_crds,
+    webhook_args,
+    webhook_configurations,
 )
 
 if TYPE_CHECKING:
@@ -338,6 +343,49 @@ def _write_pki(folder: Path) -> None:
         path.chmod(0o600)
 
 
+def _issue_serving_cert(folder: Path, name: str) -> None:
+    """`name.crt` / `name.key` in `folder`: a P-256 serving certificate for 127.0.0.1 signed by
+    the cluster's CA (`ca.crt`, `ca.key` written by `_write_pki`), for a server the API server
+    calls (Volcano's admission webhooks)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    ca = x509.load_pem_x509_certificate((folder / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((folder / "ca.key").read_bytes(), None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise DevClusterError(f"{folder / 'ca.key'}: not the dev cluster's CA key")
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=365))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    for path, data in (
+        (folder / f"{name}.crt", cert.public_bytes(serialization.Encoding.PEM)),
+        (folder / f"{name}.key", key_pem),
+    ):
+        path.write_bytes(data)
+        path.chmod(0o600)
+
+
 def _kubeconfig(server: str, ca_file: Path, user: str, token: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -390,6 +438,8 @@ class DevCluster:
     volcano: VolcanoBins | None = None
     volcano_conf: Mapping[str, Any] = field(default_factory=lambda: SEED_001)
     volcano_period: float = 1.0  # seconds between vc-scheduler's cycles (its default: 1 s)
+    # vc-webhook-manager too: Volcano's admission of Queues, PodGroups and Volcano Jobs.
+    volcano_webhook: bool = False
     _owns_folder: bool = field(default=False, repr=False)
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     _state: dict[str, Any] = field(default_factory=dict, repr=False)  # holds the tokens
@@ -646,21 +696,6 @@ class DevCluster:
         self._spawn(
             bins, "kube-scheduler", [f"--config={scheduler_config}", "--secure-port=0", "--v=1"]
         )
-        if self.volcano is not None:
-            conf = folder / "volcano-scheduler.conf"
-            conf.write_text(conf_text(self.volcano_conf))
-            self._spawn(
-                bins,
-                "vc-scheduler",
-                scheduler_args(admin, conf, self.volcano_period),
-                exe=self.volcano.scheduler,
-            )
-            self._spawn(
-                bins,
-                "vc-controller-manager",
-                controllers_args(admin),
-                exe=self.volcano.controllers,
-            )
         (kwok_port,) = _free_ports(1)
         self._spawn(
             bins,
@@ -769,6 +804,7 @@ class DevCluster:
             self._wait(f"{self.nodes.count} KWOK nodes to be Ready", started, nodes_ready)
             self._wait("the default service account", started, default_account)
             if self.volcano is not None:
+                self._launch_volcano(self.volcano, api_client, started)
                 custom = k8s.client.CustomObjectsApi(api_client)
 
                 def default_queue_open() -> bool:
@@ -782,11 +818,69 @@ class DevCluster:
         finally:
             api_client.close()
 
+    def _launch_volcano(self, volcano: VolcanoBins, api_client: Any, started: float) -> None:
+        """Volcano, once its CRDs are established: the admission webhook first when asked
+        (registered, then serving, before anything creates a Queue), then vc-scheduler (which
+        creates the `default` queue) and vc-controller-manager (which opens it)."""
+        import kubernetes
+
+        assert self.folder is not None
+        bins = Path(self._state["bins"])
+        admin = self._state["kubeconfigs"]["admin"]
+        if self.volcano_webhook:
+            if volcano.webhook is None:
+                raise DevClusterError(
+                    "volcano_webhook: no vc-webhook-manager (make cluster-bins builds one; "
+                    "or set CALDERA_VOLCANO_WEBHOOK)"
+                )
+            pki = self.folder / "pki"
+            _issue_serving_cert(pki, "webhook")
+            (port,) = _free_ports(1)
+            self._state["ports"]["volcano-webhook"] = port
+            url = f"https://127.0.0.1:{port}"
+            ca_bundle = base64.b64encode((pki / "ca.crt").read_bytes()).decode()
+            k8s: Any = kubernetes
+            admission = k8s.client.AdmissionregistrationV1Api(api_client)
+            for body in webhook_configurations(url, ca_bundle):
+                if body["kind"] == "MutatingWebhookConfiguration":
+                    admission.create_mutating_webhook_configuration(body)
+                else:
+                    admission.create_validating_webhook_configuration(body)
+            self._spawn(
+                bins,
+                "vc-webhook-manager",
+                webhook_args(admin, port, pki),
+                exe=volcano.webhook,
+            )
+            self._wait(
+                "vc-webhook-manager to serve", started, lambda: _serves_tls(port, pki / "ca.crt")
+            )
+        conf = self.folder / "volcano-scheduler.conf"
+        conf.write_text(conf_text(self.volcano_conf))
+        self._spawn(
+            bins,
+            "vc-scheduler",
+            scheduler_args(admin, conf, self.volcano_period),
+            exe=volcano.scheduler,
+        )
+        self._spawn(bins, "vc-controller-manager", controllers_args(admin), exe=volcano.controllers)
+
     def _save_state(self) -> None:
         assert self.folder is not None
         path = self.folder / STATE_FILE
         path.write_text(json.dumps(self._state, indent=1))
         path.chmod(0o600)
+
+
+def _serves_tls(port: int, ca_file: Path) -> bool:
+    """Whether a TLS server on 127.0.0.1:`port` completes a handshake with a certificate the
+    CA in `ca_file` signed for 127.0.0.1 (what the API server will check)."""
+    context = ssl.create_default_context(cafile=str(ca_file))
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=2) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1"),
+    ):
+        return True
 
 
 def _alive(pid: int, bins: str, extra: Sequence[str] = ()) -> bool:
@@ -804,7 +898,14 @@ def _alive(pid: int, bins: str, extra: Sequence[str] = ()) -> bool:
 
 
 _STOP_WAVES = (
-    ("kwok", "kube-scheduler", "kube-controller-manager", "vc-scheduler", "vc-controller-manager"),
+    (
+        "kwok",
+        "kube-scheduler",
+        "kube-controller-manager",
+        "vc-scheduler",
+        "vc-controller-manager",
+        "vc-webhook-manager",
+    ),
     ("kube-apiserver",),
     ("etcd",),
 )

@@ -1,27 +1,36 @@
-"""The real Volcano in the dev cluster, when someone built it: vc-scheduler, vc-controller-manager
-and Volcano's own CRDs, all from paths given in the environment.
+"""The real Volcano in the dev cluster: vc-scheduler, vc-controller-manager, optionally
+vc-webhook-manager, and Volcano's own CRDs.
+
+Where they come from, first match wins:
 
     CALDERA_VOLCANO_SCHEDULER     the vc-scheduler binary (volcano.sh/volcano/cmd/scheduler)
     CALDERA_VOLCANO_CONTROLLERS   the vc-controller-manager binary (…/cmd/controller-manager);
                                   default: `vc-controller-manager` or `controller-manager`
                                   beside the scheduler
+    CALDERA_VOLCANO_WEBHOOK       the vc-webhook-manager binary (…/cmd/webhook-manager);
+                                  default: `vc-webhook-manager` or `webhook-manager` beside the
+                                  scheduler, if there (only the webhook tests need it)
     CALDERA_VOLCANO_CRDS          the folders of Volcano's CRD manifests, separated by ':' —
                                   config/crd/volcano/bases and config/crd/jobflow/bases of the
                                   same checkout (vc-controller-manager waits for the jobflow
                                   CRDs before it starts any controller)
 
-Nothing of Volcano is in this repository or built by it: the Go module proxy this project
-builds from does not serve `volcano.sh/volcano`, so CI cannot run it. docs/evaluation.md says
-how to build it by hand from a fetched checkout. Without the variables the dev cluster is what
-it always was (kube-scheduler and caldera's stand-in CRDs).
+and, when CALDERA_VOLCANO_SCHEDULER is unset, the cache `make cluster-bins` fills
+(`scripts/volcano-bins.sh`: volcano v1.14.1 built from the Go module proxy, with apis v1.14.0;
+`bin/vc-*`, `crd/volcano`, `crd/jobflow`). Nothing of Volcano is in this repository. Without
+either the dev cluster is what it always was (kube-scheduler and caldera's stand-in CRDs).
 
 vc-scheduler runs beside kube-scheduler: a pod goes to the one its `schedulerName` names
 (`volcano` or `default-scheduler`), so one cluster serves Volcano's jobs and caldera's
 controller in either mode. vc-controller-manager runs the Volcano Job (`batch.volcano.sh`),
 PodGroup and Queue controllers: a Volcano Job's pods are created, and re-created after an
 eviction, by Volcano itself, and a Queue is Open only once its controller says so (the
-proportion plugin allocates nothing in a queue that is not Open). The admission webhooks
-(vc-webhook-manager) do not run: what they would default is spelled out by whoever submits.
+proportion plugin allocates nothing in a queue that is not Open). vc-webhook-manager (Volcano's
+admission: Queue, PodGroup, Job) runs when a DevCluster asks for it (`volcano_webhook`): it
+serves TLS on 127.0.0.1 with a certificate from the cluster's own CA, and the dev cluster
+registers its webhook configurations (`webhook_configurations`: Volcano's binary only patches
+the CA into configurations an installer created). Without it, what the webhooks would default
+is spelled out by whoever submits.
 
 The scheduler's configuration is seed 001's, as written there (`SEED_001`): one tier with
 priority, gang, conformance, drf, predicates, proportion and nodeorder, and the actions
@@ -33,6 +42,7 @@ BASELINES.md's `volcano` baseline describes; `VOLCANO_CONFS` names both.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,13 +56,17 @@ __all__ = [
     "SEED_001",
     "VOLCANO_CI",
     "VOLCANO_CONFS",
+    "WEBHOOK_ADMISSIONS",
     "VolcanoBins",
     "find_volcano",
     "volcano_crds",
+    "webhook_args",
+    "webhook_configurations",
 ]
 
 SCHEDULER_ENV = "CALDERA_VOLCANO_SCHEDULER"
 CONTROLLERS_ENV = "CALDERA_VOLCANO_CONTROLLERS"
+WEBHOOK_ENV = "CALDERA_VOLCANO_WEBHOOK"
 CRDS_ENV = "CALDERA_VOLCANO_CRDS"
 
 SEED_001: dict[str, Any] = {
@@ -109,6 +123,7 @@ class VolcanoBins:
     scheduler: Path
     controllers: Path
     crds: tuple[Path, ...]
+    webhook: Path | None = None  # vc-webhook-manager, where there is one
 
     def manifests(self) -> list[dict[str, Any]]:
         """Volcano's CRDs, every document of every YAML file in the folders, by file name. A
@@ -126,16 +141,59 @@ class VolcanoBins:
         return list(found.values())
 
     def executables(self) -> tuple[Path, ...]:
-        return (self.scheduler, self.controllers)
+        extra = (self.webhook,) if self.webhook is not None else ()
+        return (self.scheduler, self.controllers, *extra)
 
 
-def find_volcano(environ: Mapping[str, str] | None = None) -> VolcanoBins | None:
-    """The Volcano named by the environment, None when CALDERA_VOLCANO_SCHEDULER is unset.
-    Raises DevClusterError when a named path is not there."""
+def _beside(scheduler: Path, names: tuple[str, ...]) -> Path:
+    candidates = [scheduler.with_name(n) for n in names]
+    return next((p for p in candidates if p.is_file()), candidates[0])
+
+
+def _repo_script() -> Path | None:
+    script = Path(__file__).resolve().parents[3] / "scripts" / "volcano-bins.sh"
+    return script if script.is_file() else None
+
+
+def _cached(env: Mapping[str, str], build: bool) -> VolcanoBins | None:
+    """The Volcano `scripts/volcano-bins.sh` keeps in its cache (built first when `build`),
+    None when it is not there (or this is not a caldera checkout)."""
+    script = _repo_script()
+    if script is None:
+        return None
+    args = [str(script)] if build else [str(script), "--path"]
+    done = subprocess.run(
+        args, capture_output=True, text=True, check=False, env={**os.environ, **env}
+    )
+    if done.returncode != 0:
+        if build:
+            last = (done.stderr.strip().splitlines() or ["failed"])[-1]
+            raise DevClusterError(f"the real Volcano did not build: {last}")
+        return None
+    folder = Path(done.stdout.strip().splitlines()[-1])
+    bins = VolcanoBins(
+        scheduler=folder / "bin" / "vc-scheduler",
+        controllers=folder / "bin" / "vc-controller-manager",
+        crds=(folder / "crd" / "volcano", folder / "crd" / "jobflow"),
+        webhook=folder / "bin" / "vc-webhook-manager",
+    )
+    missing = [str(p) for p in bins.executables() if not p.is_file()]
+    missing += [str(f) for f in bins.crds if not any(f.glob("*.yaml"))]
+    if missing:
+        raise DevClusterError(f"the Volcano cache {folder} lacks {missing[0]}")
+    return bins
+
+
+def find_volcano(
+    environ: Mapping[str, str] | None = None, build: bool = False
+) -> VolcanoBins | None:
+    """The Volcano named by the environment (CALDERA_VOLCANO_SCHEDULER and friends), else the
+    one `make cluster-bins` cached (built first when `build`), else None. Raises
+    DevClusterError when a named path is not there."""
     env = os.environ if environ is None else environ
     scheduler_text = env.get(SCHEDULER_ENV, "").strip()
     if not scheduler_text:
-        return None
+        return _cached(env, build)
     scheduler = Path(scheduler_text)
     if not scheduler.is_file():
         raise DevClusterError(f"{SCHEDULER_ENV}={scheduler}: no such file")
@@ -143,10 +201,18 @@ def find_volcano(environ: Mapping[str, str] | None = None) -> VolcanoBins | None
     if controllers_text:
         controllers = Path(controllers_text)
     else:
-        beside = [scheduler.with_name(n) for n in ("vc-controller-manager", "controller-manager")]
-        controllers = next((p for p in beside if p.is_file()), beside[0])
+        controllers = _beside(scheduler, ("vc-controller-manager", "controller-manager"))
     if not controllers.is_file():
         raise DevClusterError(f"{CONTROLLERS_ENV}={controllers}: no such file")
+    webhook_text = env.get(WEBHOOK_ENV, "").strip()
+    webhook: Path | None
+    if webhook_text:
+        webhook = Path(webhook_text)
+        if not webhook.is_file():
+            raise DevClusterError(f"{WEBHOOK_ENV}={webhook}: no such file")
+    else:
+        webhook = _beside(scheduler, ("vc-webhook-manager", "webhook-manager"))
+        webhook = webhook if webhook.is_file() else None
     crds_text = env.get(CRDS_ENV, "").strip()
     if not crds_text:
         raise DevClusterError(
@@ -156,7 +222,12 @@ def find_volcano(environ: Mapping[str, str] | None = None) -> VolcanoBins | None
     for folder in crds:
         if not any(folder.glob("*.yaml")):
             raise DevClusterError(f"{CRDS_ENV}: {folder}: no CRD manifests there")
-    return VolcanoBins(scheduler.resolve(), controllers.resolve(), crds)
+    return VolcanoBins(
+        scheduler.resolve(),
+        controllers.resolve(),
+        crds,
+        webhook.resolve() if webhook is not None else None,
+    )
 
 
 def volcano_crds(bins: VolcanoBins) -> list[dict[str, Any]]:
@@ -199,6 +270,97 @@ def controllers_args(kubeconfig: str) -> list[str]:
         "--leader-elect=false",
         "--listen-address=127.0.0.1:0",
         "--healthz-address=127.0.0.1:0",
+        "--logtostderr=true",
+        "--v=2",
+    ]
+
+
+# Volcano's installer enables these (installer/helm/chart/volcano/values.yaml), less the
+# HyperNode and CronJob ones: caldera writes neither kind. Each entry: the path vc-webhook-manager
+# serves, whether it mutates, the webhook's name, and its rule (group, version, resource,
+# operations) as the admission's own Go code in pkg/webhooks/admission declares it.
+WEBHOOK_ADMISSIONS: tuple[tuple[str, bool, str, str, str, str, tuple[str, ...]], ...] = (
+    ("/queues/mutate", True, "mutatequeue.volcano.sh",
+     "scheduling.volcano.sh", "v1beta1", "queues", ("CREATE",)),
+    ("/queues/validate", False, "validatequeue.volcano.sh",
+     "scheduling.volcano.sh", "v1beta1", "queues", ("CREATE", "UPDATE", "DELETE")),
+    ("/podgroups/validate", False, "validatepodgroup.volcano.sh",
+     "scheduling.volcano.sh", "v1beta1", "podgroups", ("CREATE",)),
+    ("/jobs/mutate", True, "mutatejob.volcano.sh",
+     "batch.volcano.sh", "v1alpha1", "jobs", ("CREATE",)),
+    ("/jobs/validate", False, "validatejob.volcano.sh",
+     "batch.volcano.sh", "v1alpha1", "jobs", ("CREATE", "UPDATE")),
+)  # fmt: skip
+
+
+def webhook_configurations(url: str, ca_bundle: str) -> list[dict[str, Any]]:
+    """One Mutating/ValidatingWebhookConfiguration per admission of `WEBHOOK_ADMISSIONS`,
+    pointing at `url` (https://127.0.0.1:PORT) with the dev cluster's CA (base64 PEM), named as
+    vc-webhook-manager looks them up (`volcano-admission-service` + the path, '/' → '-'):
+    it waits for each before it serves, and keeps their CA bundle in step with its own."""
+    configurations = []
+    for path, mutating, name, group, version, resource, operations in WEBHOOK_ADMISSIONS:
+        webhook: dict[str, Any] = {
+            "name": name,
+            "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": url + path, "caBundle": ca_bundle},
+            "failurePolicy": "Fail",  # as installed: nothing passes while Volcano's down
+            "matchPolicy": "Equivalent",
+            "namespaceSelector": {
+                "matchExpressions": [
+                    {
+                        "key": "kubernetes.io/metadata.name",
+                        "operator": "NotIn",
+                        "values": ["kube-system"],
+                    }
+                ]
+            },
+            "rules": [
+                {
+                    "apiGroups": [group],
+                    "apiVersions": [version],
+                    "resources": [resource],
+                    "operations": list(operations),
+                    "scope": "*",
+                }
+            ],
+            "sideEffects": "NoneOnDryRun",
+            "timeoutSeconds": 10,
+        }
+        if mutating:
+            webhook["reinvocationPolicy"] = "Never"
+        kind = "MutatingWebhookConfiguration" if mutating else "ValidatingWebhookConfiguration"
+        configurations.append(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": kind,
+                "metadata": {
+                    "name": "volcano-admission-service" + path.replace("/", "-"),
+                    "labels": {"caldera.io/dev-cluster": "true"},
+                },
+                "webhooks": [webhook],
+            }
+        )
+    return configurations
+
+
+def webhook_args(kubeconfig: str, port: int, pki: Path) -> list[str]:
+    """vc-webhook-manager's command line: TLS on 127.0.0.1:`port` with the certificate the dev
+    cluster issued (`webhook.crt`, signed by its CA), the admissions of `WEBHOOK_ADMISSIONS`,
+    no health listener, a short graceful shutdown (the dev cluster stops in seconds)."""
+    return [
+        f"--kubeconfig={kubeconfig}",
+        "--listen-address=127.0.0.1",
+        f"--port={port}",
+        f"--tls-cert-file={pki / 'webhook.crt'}",
+        f"--tls-private-key-file={pki / 'webhook.key'}",
+        f"--ca-cert-file={pki / 'ca.crt'}",
+        f"--webhook-url=https://127.0.0.1:{port}",
+        "--enabled-admission=" + ",".join(a[0] for a in WEBHOOK_ADMISSIONS),
+        "--scheduler-name=volcano",
+        "--enable-healthz=false",
+        "--healthz-address=127.0.0.1:0",
+        "--graceful-shutdown-time=2s",
         "--logtostderr=true",
         "--v=2",
     ]

@@ -5,7 +5,7 @@
 in step (`narrate`): admitted, rejected, held by the throttle or a window, released,
 started on which nodes, running, preempted by whom and why, requeued (with the work lost),
 resumed, finished, failed, cancelled; and the controller's own: a start given up, a victim
-stuck terminating, an eviction refused.
+stuck terminating, an eviction refused, a PodGroup Volcano refused.
 
 Events are best effort (the API server may drop them, they expire after an hour); the
 conditions in the status are the record.
@@ -50,6 +50,7 @@ class Reason(StrEnum):
     STUCK_TERMINATING = "StuckTerminating"
     EVICTION_REFUSED = "EvictionRefused"
     CREATE_REFUSED = "CreateRefused"
+    POD_GROUP_REFUSED = "PodGroupRefused"
 
 
 _WARNINGS = frozenset(
@@ -62,6 +63,7 @@ _WARNINGS = frozenset(
         Reason.STUCK_TERMINATING,
         Reason.EVICTION_REFUSED,
         Reason.CREATE_REFUSED,
+        Reason.POD_GROUP_REFUSED,
     }
 )
 

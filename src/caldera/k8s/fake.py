@@ -116,6 +116,10 @@ class FakeCluster:
 
     clock: FakeClock = field(default_factory=FakeClock)
     volcano: bool = True
+    # Volcano's PodGroup webhook (>= 1.12): a PodGroup whose Queue is missing or whose
+    # status.state is not Open is refused (400). Queues applied here are Open at once, as
+    # vc-controller-manager makes them a moment later; a test closes one by hand.
+    volcano_admission: bool = False
     reachable: bool = True
     nodes: dict[str, Object] = field(default_factory=dict)
     pods: dict[tuple[str, str], Object] = field(default_factory=dict)
@@ -517,6 +521,20 @@ class FakeCluster:
 
     def create_pod_group(self, namespace: str, body: Object) -> Object:
         self._check_volcano()
+        if self.volcano_admission:
+            queue_name = str((body.get("spec") or {}).get("queue") or "")
+            queue = self.queues.get(queue_name)
+            if queue is None:
+                raise Invalid(
+                    f"create podgroup {namespace}/{body['metadata']['name']}: admission "
+                    f"webhook denied the request: unable to find queue {queue_name!r}"
+                )
+            state = (queue.get("status") or {}).get("state", "")
+            if state != "Open":
+                raise Invalid(
+                    f"create podgroup {namespace}/{body['metadata']['name']}: admission "
+                    f"webhook denied the request: queue {queue_name} status is {state!r}"
+                )
         return self._create_in(self.pod_groups, "podgroup", namespace, body)
 
     def delete_pod_group(self, namespace: str, name: str) -> bool:
@@ -595,8 +613,14 @@ class FakeCluster:
         obj = self._new(body, None)
         if existing is not None:
             obj["metadata"]["uid"] = existing["metadata"]["uid"]
+        obj["status"] = copy.deepcopy((existing or {}).get("status") or {"state": "Open"})
         self.queues[name] = obj
         self.actions.append(("apply", "queue", name))
+
+    def read_queue(self, name: str) -> Object | None:
+        self._check_volcano()
+        found = self.queues.get(name)
+        return copy.deepcopy(found) if found is not None else None
 
     def apply_priority_class(self, body: Object) -> None:
         self._check()

@@ -14,9 +14,11 @@ Each `step` reads the cluster (level-triggered: what is there, not what changed)
 the cycle when something changed, a wake-up time came or the timer ran out. What the cluster
 reports wins over what caldera remembers: a pod that is gone has ended, a pod that failed
 broke its gang (the rest are stopped, then the job is retried or failed), a pod not bound
-within `bind_timeout` gives the start up (requeued). Room caldera does not own — pods it
-did not create, cordoned or not-Ready nodes, pods of deleted jobs — is kept out of the
-free-room index and never offered as a victim.
+within `bind_timeout` gives the start up (requeued), a start whose PodGroup Volcano refused
+(its queue missing or not Open) creates no pod and waits until Volcano says the queue is Open
+(`queue_not_open`; the Volcano Queue is read again every few seconds). Room caldera does not
+own — pods it did not create, cordoned or not-Ready nodes, pods of deleted jobs — is kept out
+of the free-room index and never offered as a victim.
 
 Everything it knows lives in the cluster — the TrainingJobs' status, the pods (placement,
 attempt, rank), the `caldera-state` ConfigMap (queue waiting modes) — so a controller that
@@ -56,7 +58,7 @@ from caldera.k8s.jobs import KubeJob, KubeTask
 from caldera.k8s.nodes import Blocked, NodeState, foreign_usage, read_nodes
 from caldera.k8s.pods import PodWatcher
 from caldera.k8s.settings import KubeSettings
-from caldera.model import GPU_MILLI, JobState, Node, Queue
+from caldera.model import GPU_MILLI, JobState, Node, Queue, QueueState
 from caldera.policies import get_policy
 from caldera.runtime import MAX_CYCLES_AT_ONCE, Kernel, Outcome, run_again
 from caldera.runtime.wire import ByName, placement_from_wire
@@ -66,6 +68,7 @@ __all__ = ["KubeRuntime", "KubeStats"]
 log = logging.getLogger("caldera.k8s")
 
 _TIMER = 5.0  # seconds: the cycle runs at least this often (effective weights move with time)
+_QUEUE_RECHECK = 5.0  # seconds between reads of a Volcano Queue that refused a PodGroup
 
 
 @dataclass
@@ -110,6 +113,7 @@ class KubeRuntime:
             settle=self.settle,
             clock=clock,
             refused=self.eviction_refused,
+            queue_not_open=self.queue_not_open,
         )
         self.kernel: Kernel[KubeJob, KubeTask] = Kernel(
             self.actuator,
@@ -127,6 +131,10 @@ class KubeRuntime:
         self.cycle_needed = True
         self._next_wakeup: float | None = None
         self._last_cycle = -math.inf
+        # Queues whose Volcano Queue refused a PodGroup (missing or not Open): their jobs
+        # wait as in a Closed queue (running ones carry on) until it reads Open; queue →
+        # when to read it again.
+        self.volcano_waits: dict[str, float] = {}
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -142,7 +150,8 @@ class KubeRuntime:
 
     @property
     def next_wakeup(self) -> float | None:
-        return self._next_wakeup
+        times = [t for t in (self._next_wakeup, *self.volcano_waits.values()) if t is not None]
+        return min(times, default=None)
 
     # -- the loop's turn -------------------------------------------------------------------
 
@@ -180,6 +189,7 @@ class KubeRuntime:
         self.intake.reconcile(objects, ours, now)
         self.pods.reconcile(ours, now)
         self._block(running)
+        self._recheck_volcano_queues(now)
         self.actuator.flush()
 
     def cycle(self) -> Decisions:
@@ -200,7 +210,38 @@ class KubeRuntime:
         return decisions
 
     def snapshot(self, now: float) -> Snapshot:
-        return self.kernel.snapshot(now, self.nodes, dict(self.queues), self.room)
+        queues = dict(self.queues)
+        for name in self.volcano_waits:
+            if name in queues:  # admission still sees the queue Open: no job is rejected
+                queues[name] = replace(queues[name], state=QueueState.CLOSED)
+        return self.kernel.snapshot(now, self.nodes, queues, self.room)
+
+    # -- Volcano's queues ------------------------------------------------------------------
+
+    def queue_not_open(self, queue: str, why: str) -> None:
+        """Volcano refused a PodGroup of `queue`: it has no such Queue, or the Queue is not
+        Open (just created and not yet opened by vc-controller-manager, or closed by an
+        operator). Its pending jobs wait; the Queue is read again in a few seconds."""
+        if queue not in self.volcano_waits:
+            log.warning("queue %s: Volcano takes no PodGroups for it now; its jobs wait", queue)
+        self.volcano_waits[queue] = self.clock() + _QUEUE_RECHECK
+        self.cycle_needed = True
+
+    def _recheck_volcano_queues(self, now: float) -> None:
+        for queue, when in list(self.volcano_waits.items()):
+            if now < when:
+                continue
+            try:
+                found = self.api.read_queue(queue)
+            except ClusterError as error:
+                log.warning("cannot read Volcano queue %s: %s", queue, error)
+                found = None
+            if found is not None and (found.get("status") or {}).get("state") == "Open":
+                log.info("queue %s: Volcano's Queue is Open; its jobs are planned again", queue)
+                del self.volcano_waits[queue]
+                self.cycle_needed = True
+            else:
+                self.volcano_waits[queue] = now + _QUEUE_RECHECK
 
     # -- jobs ------------------------------------------------------------------------------
 
