@@ -2,7 +2,8 @@
 
 The binaries come from `make cluster-bins` (scripts/cluster-bins.sh, cached). Without them
 the tests skip with one line, except under CI=true, where they are built here if `make` did
-not, and a failure to build fails the run.
+not, and a failure to build fails the run. The real Volcano (`volcano_bins`: the cache
+scripts/volcano-bins.sh fills, or the CALDERA_VOLCANO_* variables) follows the same rule.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from real_support import NODES, wait_for
 
 from caldera.k8s.client import load_api_client
 from caldera.k8s.devcluster import DevCluster, DevClusterError, find_bins
+from caldera.k8s.devcluster_volcano import VolcanoBins, find_volcano
 
 CI = os.environ.get("CI") == "true"
 
@@ -38,6 +40,23 @@ def cluster_bins() -> Path:
         if shutil.which("go") is None:
             pytest.skip("real control plane: Go is not installed (make cluster-bins needs it)")
         pytest.skip(f"real control plane: {error}")
+
+
+@pytest.fixture(scope="session")
+def volcano_bins(cluster_bins: Path) -> VolcanoBins:
+    """The real Volcano: vc-scheduler, vc-controller-manager, vc-webhook-manager and its CRDs
+    (built here under CI=true, where a Volcano missing fails the run instead of skipping)."""
+    try:
+        found = find_volcano(build=CI)
+    except DevClusterError as error:
+        if CI:
+            pytest.fail(f"real Volcano: {error}")
+        pytest.skip(f"real Volcano: {error}")
+    if found is None:
+        if CI:
+            pytest.fail("real Volcano: not found (scripts/volcano-bins.sh is not in this checkout)")
+        pytest.skip("real Volcano: not built (run make cluster-bins)")
+    return found
 
 
 @pytest.fixture(scope="session")

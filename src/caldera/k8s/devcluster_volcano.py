@@ -275,17 +275,23 @@ def controllers_args(kubeconfig: str) -> list[str]:
     ]
 
 
-# Volcano's installer enables these (installer/helm/chart/volcano/values.yaml), less the
-# HyperNode and CronJob ones: caldera writes neither kind. Each entry: the path vc-webhook-manager
-# serves, whether it mutates, the webhook's name, and its rule (group, version, resource,
-# operations) as the admission's own Go code in pkg/webhooks/admission declares it.
+# What vc-webhook-manager serves here: its own default admissions (cmd/webhook-manager) plus
+# /podgroups/validate, which Volcano's installers turn on (installer/helm/chart/volcano/
+# values.yaml) and which refuses a PodGroup whose queue is missing or not Open; not the
+# HyperNode, CronJob and JobFlow ones (caldera writes none of those kinds). Each entry: the
+# path, whether it mutates, the webhook's name and its rule (group, version, resource,
+# operations) as the admission's Go code in pkg/webhooks/admission declares it.
 WEBHOOK_ADMISSIONS: tuple[tuple[str, bool, str, str, str, str, tuple[str, ...]], ...] = (
     ("/queues/mutate", True, "mutatequeue.volcano.sh",
      "scheduling.volcano.sh", "v1beta1", "queues", ("CREATE",)),
     ("/queues/validate", False, "validatequeue.volcano.sh",
      "scheduling.volcano.sh", "v1beta1", "queues", ("CREATE", "UPDATE", "DELETE")),
+    ("/podgroups/mutate", True, "mutatepodgroup.volcano.sh",
+     "scheduling.volcano.sh", "v1beta1", "podgroups", ("CREATE",)),
     ("/podgroups/validate", False, "validatepodgroup.volcano.sh",
      "scheduling.volcano.sh", "v1beta1", "podgroups", ("CREATE",)),
+    ("/pods/mutate", True, "mutatepod.volcano.sh", "", "v1", "pods", ("CREATE",)),
+    ("/pods/validate", False, "validatepod.volcano.sh", "", "v1", "pods", ("CREATE",)),
     ("/jobs/mutate", True, "mutatejob.volcano.sh",
      "batch.volcano.sh", "v1alpha1", "jobs", ("CREATE",)),
     ("/jobs/validate", False, "validatejob.volcano.sh",
