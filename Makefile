@@ -66,18 +66,17 @@ cluster-bins-if-go:
 	else echo "make: Go not found: the real-control-plane tests (tests/k8s_real) will skip" >&2; fi
 
 # Issue 14: scenarios replayed on the real control plane beside the simulator's prediction, the
-# reports written to docs/replay/ (docs/evaluation.md, "Against the real Volcano"). Volcano's
-# modes run only with a hand-built Volcano (CALDERA_VOLCANO_SCHEDULER, CALDERA_VOLCANO_CRDS);
-# without it, caldera + kube-scheduler alone. About 15 minutes on 2 cores.
+# reports written to docs/replay/ (docs/evaluation.md, "Against the real Volcano"): caldera +
+# kube-scheduler (the Volcano modes are `replay-volcano`). About 15 minutes on 2 cores.
 replay: $(STAMP) cluster-bins
 	$(BIN)/caldera compare ../shared/examples/mixed-small.yaml --runtime k8s --compress 120 \
-		--until 21600 --quiet --report docs/replay/mixed-small
+		--until 21600 --modes caldera --quiet --report docs/replay/mixed-small
 	$(BIN)/caldera compare ../shared/examples/seed-starvation.yaml --runtime k8s --compress 60 \
-		--until 14400 --quiet --report docs/replay/seed-starvation
+		--until 14400 --modes caldera --quiet --report docs/replay/seed-starvation
 
-# The real Volcano against its simulator baseline and caldera in front of it (issue 14). Needs a
-# hand-built Volcano (docs/evaluation.md, "Against the real Volcano"): CALDERA_VOLCANO_SCHEDULER,
-# CALDERA_VOLCANO_CONTROLLERS, CALDERA_VOLCANO_CRDS. About 45 minutes on a 2-core machine.
+# The real Volcano against its simulator baseline and caldera in front of it (issue 14), on the
+# Volcano `cluster-bins` builds (or CALDERA_VOLCANO_SCHEDULER / _CONTROLLERS / _CRDS: docs/
+# evaluation.md, "Against the real Volcano"). About 45 minutes on a 2-core machine.
 replay-volcano: $(STAMP) cluster-bins
 	$(BIN)/caldera compare docs/replay/scenarios/fragmentation.yaml --runtime k8s --compress 60 \
 		--modes volcano --quiet --report docs/replay/volcano-fragmentation

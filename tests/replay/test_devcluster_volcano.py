@@ -279,6 +279,7 @@ def test_compare_on_k8s_refuses_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], message: str
 ) -> None:
     monkeypatch.delenv("CALDERA_VOLCANO_SCHEDULER", raising=False)
+    monkeypatch.setenv("CALDERA_VOLCANO_BINS", str(tmp_path / "no-volcano-cache"))
     result = CliRunner().invoke(app, ["compare", str(_scenario_file(tmp_path)), *args])
     assert result.exit_code != 0
     lines = [line for line in result.output.splitlines() if line.strip()]

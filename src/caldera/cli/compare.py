@@ -148,7 +148,7 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(
                 help="--runtime k8s: volcano, caldera-volcano, caldera (default: those that "
-                "can run; the first two need CALDERA_VOLCANO_SCHEDULER)."
+                "can run; the first two need the real Volcano: make cluster-bins)."
             ),
         ] = None,
         compress: Annotated[

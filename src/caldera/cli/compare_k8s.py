@@ -8,9 +8,10 @@ then how far each replay is from its prediction.
 
 Modes: `volcano` (the real vc-scheduler as seed 001, users submitting Volcano Jobs),
 `caldera-volcano` (caldera's controller in front of the real vc-scheduler) and `caldera`
-(caldera's controller with kube-scheduler). The first two need a Volcano built by hand
-(CALDERA_VOLCANO_SCHEDULER, CALDERA_VOLCANO_CRDS: docs/evaluation.md); without it they are
-left out with one line, and `caldera` runs alone.
+(caldera's controller with kube-scheduler). The first two need the real Volcano (the one
+`make cluster-bins` builds from the Go module proxy, or CALDERA_VOLCANO_SCHEDULER and
+CALDERA_VOLCANO_CRDS: docs/evaluation.md); without it they are left out with one line, and
+`caldera` runs alone.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ def _modes(text: str | None, volcano: VolcanoBins | None) -> list[Mode]:
         chosen = [m for m in MODES.values() if volcano is not None or not m.needs_volcano]
         if volcano is None:
             stderr.print(
-                "caldera: no Volcano given (CALDERA_VOLCANO_SCHEDULER): replaying with "
-                "caldera + kube-scheduler only",
+                "caldera: no Volcano (make cluster-bins builds it, or set "
+                "CALDERA_VOLCANO_SCHEDULER): replaying with caldera + kube-scheduler only",
                 markup=False,
             )
         return chosen
@@ -57,8 +58,8 @@ def _modes(text: str | None, volcano: VolcanoBins | None) -> list[Mode]:
             fail(f"unknown mode {key!r} (known: {', '.join(MODES)})", EXIT_BAD_INPUT)
         if mode.needs_volcano and volcano is None:
             fail(
-                f"mode {key} needs the real Volcano: set CALDERA_VOLCANO_SCHEDULER and "
-                "CALDERA_VOLCANO_CRDS (docs/evaluation.md, Against the real Volcano)",
+                f"mode {key} needs the real Volcano: run make cluster-bins, or set "
+                "CALDERA_VOLCANO_SCHEDULER and CALDERA_VOLCANO_CRDS (docs/evaluation.md)",
                 EXIT_BAD_INPUT,
             )
         picked.append(mode)

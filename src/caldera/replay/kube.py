@@ -788,7 +788,7 @@ def replay(
 ) -> KubeRun:
     """Replay `scenario` compressed `factor` times under `mode` on a fresh dev cluster."""
     if mode.needs_volcano and volcano is None:
-        raise ValueError(f"mode {mode.key} needs the real Volcano (CALDERA_VOLCANO_SCHEDULER)")
+        raise ValueError(f"mode {mode.key} needs the real Volcano (make cluster-bins)")
     began = time.monotonic()
     with _cluster(scenario, mode, volcano, bins, volcano_period) as cluster:
         assert cluster.folder is not None
