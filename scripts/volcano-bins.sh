@@ -49,8 +49,9 @@ export GOFLAGS="-mod=mod"
 mod_dir() {  # mod_dir MODULE@VERSION: download it, print its (read-only) folder in the modcache
   local info
   info="$(go mod download -json "$1" 2>&1)" || {
-    printf '%s\n' "$info" | sed -n 's/.*"Error": "\(.*\)".*/\1/p' | head -1 >&2
-    die "cannot download $1 from the Go module proxy"
+    local why
+    why="$(printf '%s\n' "$info" | sed -n 's/.*"Error": "\(.*\)".*/\1/p' | head -1)"
+    die "cannot download $1 from the Go module proxy: ${why##*: }"
   }
   printf '%s\n' "$info" | sed -n 's/.*"Dir": "\(.*\)",*/\1/p'
 }
