@@ -23,8 +23,9 @@ Given a Volcano (`DevCluster.volcano`: `caldera.k8s.devcluster_volcano.find_volc
 `make cluster-bins` builds from the Go module proxy or the CALDERA_VOLCANO_* variables),
 Volcano's own CRDs replace the stand-ins and, once they are established, vc-scheduler
 (configured as seed 001) and vc-controller-manager run beside kube-scheduler; with
-`volcano_webhook`, vc-webhook-manager first (Volcano's Queue, PodGroup and Job admission, TLS on
-127.0.0.1 from the cluster's CA, its webhook configurations registered by the dev cluster).
+`volcano_webhook`, vc-webhook-manager first (Volcano's Queue, PodGroup, Pod and Job admission,
+TLS on 127.0.0.1 from the cluster's CA, its webhook configurations registered by the dev
+cluster).
 docs/kubernetes.md and docs/evaluation.md ("Against the real Volcano") say more.
 
 The nodes are either a uniform `NodeShape` or `ScenarioNodes`: a scenario's nodes, named so
@@ -438,7 +439,7 @@ class DevCluster:
     volcano: VolcanoBins | None = None
     volcano_conf: Mapping[str, Any] = field(default_factory=lambda: SEED_001)
     volcano_period: float = 1.0  # seconds between vc-scheduler's cycles (its default: 1 s)
-    # vc-webhook-manager too: Volcano's admission of Queues, PodGroups and Volcano Jobs.
+    # vc-webhook-manager too: Volcano's admission of Queues, PodGroups, Pods and Volcano Jobs.
     volcano_webhook: bool = False
     _owns_folder: bool = field(default=False, repr=False)
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)

@@ -26,7 +26,7 @@ controller in either mode. vc-controller-manager runs the Volcano Job (`batch.vo
 PodGroup and Queue controllers: a Volcano Job's pods are created, and re-created after an
 eviction, by Volcano itself, and a Queue is Open only once its controller says so (the
 proportion plugin allocates nothing in a queue that is not Open). vc-webhook-manager (Volcano's
-admission: Queue, PodGroup, Job) runs when a DevCluster asks for it (`volcano_webhook`): it
+admission: Queue, PodGroup, Pod, Job) runs when a DevCluster asks for it (`volcano_webhook`): it
 serves TLS on 127.0.0.1 with a certificate from the cluster's own CA, and the dev cluster
 registers its webhook configurations (`webhook_configurations`: Volcano's binary only patches
 the CA into configurations an installer created). Without it, what the webhooks would default
