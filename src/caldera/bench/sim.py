@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from caldera.bench.cycles import ObservedSimulator
 from caldera.sim import Scenario, Simulator, parse_scenario
 from caldera.sim.production import find_shared_file
 
@@ -104,8 +105,16 @@ class SimBenchResult:
     events: int
     simulated_days: float
     policy: str
+    # With `breakdown`: the cycles by trigger, decision and change (caldera.bench.cycles).
+    cycles: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self.cycles is not None:
+            extra = {
+                "cycle_count": sum(row["cycles"] for row in self.cycles),
+                "cycles": self.cycles,
+            }
         return {
             "workload": self.workload,
             "policy": self.policy,
@@ -118,6 +127,7 @@ class SimBenchResult:
             "events": self.events,
             "simulated_days": round(self.simulated_days, 2),
             "jobs_per_s": round(self.jobs / self.run_seconds, 1) if self.run_seconds else None,
+            **extra,
         }
 
 
@@ -127,9 +137,11 @@ def bench_scenario(
     policy: str | None = None,
     watch: Callable[[Scenario], AbstractContextManager[Callable[[float], None] | None]]
     | None = None,
+    breakdown: bool = False,
 ) -> SimBenchResult:
     """Build the scenario (timed apart), then time one full simulation and its result.
-    `watch(scenario)`: a context giving a progress callback (simulated time), or None."""
+    `watch(scenario)`: a context giving a progress callback (simulated time), or None.
+    `breakdown`: also classify and time every cycle (caldera.bench.cycles; a little slower)."""
     began = time.perf_counter()
     scenario = build()
     if policy is not None:
@@ -137,7 +149,8 @@ def bench_scenario(
     loaded = time.perf_counter()
     with nullcontext(None) if watch is None else watch(scenario) as progress:
         cpu = time.process_time()
-        simulator = Simulator(scenario, progress=progress).run()
+        kind = ObservedSimulator if breakdown else Simulator
+        simulator = kind(scenario, progress=progress).run()
         result = simulator.result()
         done = time.perf_counter()
         cpu_done = time.process_time()
@@ -152,4 +165,5 @@ def bench_scenario(
         events=len(result["events"]),
         simulated_days=simulator.now / 86_400,
         policy=scenario.config.name,
+        cycles=simulator.breakdown.as_list() if isinstance(simulator, ObservedSimulator) else None,
     )

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -45,6 +45,10 @@ def sim_command(
     policy: Annotated[str, typer.Option(help="Policy to simulate under.")] = "caldera",
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON lines.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    breakdown: Annotated[
+        bool,
+        typer.Option(help="Also count and time the cycles by what woke them (a little slower)."),
+    ] = False,
 ) -> None:
     """Time whole simulations: 20,000 jobs on 6,504 GPUs, a backlog burst, the OpenB trace."""
     if workload not in ("all", *_WORKLOADS):
@@ -63,15 +67,15 @@ def sim_command(
         try:
             if name == "synthetic":
                 result = bench_scenario(
-                    name, lambda: synthetic_scenario(jobs, nodes, seed), policy, watch
+                    name, lambda: synthetic_scenario(jobs, nodes, seed), policy, watch, breakdown
                 )
             elif name == "burst":
                 result = bench_scenario(
-                    name, lambda: burst_scenario(jobs, nodes, seed), policy, watch
+                    name, lambda: burst_scenario(jobs, nodes, seed), policy, watch, breakdown
                 )
             else:
                 result = bench_scenario(
-                    name, lambda: openb_scenario(pods, folder=traces), policy, watch
+                    name, lambda: openb_scenario(pods, folder=traces), policy, watch, breakdown
                 )
         except ValueError as error:
             fail(str(error), EXIT_BAD_INPUT)
@@ -105,4 +109,30 @@ def sim_command(
             f"{row['run_s']:.2f} s",
             f"{row['run_cpu_s']:.2f} s",
         )
-    (Console() if sys.stdout.isatty() else Console(width=120)).print(table)
+    console = Console() if sys.stdout.isatty() else Console(width=120)
+    console.print(table)
+    for row in results:
+        if "cycles" in row:
+            console.print(_breakdown_table(row))
+
+
+def _breakdown_table(row: dict[str, Any]) -> Table:
+    """One workload's cycles by trigger, decision and change (caldera.bench.cycles)."""
+    total = sum(entry["cpu_s"] for entry in row["cycles"]) or 1.0
+    table = Table(
+        title=f"{row['workload']}: {row['cycle_count']:,} cycles, by what woke them",
+        title_justify="left",
+    )
+    for column in ("woken by", "decided", "state", "cycles", "CPU", "share", "mean"):
+        table.add_column(column, justify="left" if column in ("woken by", "state") else "right")
+    for entry in row["cycles"]:
+        table.add_row(
+            entry["trigger"],
+            "yes" if entry["decided"] else "no",
+            "unchanged" if entry["unchanged"] else "changed",
+            f"{entry['cycles']:,}",
+            f"{entry['cpu_s']:.2f} s",
+            f"{100 * entry['cpu_s'] / total:.1f} %",
+            f"{entry['mean_ms']:.2f} ms",
+        )
+    return table

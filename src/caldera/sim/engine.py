@@ -38,11 +38,13 @@ from caldera.policies import get_policy
 from caldera.runtime import MAX_CYCLES_AT_ONCE, EventKind, Kernel, TrackedJob, run_again
 from caldera.sim.recorder import Recorder
 
-__all__ = ["SimJob", "SimTask", "Simulator", "simulate"]
+__all__ = ["EVENT_NAMES", "SimJob", "SimTask", "Simulator", "simulate"]
 
 # Event kinds in the order they apply at one instant: room comes back before anyone asks.
 # A cancel at the submit instant applies to the submitted job.
 _RELEASE, _FINISH, _SUBMIT, _CANCEL, _WAKEUP = range(5)
+EVENT_NAMES = ("release", "finish", "submit", "cancel", "wakeup")
+"""The event kinds' names, by their number (for benchmarks that say what woke a cycle)."""
 
 
 @dataclass
