@@ -63,17 +63,8 @@ mkdir -p "$work/bin" "$work/kube"
 export GOFLAGS="-mod=mod -trimpath -buildvcs=false"
 export CGO_ENABLED=0
 ldflags="-s -w"
-timing="${CLUSTER_BINS_TIMING:-}"
-step() {  # step NAME CMD...: run a build step, timed with /usr/bin/time -v when asked
-  local name="$1"; shift
-  echo "cluster-bins: building $name" >&2
-  if [ -n "$timing" ] && [ -x /usr/bin/time ]; then
-    { echo "=== $name"; } >>"$timing"
-    /usr/bin/time -v -a -o "$timing" "$@"
-  else
-    "$@"
-  fi
-}
+STEP_PREFIX="cluster-bins: building" STEP_TIMING="${CLUSTER_BINS_TIMING:-}"
+. "$(dirname "$0")/build-step.sh"
 
 # --- the wrapper module for k8s.io/kubernetes -----------------------------------------------
 {

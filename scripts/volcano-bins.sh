@@ -69,17 +69,8 @@ chmod -R u+w "$work/src"   # the module cache is read-only
 export GOFLAGS="-mod=mod -trimpath -buildvcs=false"
 export CGO_ENABLED=0       # as Volcano's own Makefile builds these three
 ldflags="-s -w -X volcano.sh/volcano/pkg/version.Version=${VOLCANO_VERSION}"
-timing="${VOLCANO_BINS_TIMING:-}"
-step() {  # step NAME CMD...: run a build step, timed with /usr/bin/time -v when asked
-  local name="$1"; shift
-  echo "volcano-bins: $name" >&2
-  if [ -n "$timing" ] && [ -x /usr/bin/time ]; then
-    { echo "=== $name"; } >>"$timing"
-    /usr/bin/time -v -a -o "$timing" "$@"
-  else
-    "$@"
-  fi
-}
+STEP_PREFIX="volcano-bins" STEP_TIMING="${VOLCANO_BINS_TIMING:-}"
+. "$(dirname "$0")/build-step.sh"
 
 (
   cd "$work/src"
