@@ -29,6 +29,7 @@ search can be memoised on them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -45,6 +46,7 @@ from caldera.model import GPU_MILLI, JobSpec, Resources, TopologyMode
 __all__ = [
     "Plan",
     "PlanCost",
+    "PlanFloor",
     "Unit",
     "VictimIndex",
     "VictimKey",
@@ -193,6 +195,7 @@ class VictimIndex:
         """`first(unit)`: an optional criterion before the victim key (e.g. borrowers first)."""
         self.first = first
         self.units = sorted(units, key=self._order)
+        self.queues = frozenset(unit.queue for unit in self.units)
         self.by_node: dict[int, list[Unit]] = {}
         for unit in self.units:
             for node in dict.fromkeys(t.node for t in unit.placements):
@@ -431,7 +434,8 @@ def find_plan(
         # Victims for quota need not make room: the preemptor may fit anywhere (placement
         # honours its topology), while its queue's victims run elsewhere.
         domains.append(None)
-    options: list[tuple[float, VictimKey, int, Sequence[int] | None, list[Unit]]] = []
+    options: list[tuple[float, VictimKey, int, Sequence[int] | None, list[Unit], PlanFloor]] = []
+    only_own = index.queues == {spec.queue}
     for order, nodes in enumerate(domains):
         local = index.on(nodes, gone)
         if not local:
@@ -444,22 +448,61 @@ def find_plan(
         # most valuable victim from below.
         tail = local[max(shortest, 1) - 1 :]
         lowest = tail[0].key if index.first is None else min(unit.key for unit in tail)
-        options.append((lowest.lost, lowest, order, nodes, local))
+        floor = PlanFloor(0, lowest.lost, int(only_own), 1, _spread_floor(room, nodes, load))
+        options.append((lowest.lost, lowest, order, nodes, local, floor))
     options.sort(key=lambda option: (option[0], option[1], option[2]))
     best: Plan | None = None
     # Bounded domains first; the cluster-wide search (None) only if none of them works.
     for cluster_wide in (False, True):
-        for lost, lowest, order, nodes, local in options:
+        for lost, lowest, order, nodes, local, floor in options:
             if (nodes is None) != cluster_wide:
                 continue
             if best is not None and _cannot_beat(best.cost, lost, lowest, load is not None):
                 break
+            if best is not None and floor.above(best.cost):
+                continue  # every plan in this domain costs more than the best one found
             plan = _plan_in_domain(room, spec, nodes, local, allow, order, patience, enough, load)
             if plan is not None and (best is None or plan.cost < best.cost):
                 best = plan
         if best is not None:
             break
     return best
+
+
+class PlanFloor(NamedTuple):
+    """What every plan in one domain costs at least, criterion by criterion (PlanCost's
+    first five): no victim releases late (0), the lost work its counting bound proves, one
+    victim of the preemptor's queue when every candidate is of that queue (else 0), one
+    victim, and how little its placement could spread non-evictable work. A plan's cost is
+    at least its floor in each criterion, so a floor above the best cost found (as tuples)
+    proves that no plan in the domain beats it."""
+
+    late: int
+    lost: float
+    own: int
+    victims: int
+    spread: tuple[float, float]
+
+    def above(self, cost: PlanCost) -> bool:
+        """Is this floor above `cost` in PlanCost's order (its first five criteria)?"""
+        mine = (self.late, self.lost, self.own, self.victims, self.spread)
+        return mine > (cost.late, cost.lost, cost.own, cost.victims, cost.spread)
+
+
+def _spread_floor(
+    room: Room, nodes: Sequence[int] | None, load: Mapping[int, int] | None
+) -> tuple[float, float]:
+    """The least `PlanCost.spread` a placement inside `nodes` can have: exact when the
+    domain lies in one leaf (a node, a tier-1 domain), no bound otherwise."""
+    if load is None:
+        return (0, 0)  # spread is not a criterion for this preemptor: every plan has (0, 0)
+    if nodes is None:
+        return (0, -math.inf)
+    leaves = {room.nodes[node].tier1 for node in nodes}
+    if len(leaves) != 1:
+        return (0, -math.inf)
+    held = load.get(next(iter(leaves)), 0)
+    return (1 if held == 0 else 0, -held)
 
 
 def _cannot_beat(best: PlanCost, lost: float, lowest: VictimKey, packing: bool) -> bool:
