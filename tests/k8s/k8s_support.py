@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 from types import MappingProxyType
 from typing import Any
 
 from caldera.k8s import FakeCluster, KubeRuntime, KubeSettings, NamespaceBinding, names
 from caldera.k8s.config import parse_kube_config
 
-__all__ = ["NAMESPACE", "SETTINGS", "World", "training_job"]
+__all__ = ["NAMESPACE", "SETTINGS", "Serialized", "World", "training_job"]
 
 NAMESPACE = "team"
 SETTINGS = KubeSettings(
@@ -93,6 +94,25 @@ def training_job(
     return spec
 
 
+class Serialized:
+    """The fake for several threads: one call at a time."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.cluster, name)
+        if not callable(found):
+            return found
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self.lock:
+                return found(*args, **kwargs)
+
+        return call
+
+
 class World:
     def __init__(
         self,
@@ -124,13 +144,16 @@ class World:
             )
         return self
 
-    def start(self) -> World:
+    def start(self, writers: int = 1) -> World:
+        """The runtime on the fake; `writers` > 1 sends its writes at once, as `caldera k8s
+        run` does (through a lock: the fake is not thread-safe, the order still varies)."""
         self.runtime = KubeRuntime(
-            self.cluster,
+            Serialized(self.cluster) if writers > 1 else self.cluster,
             self.config.queues,
             self.config.policy,
             self.settings,
             clock=self.cluster.clock,
+            writers=writers,
         )
         self.rt.step()
         return self

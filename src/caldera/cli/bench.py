@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -70,6 +71,11 @@ def k8s_command(
     steady: Annotated[
         float, typer.Option(help="Seconds of steady state measured after every pod is bound.")
     ] = 30,
+    submitters: Annotated[int, typer.Option(help="Clients creating the TrainingJobs at once.")] = 8,
+    logs: Annotated[
+        Path | None,
+        typer.Option(help="Keep the control plane's and the controller's logs in this folder."),
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """The controller on a real control plane (dev cluster): decision-to-bind latency,
@@ -77,9 +83,9 @@ def k8s_command(
     from caldera.k8s.bench import bench_k8s
     from caldera.k8s.devcluster import DevClusterError
 
-    if min(nodes, gpus_per_node, jobs, gpus_per_job) < 1 or steady < 0:
+    if min(nodes, gpus_per_node, jobs, gpus_per_job, submitters) < 1 or steady < 0:
         fail(
-            "nodes, gpus-per-node, jobs and gpus-per-job must be positive, steady >= 0",
+            "nodes, gpus-per-node, jobs, gpus-per-job and submitters must be positive, steady >= 0",
             EXIT_BAD_INPUT,
         )
     if (jobs + 1) * gpus_per_job > nodes * gpus_per_node or gpus_per_job > gpus_per_node:
@@ -88,7 +94,9 @@ def k8s_command(
             EXIT_BAD_INPUT,
         )
     try:
-        result = bench_k8s(nodes, gpus_per_node, jobs, gpus_per_job, timeout, steady).as_dict()
+        result = bench_k8s(
+            nodes, gpus_per_node, jobs, gpus_per_job, timeout, steady, submitters, logs
+        ).as_dict()
     except (DevClusterError, TimeoutError) as error:
         fail(str(error))
     if json_output:

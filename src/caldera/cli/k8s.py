@@ -143,6 +143,7 @@ def _run(
     sync: bool,
 ) -> None:
     from caldera.errors import NotFound
+    from caldera.k8s.actuator import WRITERS
     from caldera.k8s.api import ClusterError
     from caldera.k8s.cache import InformerCache
     from caldera.k8s.controller import Controller, DryRunCluster, sync_cluster_objects
@@ -183,7 +184,12 @@ def _run(
         cluster = DryRunCluster(api) if dry_run else api
         if sync and loaded.queues:
             sync_cluster_objects(cluster, loaded.queues, settings)
-        runtime = KubeRuntime(cluster, queues, loaded.policy, settings, reads=reads)
+        # A running controller sends its writes `WRITERS` at a time (one per job: a job's
+        # own stay in order); a single step keeps them in order for `would …` lines.
+        writers = 1 if dry_run or once else WRITERS
+        runtime = KubeRuntime(
+            cluster, queues, loaded.policy, settings, reads=reads, writers=writers
+        )
         if dry_run or once:
             runtime.step()
     except (ClusterError, NotFound) as error:

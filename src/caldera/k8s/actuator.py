@@ -7,6 +7,14 @@ write, Events, the queues' waiting modes, and typed intents (`Create`, `Remove`,
 then carries the intents out, then sends the Events. A reader can print what is about to
 happen (`pending`).
 
+With `writers` > 1 (what `caldera k8s run` uses) each phase sends up to that many requests
+at once: the statuses of different jobs, the intents of different jobs (one job's intents in
+their order: Service, PodGroup, then its pods), the Events. The order between the phases
+stays; what a request's answer changes (a refused create stops its gang, a pod caldera
+created is expected) is done by one thread at a time, in the order the intents were queued.
+On a real API server each request waits mostly for the server, so a burst of starts no
+longer moves at one round trip at a time (issue 10, item 4).
+
 Every pod removal reads the live pod first and passes the guard (`caldera.k8s.guard`):
 evictions go through the Eviction API (PodDisruptionBudgets, the DisruptionTarget
 condition), stops and clean-ups are plain deletes with the grace period.
@@ -17,9 +25,12 @@ from __future__ import annotations
 import json
 import logging
 import socket
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections import deque
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from caldera.core import Evict, Nomination, PolicyConfig, Room, TaskPlacement, Throttle
 from caldera.errors import NotFound
@@ -43,9 +54,13 @@ from caldera.model import GPU_MILLI, Node
 from caldera.runtime import EventKind
 from caldera.runtime.wire import ByName, nomination_to_wire
 
-__all__ = ["Cleanup", "Create", "Intent", "KubeActuator", "Remove"]
+__all__ = ["WRITERS", "Cleanup", "Create", "Intent", "KubeActuator", "Remove"]
 
 log = logging.getLogger("caldera.k8s")
+
+# Requests a running controller sends at once (`caldera k8s run`): enough to keep a busy API
+# server's queue fed, few enough for its connection pool (`caldera.k8s.client.POOL`).
+WRITERS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +96,19 @@ class Cleanup:
 
 Intent = Create | Remove | Cleanup
 
+_T = TypeVar("_T")
+
+
+def _group(intent: Intent) -> Hashable:
+    """Intents of one group are carried out in their order; groups go at once."""
+    if isinstance(intent, Create):
+        return ("job", intent.job.id)
+    if isinstance(intent, Remove):
+        if intent.job is not None:
+            return ("job", intent.job.id)
+        return ("pod", intent.namespace, intent.pod)
+    return (intent.kind, intent.namespace, intent.name)
+
 
 @dataclass
 class KubeActuator:
@@ -109,8 +137,14 @@ class KubeActuator:
     throttles_dirty: bool = False
     refused_deletes: int = 0
     api_errors: int = 0
+    # Requests sent at once by `flush` (1: one after another, in order).
+    writers: int = 1
     _starts: dict[str, list[Object]] = field(default_factory=dict)
     _sequence: int = 0
+    _pool: ThreadPoolExecutor | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _keys: ByName | None = None
+    _inflight: list[deque[tuple[int, Intent]]] = field(default_factory=list)
     # Pods created and not yet seen by the reads (an informer lags the API by a moment):
     # (namespace, pod) → when. Until seen (or `EXPECT` seconds pass) a missing pod is not gone.
     expected: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -120,7 +154,10 @@ class KubeActuator:
 
     @property
     def keys(self) -> ByName:
-        return ByName(self.nodes)
+        # Built once per node list: a burst writes thousands of statuses.
+        if self._keys is None or self._keys.nodes is not self.nodes:
+            self._keys = ByName(self.nodes)
+        return self._keys
 
     @property
     def grace(self) -> int:
@@ -300,27 +337,65 @@ class KubeActuator:
 
     def flush(self) -> None:
         """Write the statuses and waiting modes, then act, then tell. On an unreachable API
-        server what is left stays queued for the next flush."""
+        server what is left stays queued for the next flush, in its order."""
         while self.dirty or self.throttles_dirty or self.pending or self.rejections:
-            while self.rejections:
-                namespace, name, body = self.rejections[0]
-                self._patch_status(f"{namespace}/{name}", namespace, name, body)
-                self.rejections.pop(0)
-            dirty = dict(self.dirty)
-            for job_id, job in dirty.items():
-                self._write_status(job)
-                self.dirty.pop(job_id, None)
+            self._write_statuses()
             if self.throttles_dirty:
                 self._write_throttles()
                 self.throttles_dirty = False
-            while self.pending:
-                intent = self.pending.pop(0)
-                try:
-                    self._carry_out(intent)
-                except ClusterUnavailable:
-                    self.pending.insert(0, intent)  # it stays first in line
-                    raise
+            if self.pending:
+                self._carry_out_pending()
         self._send_events()
+
+    def _each(self, send: Callable[[_T], None], items: Sequence[_T]) -> list[Exception | None]:
+        """`send` each item, up to `writers` at once; what each raised (None: done). One at a
+        time, an unreachable server stops the rest (they count as not sent)."""
+        if self.writers <= 1 or len(items) <= 1:
+            raised: list[Exception | None] = []
+            for item in items:
+                if raised and isinstance(raised[-1], ClusterUnavailable):
+                    raised.append(raised[-1])
+                    continue
+                try:
+                    send(item)
+                    raised.append(None)
+                except Exception as error:
+                    raised.append(error)
+            return raised
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.writers, thread_name_prefix="caldera-writer")
+        futures = [self._pool.submit(send, item) for item in items]
+        done: list[Exception | None] = []
+        for future in futures:  # every one has ended before the caller goes on
+            failure = future.exception()
+            if failure is not None and not isinstance(failure, Exception):
+                raise failure
+            done.append(failure)
+        return done
+
+    @staticmethod
+    def _unavailable(raised: Sequence[Exception | None]) -> ClusterUnavailable | None:
+        """The first unreachable-server failure; any other exception is a bug: re-raised."""
+        for error in raised:
+            if error is not None and not isinstance(error, ClusterUnavailable):
+                raise error
+        return next((e for e in raised if isinstance(e, ClusterUnavailable)), None)
+
+    def _write_statuses(self) -> None:
+        rejections = list(self.rejections)
+        raised = self._each(lambda r: self._patch_status(f"{r[0]}/{r[1]}", *r), rejections)
+        self.rejections = [r for r, e in zip(rejections, raised, strict=True) if e is not None]
+        failure = self._unavailable(raised)
+        if failure is not None:
+            raise failure
+        dirty = list(self.dirty.values())
+        raised = self._each(self._write_status, dirty)
+        for job, error in zip(dirty, raised, strict=True):
+            if error is None and self.dirty.get(job.id) is job:
+                del self.dirty[job.id]
+        failure = self._unavailable(raised)
+        if failure is not None:
+            raise failure
 
     def _write_status(self, job: KubeJob) -> None:
         self._patch_status(job.id, job.namespace, job.name, status_body(job, self.keys))
@@ -333,7 +408,8 @@ class KubeActuator:
         except ClusterUnavailable:
             raise
         except ClusterError as error:
-            self.api_errors += 1
+            with self._lock:
+                self.api_errors += 1
             log.warning("cannot update the status of %s: %s", job_id, error)
 
     def _write_throttles(self) -> None:
@@ -361,6 +437,41 @@ class KubeActuator:
                     "create it (caldera k8s render --rbac)"
                 ) from None
 
+    def _carry_out_pending(self) -> None:
+        """Carry out what is queued now: one group after another per job, groups at once.
+        What their answers queue (a gang stopped) waits for the next round, after the
+        statuses they changed. Not sent on an unreachable server: back first in line."""
+        batch = list(enumerate(self.pending))
+        self.pending = []
+        groups: dict[Hashable, deque[tuple[int, Intent]]] = {}
+        for item in batch:
+            key = _group(item[1]) if self.writers > 1 else None
+            groups.setdefault(key, deque()).append(item)
+        self._inflight = list(groups.values())
+        try:
+            raised = self._each(self._carry_out_group, self._inflight)
+            unsent = sorted(item for group in self._inflight for item in group)
+        finally:
+            self._inflight = []
+        if unsent:
+            self.pending[:0] = [intent for _, intent in unsent]
+        failure = self._unavailable(raised)
+        if failure is not None:
+            raise failure
+
+    def _carry_out_group(self, group: deque[tuple[int, Intent]]) -> None:
+        while True:
+            with self._lock:
+                if not group:
+                    return
+                item = group.popleft()
+            try:
+                self._carry_out(item[1])
+            except ClusterUnavailable:
+                with self._lock:
+                    group.appendleft(item)  # it stays first in line, the rest behind it
+                raise
+
     def _carry_out(self, intent: Intent) -> None:
         if isinstance(intent, Create):
             self._create(intent)
@@ -372,8 +483,9 @@ class KubeActuator:
     def _create(self, intent: Create) -> None:
         job, body = intent.job, intent.body
         kind, name = body["kind"], body["metadata"]["name"]
-        if job.id not in self.jobs or (intent.task is not None and intent.task.done):
-            return  # the job ended (or was deleted) before its objects were made
+        with self._lock:
+            if job.id not in self.jobs or (intent.task is not None and intent.task.done):
+                return  # the job ended (or was deleted) before its objects were made
         create = {
             "Pod": self.api.create_pod,
             "PodGroup": self.api.create_pod_group,
@@ -381,44 +493,66 @@ class KubeActuator:
         }[kind]
         try:
             create(job.namespace, body)
-            if intent.task is not None:
-                self.expected[(job.namespace, name)] = self.clock()
-        except ClusterConflict:
-            self._check_ours(intent)  # issue 9, defect 10: a 409 is not proof it is ours
-            return
         except ClusterUnavailable:
             raise
         except (ClusterError, NotFound) as error:
-            if kind == "PodGroup":
-                # Issue 10, defect 5: the pods of a start whose gang Volcano refused would
-                # never be scheduled (Volcano ignores pods without their PodGroup).
-                self._pod_group_refused(job, name, error)
-                return
-            if isinstance(error, NotFound):
-                # Issue 9, defect 10: the namespace (or the job) went away meanwhile; the
-                # next look forgets the job. The task never began.
-                if intent.task is not None:
-                    intent.task.done, intent.task.exit_code = True, None
-                    self.settle(job)
-            elif isinstance(error, QuotaExceeded):
-                # Issue 9, defect 3: the namespace is full for now, not forever. The task
-                # never began and it is not the job's fault: its gang is requeued, no retry
-                # is spent.
-                log.warning("cannot create %s %s now: %s", kind, name, error)
-                if intent.task is not None:
-                    intent.task.done, intent.task.exit_code = True, None
-                    self.note(Reason.CREATE_REFUSED, job, self.clock(), f"not now: {error}")
-                    self.settle(job)
-            else:
-                self.api_errors += 1
-                log.error("cannot create %s %s: %s", kind, name, error)
-                if intent.task is not None:
-                    # Refused for good (admission, RBAC, invalid): the task ended before it
-                    # began.
-                    intent.task.done, intent.task.exit_code = True, 1
-                    job.reason = str(error)
-                    self.note(Reason.CREATE_REFUSED, job, self.clock(), str(error))
-                    self.settle(job)
+            with self._lock:
+                self._create_failed(intent, error)
+            return
+        if intent.task is not None:
+            with self._lock:
+                self.expected[(job.namespace, name)] = self.clock()
+
+    def _create_failed(self, intent: Create, error: ClusterError | NotFound) -> None:
+        job, body = intent.job, intent.body
+        kind, name = body["kind"], body["metadata"]["name"]
+        if isinstance(error, ClusterConflict):
+            self._check_ours(intent)  # issue 9, defect 10: a 409 is not proof it is ours
+        elif isinstance(error, NotFound):
+            # Issue 9, defect 10: the namespace went away meanwhile (404, or 403 while it is
+            # being terminated), and the job with it: the next look forgets the job. The task
+            # never began. A PodGroup's 404 says nothing about its Volcano queue.
+            if intent.task is not None:
+                intent.task.done, intent.task.exit_code = True, None
+                self.settle(job)
+        elif kind == "PodGroup":
+            # Issue 10, defect 5: the pods of a start whose gang Volcano refused would
+            # never be scheduled (Volcano ignores pods without their PodGroup).
+            self._pod_group_refused(job, name, error)
+        elif isinstance(error, QuotaExceeded):
+            # Issue 9, defect 3: the namespace is full for now, not forever. The task never
+            # began and it is not the job's fault: its gang is requeued, no retry is spent.
+            log.warning("cannot create %s %s now: %s", kind, name, error)
+            if intent.task is not None:
+                intent.task.done, intent.task.exit_code = True, None
+                self.note(Reason.CREATE_REFUSED, job, self.clock(), f"not now: {error}")
+                self.settle(job)
+        else:
+            self.api_errors += 1
+            log.error("cannot create %s %s: %s", kind, name, error)
+            if intent.task is not None:
+                # Refused for good (admission, RBAC, invalid): the task ended before it began.
+                intent.task.done, intent.task.exit_code = True, 1
+                job.reason = str(error)
+                self.note(Reason.CREATE_REFUSED, job, self.clock(), str(error))
+                self.settle(job)
+
+    def _drop_creates(self, job: KubeJob) -> list[KubeTask]:
+        """Take the job's creates not sent yet out of line — queued, or further on in the
+        group being carried out — and return the tasks they would have started. Called with
+        the lock held."""
+
+        def mine(intent: Intent) -> bool:
+            return isinstance(intent, Create) and intent.job is job
+
+        tasks = [i.task for i in self.pending if isinstance(i, Create) and mine(i) and i.task]
+        self.pending = [i for i in self.pending if not mine(i)]
+        for group in self._inflight:
+            tasks += [i.task for _, i in group if isinstance(i, Create) and mine(i) and i.task]
+            kept = [item for item in group if not mine(item[1])]
+            group.clear()
+            group.extend(kept)
+        return tasks
 
     def _pod_group_refused(self, job: KubeJob, name: str, error: ClusterError | NotFound) -> None:
         """The start's PodGroup was refused: create none of its pods. When its Volcano queue
@@ -428,12 +562,7 @@ class KubeActuator:
         queue = job.spec.queue
         state = self._volcano_queue_state(queue)
         waits = state != "Open" or isinstance(error, QuotaExceeded)
-        starting = [
-            i.task
-            for i in self.pending
-            if isinstance(i, Create) and i.job is job and i.task is not None
-        ]
-        self.pending = [i for i in self.pending if not (isinstance(i, Create) and i.job is job)]
+        starting = self._drop_creates(job)
         if waits:
             what = "missing" if state is None else (state or "not Open yet")
             message = (
@@ -491,20 +620,18 @@ class KubeActuator:
             return  # gone
         if "deletionTimestamp" in pod["metadata"] and intent.purpose is not Purpose.FORCE:
             return  # already going: its own grace period runs
-        refused = refusal(pod, intent.purpose, intent.job)
-        if refused is not None:
-            self.refused_deletes += 1
-            log.error("refused to remove pod (%s): %s", intent.purpose.value, refused)
-            return
+        with self._lock:
+            refused = refusal(pod, intent.purpose, intent.job)
+            if refused is not None:
+                self.refused_deletes += 1
+                log.error("refused to remove pod (%s): %s", intent.purpose.value, refused)
+                return
         uid = pod["metadata"].get("uid")
         try:
             if intent.purpose is Purpose.EVICT:
                 self.api.evict_pod(intent.namespace, intent.pod, intent.grace, uid)
             else:
                 self.api.delete_pod(intent.namespace, intent.pod, intent.grace, uid)
-            task = self._task_of(intent)
-            if task is not None:
-                task.deleting = True  # asked and accepted: it goes
         except NotFound:
             pass  # gone meanwhile
         except ClusterConflict:
@@ -512,12 +639,19 @@ class KubeActuator:
         except EvictionBlocked as error:
             log.warning("%s", error)
             if intent.job is not None:
-                self.refused(intent.job, intent.pod, str(error))
+                with self._lock:
+                    self.refused(intent.job, intent.pod, str(error))
         except ClusterUnavailable:
             raise
         except ClusterError as error:
-            self.api_errors += 1
+            with self._lock:
+                self.api_errors += 1
             log.error("cannot remove pod %s/%s: %s", intent.namespace, intent.pod, error)
+        else:
+            task = self._task_of(intent)
+            if task is not None:
+                with self._lock:
+                    task.deleting = True  # asked and accepted: it goes
 
     @staticmethod
     def _task_of(intent: Remove) -> KubeTask | None:
@@ -526,17 +660,22 @@ class KubeActuator:
         return next((t for t in intent.job.tasks if t.pod == intent.pod), None)
 
     def forget_evictions(self, job: KubeJob, pods: set[str]) -> None:
-        """Drop the evictions of `pods` not sent yet (an eviction rolled back)."""
-        self.pending = [
-            i
-            for i in self.pending
-            if not (
-                isinstance(i, Remove)
-                and i.purpose is Purpose.EVICT
-                and i.namespace == job.namespace
-                and i.pod in pods
+        """Drop the evictions of `pods` not sent yet (an eviction rolled back); called with
+        the lock held when it happens during a flush."""
+
+        def meant(intent: Intent) -> bool:
+            return (
+                isinstance(intent, Remove)
+                and intent.purpose is Purpose.EVICT
+                and intent.namespace == job.namespace
+                and intent.pod in pods
             )
-        ]
+
+        self.pending = [i for i in self.pending if not meant(i)]
+        for group in self._inflight:
+            kept = [item for item in group if not meant(item[1])]
+            group.clear()
+            group.extend(kept)
 
     def _cleanup(self, intent: Cleanup) -> None:
         delete: Callable[[str, str], bool] = {
@@ -551,21 +690,24 @@ class KubeActuator:
         except ClusterUnavailable:
             raise
         except ClusterError as error:
-            self.api_errors += 1
+            with self._lock:
+                self.api_errors += 1
             log.warning("clean-up of %s/%s failed: %s", intent.namespace, intent.name, error)
 
     def _send_events(self) -> None:
         events, self.events = self.events, []
+        numbered = []
         for event in events:
             self._sequence += 1
-            try:
-                body = event_body(event, self.instance, self._sequence)
-                self.api.create_event(event.namespace, body)
-            except (ClusterError, NotFound) as error:  # best effort: the status is the record
-                log.debug(
-                    "event %s on %s/%s dropped: %s",
-                    event.reason,
-                    event.namespace,
-                    event.name,
-                    error,
-                )
+            numbered.append((event, self._sequence))
+        self._unavailable(self._each(self._send_event, numbered))  # a bug is raised
+
+    def _send_event(self, numbered: tuple[JobEvent, int]) -> None:
+        event, sequence = numbered
+        try:
+            body = event_body(event, self.instance, sequence)
+            self.api.create_event(event.namespace, body)
+        except (ClusterError, NotFound) as error:  # best effort: the status is the record
+            log.debug(
+                "event %s on %s/%s dropped: %s", event.reason, event.namespace, event.name, error
+            )

@@ -3,9 +3,12 @@
 A dev cluster (`caldera.k8s.devcluster`: kube-apiserver, controller-manager, kube-scheduler,
 KWOK) with `nodes` fake GPU nodes; the TrainingJob CRD and one served namespace installed as
 an operator would; `caldera k8s run` as its own process (informer cache, leader election).
-Then `jobs` single-pod TrainingJobs asking `gpus` GPUs each are applied at once, and the
-bench watches caldera's pods, stamping each event on arrival (the API server's timestamps
-have whole seconds only):
+Then `jobs` single-pod TrainingJobs asking `gpus` GPUs each are applied at once —
+`submitters` clients at a time, as many users would (one client creating 10,000 objects one
+after another measures that client's round trips, not the controller) — and the bench
+watches caldera's pods, stamping each event on arrival (the API server's timestamps have
+whole seconds only; the watch reads raw JSON, so the bench's own parsing stays small beside
+the controller's):
 
 - decision → bind: from a pod's first sight (the controller creates a pod when the cycle
   decides its start) to the first sight of it bound to its node (`spec.nodeName`): the
@@ -20,7 +23,10 @@ have whole seconds only):
   included — the scheduler's and controller-manager's too);
 - recovery: the controller SIGKILLed and started again; the time until a job submitted right
   after the kill has its pod created (the Lease's `lease_duration` included: the new process
-  first waits out the dead leader's Lease).
+  first waits out the dead leader's Lease);
+- where the machine's CPU went from the first submission to the last bind: each control-plane
+  component's CPU seconds (etcd, kube-apiserver, controller-manager, kube-scheduler, KWOK),
+  the bench's own, and the load average (other users of the machine included).
 
 Every figure comes from one run on this machine; docs/benchmarks.md records them with the
 command line.
@@ -28,13 +34,16 @@ command line.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +52,8 @@ import kubernetes
 import yaml
 
 from caldera.k8s import names
-from caldera.k8s.client import load_api_client
+from caldera.k8s.api import ClusterError
+from caldera.k8s.client import Expired, KubeClusterAPI, load_api_client
 from caldera.k8s.crd import training_job_crd
 from caldera.k8s.devcluster import DevCluster, NodeShape, find_bins
 
@@ -52,6 +62,8 @@ __all__ = ["K8sBenchResult", "bench_k8s"]
 k8s: Any = kubernetes
 NAMESPACE = "bench"
 LEASE = {"lease_duration": 6, "renew_deadline": 4, "retry_period": 1}
+SUBMITTERS = 8  # clients creating TrainingJobs at once
+IDLE = 10.0  # seconds of the idle control plane measured before the first submission
 
 
 @dataclass
@@ -78,6 +90,20 @@ class K8sBenchResult:
     steady_requests_per_cycle: float = 0.0
     steady_lists: int = 0  # the controller's full lists in the window
     steady_server_lists: dict[str, int] = field(default_factory=dict)  # by resource, all clients
+    submitters: int = SUBMITTERS
+    submitted_s: float = 0.0  # from the first submission to the last one answered
+    # CPU seconds from the first submission to the last bind: each control-plane component,
+    # the controller, the bench itself; the 1-minute load average before and at the end.
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    load_before: float = 0.0
+    load_after: float = 0.0
+    # The same window at the API server: requests by `VERB resource` (every client).
+    server_requests: dict[str, int] = field(default_factory=dict)
+    # Before the first submission, nothing to do: what the control plane costs by itself
+    # (KWOK's node leases above all) over `idle_s` seconds.
+    idle_s: float = 0.0
+    idle_cpu_s: dict[str, float] = field(default_factory=dict)
+    idle_server_requests: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -87,39 +113,36 @@ class K8sBenchResult:
 class _PodWatch:
     """caldera's pods in the bench namespace, first seen and first seen bound (local time)."""
 
-    api: Any
+    api: KubeClusterAPI
     seen: dict[str, float] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
 
+    def _note(self, pod: dict[str, Any], now: float) -> None:
+        name = pod["metadata"]["name"]
+        self.seen.setdefault(name, now)
+        if (pod.get("spec") or {}).get("nodeName"):
+            self.bound.setdefault(name, now)
+
     def run(self) -> None:
-        core = k8s.client.CoreV1Api(self.api)
-        version = None
+        label = f"{names.MANAGED}=true"
+        version = ""
         while not self.stop.is_set():
-            watch = k8s.watch.Watch()
             try:
-                for event in watch.stream(
-                    core.list_namespaced_pod,
-                    NAMESPACE,
-                    label_selector=f"{names.MANAGED}=true",
-                    resource_version=version,
-                    timeout_seconds=5,
-                ):
+                if not version:  # the first look, or after a 410 Gone
+                    items, version = self.api.list_objects("pods", NAMESPACE, label)
                     now = time.monotonic()
-                    pod = event["object"]
-                    name = pod.metadata.name
-                    version = pod.metadata.resource_version
-                    self.seen.setdefault(name, now)
-                    if pod.spec.node_name:
-                        self.bound.setdefault(name, now)
+                    for pod in items:
+                        self._note(pod, now)
+                for kind, pod in self.api.watch_objects("pods", NAMESPACE, label, "", version, 5):
+                    version = str(pod["metadata"].get("resourceVersion") or version)
+                    if kind != "BOOKMARK":
+                        self._note(pod, time.monotonic())
                     if self.stop.is_set():
                         break
-            except k8s.client.ApiException as error:
-                if error.status == 410:
-                    version = None
-                else:
-                    time.sleep(0.5)
-            except Exception:  # a dropped connection: watch again
+            except Expired:
+                version = ""
+            except ClusterError:  # a dropped connection: watch again
                 time.sleep(0.5)
 
 
@@ -139,6 +162,39 @@ def _cpu_and_rss(pid: int) -> tuple[float, float]:
         if line.startswith("VmHWM:"):
             rss = int(line.split()[1]) / 1024
     return cpu, rss
+
+
+def _cpu(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far of each process that still runs."""
+    found = {}
+    for name, pid in pids.items():
+        with contextlib.suppress(OSError, IndexError, ValueError):  # it has ended
+            found[name] = _cpu_and_rss(pid)[0]
+    return found
+
+
+def _submit(api: Any, jobs: int, gpus: int, submitters: int) -> None:
+    """Create `jobs` TrainingJobs, `submitters` at a time (each its own connection)."""
+    custom = k8s.client.CustomObjectsApi(api)
+
+    def create(i: int) -> None:
+        body = _job(f"job-{i:05d}", gpus)
+        for attempt in range(5):  # a busy API server (429) is asked again, as kubectl does
+            try:
+                custom.create_namespaced_custom_object(
+                    names.GROUP, names.VERSION, NAMESPACE, names.PLURAL, body
+                )
+                return
+            except k8s.client.ApiException as error:
+                if error.status == 409:
+                    return  # an answer lost on the way: it exists
+                if error.status not in (429, 500, 503, 504) or attempt == 4:
+                    raise
+                time.sleep(0.5 * 2**attempt)
+
+    with ThreadPoolExecutor(submitters, thread_name_prefix="bench-submit") as pool:
+        for done in [pool.submit(create, i) for i in range(jobs)]:
+            done.result()
 
 
 def _stats(log: Path) -> dict[str, int] | None:
@@ -166,8 +222,9 @@ def _next_stats(log: Path, after: dict[str, int] | None, timeout: float) -> dict
     return box[0]
 
 
-def _server_lists(api: Any) -> dict[str, int]:
-    """LIST requests the API server has answered, by resource (every client)."""
+def _server_requests(api: Any) -> dict[str, int]:
+    """Requests the API server has answered, by `VERB resource[/subresource]` (every
+    client), from its own `apiserver_request_total`."""
     from prometheus_client.parser import text_string_to_metric_families
 
     method, url, headers, _, _ = api.param_serialize(
@@ -181,10 +238,29 @@ def _server_lists(api: Any) -> dict[str, int]:
             continue
         for sample in family.samples:
             labels = sample.labels
-            if sample.name.endswith("_total") and labels.get("verb") == "LIST":
-                resource = labels.get("resource", "")
-                counts[resource] = counts.get(resource, 0) + int(sample.value)
+            if not sample.name.endswith("_total"):
+                continue
+            resource = labels.get("resource", "")
+            if labels.get("subresource"):
+                resource += "/" + labels["subresource"]
+            key = f"{labels.get('verb', '')} {resource}"
+            counts[key] = counts.get(key, 0) + int(sample.value)
     return counts
+
+
+def _server_lists(api: Any) -> dict[str, int]:
+    """LIST requests the API server has answered, by resource (every client)."""
+    return {
+        key.split(" ", 1)[1]: n
+        for key, n in _server_requests(api).items()
+        if key.startswith("LIST ")
+    }
+
+
+def _delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """What grew between two counts, largest first."""
+    grown = {k: round(v - before.get(k, 0), 1) for k, v in after.items()}
+    return dict(sorted(((k, v) for k, v in grown.items() if v), key=lambda kv: -kv[1]))
 
 
 def _job(name: str, gpus: int) -> dict[str, Any]:
@@ -230,9 +306,12 @@ def bench_k8s(
     gpus_per_job: int,
     timeout: float = 900.0,
     steady: float = 30.0,
+    submitters: int = SUBMITTERS,
+    logs: Path | None = None,
 ) -> K8sBenchResult:
-    """Run the benchmark on a fresh dev cluster; everything is torn down afterwards."""
-    result = K8sBenchResult(nodes, gpus_per_node, jobs, gpus_per_job)
+    """Run the benchmark on a fresh dev cluster; everything is torn down afterwards (the
+    components' and the controller's logs copied to `logs` first, if given)."""
+    result = K8sBenchResult(nodes, gpus_per_node, jobs, gpus_per_job, submitters=submitters)
     bins = find_bins()
     with tempfile.TemporaryDirectory(prefix="caldera-bench-k8s-") as tmp:
         folder = Path(tmp)
@@ -246,7 +325,7 @@ def bench_k8s(
         result.cluster_start_s = time.monotonic() - began
         api = load_api_client(str(cluster.kubeconfig()))
         controller: subprocess.Popen[bytes] | None = None
-        watch = _PodWatch(api)
+        watch = _PodWatch(KubeClusterAPI(api))
         try:
             k8s.client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
             extensions = k8s.client.ApiextensionsV1Api(api)
@@ -283,13 +362,23 @@ def bench_k8s(
             thread = threading.Thread(target=watch.run, daemon=True)
             thread.start()
             custom = k8s.client.CustomObjectsApi(api)
+            pids = {**cluster.pids, "controller": controller.pid, "bench": os.getpid()}
+            idle = time.monotonic()
+            cpu_idle, requests_idle = _cpu(pids), _server_requests(api)
+            time.sleep(IDLE)
+            cpu_before, requests_before = _cpu(pids), _server_requests(api)
+            result.idle_s = round(time.monotonic() - idle, 1)
+            result.idle_cpu_s = _delta(cpu_before, cpu_idle)
+            result.idle_server_requests = _delta(requests_before, requests_idle)
+            result.load_before = os.getloadavg()[0]
             submitted = time.monotonic()
-            for i in range(jobs):
-                body = _job(f"job-{i:05d}", gpus_per_job)
-                custom.create_namespaced_custom_object(
-                    names.GROUP, names.VERSION, NAMESPACE, names.PLURAL, body
-                )
+            _submit(api, jobs, gpus_per_job, submitters)
+            result.submitted_s = time.monotonic() - submitted
             _wait("every pod bound", lambda: len(watch.bound) >= jobs, timeout)
+            cpu_after, requests_after = _cpu(pids), _server_requests(api)
+            result.load_after = os.getloadavg()[0]
+            result.cpu_s = _delta(cpu_after, cpu_before)
+            result.server_requests = _delta(requests_after, requests_before)
             result.bound = len(watch.bound)
             result.all_bound_s = max(watch.bound.values()) - submitted
             delays = [watch.bound[n] - watch.seen[n] for n in watch.bound if n in watch.seen]
@@ -341,4 +430,12 @@ def bench_k8s(
                     controller.wait()
             api.close()
             cluster.stop()
+            if logs is not None:
+                logs.mkdir(parents=True, exist_ok=True)
+                for kept in [
+                    *(folder / "cluster" / "logs").glob("*.log"),
+                    folder / "controller.log",
+                ]:
+                    if kept.exists():
+                        shutil.copy(kept, logs / kept.name)
     return result

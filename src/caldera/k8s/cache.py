@@ -14,7 +14,8 @@ uses (issue 10, deliverable 2), in the manner of client-go's informers:
 - a watch answered **410 Gone** (the version was compacted away) lists again — the only
   re-list in steady state;
 - objects are kept **slim** (what the controller reads: a pod's placement, phase, exit code,
-  requests and owner; not its whole spec), so 10,000 pods stay within memory targets;
+  requests and owner, not its whole spec; a TrainingJob without its `managedFields` and
+  kubectl's last-applied copy), so 10,000 pods and jobs stay within memory targets;
 - every change sets one `wake` event: the controller's loop runs one step per burst of
   events (`caldera.k8s.controller`: `min_gap`), never one per event.
 
@@ -38,7 +39,15 @@ from caldera.k8s import names
 from caldera.k8s.api import ClusterAPI, ClusterError, Object
 from caldera.k8s.settings import KubeSettings
 
-__all__ = ["ClusterReads", "Informer", "InformerCache", "Listing", "Watchable", "slim_pod"]
+__all__ = [
+    "ClusterReads",
+    "Informer",
+    "InformerCache",
+    "Listing",
+    "Watchable",
+    "slim_job",
+    "slim_pod",
+]
 
 log = logging.getLogger("caldera.k8s")
 
@@ -143,6 +152,20 @@ def slim_pod(pod: Object) -> Object:
         },
         "status": {**_keep(status, ("phase", "conditions")), "containerStatuses": statuses},
     }
+
+
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def slim_job(job: Object) -> Object:
+    """A TrainingJob without what only its writers read: `managedFields` and kubectl's copy
+    of the last applied manifest (together often larger than the spec and status)."""
+    metadata = dict(job.get("metadata") or {})
+    metadata.pop("managedFields", None)
+    annotations = metadata.get("annotations")
+    if annotations and _LAST_APPLIED in annotations:
+        metadata["annotations"] = {k: v for k, v in annotations.items() if k != _LAST_APPLIED}
+    return {**job, "metadata": metadata}
 
 
 @dataclass
@@ -254,7 +277,7 @@ class InformerCache:
         add("nodes", "nodes", label=self.settings.node_selector)
         add("running", "pods", fields=NOT_ENDED, slim=slim_pod)
         for namespace in self.settings.namespaces:
-            add(f"jobs/{namespace}", names.PLURAL, namespace)
+            add(f"jobs/{namespace}", names.PLURAL, namespace, slim=slim_job)
             add(f"pods/{namespace}", "pods", namespace, f"{names.MANAGED}=true", slim=slim_pod)
 
     def start(self, stop: threading.Event, timeout: float = 60.0) -> list[threading.Thread]:

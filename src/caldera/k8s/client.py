@@ -16,7 +16,9 @@ What the client does not do by itself:
 - an API server that is busy — 429 from API Priority and Fairness, 500/502/503/504, a read
   timeout — is asked again after a back-off with jitter (its `Retry-After` honoured), a few
   times within `retry_budget` seconds, before the call fails (issue 9, defect 3);
-- a 403 from a ResourceQuota is `QuotaExceeded` (not now), not `Forbidden` (never).
+- a 403 from a ResourceQuota is `QuotaExceeded` (not now), not `Forbidden` (never);
+- a 403 on a create in a namespace being deleted is `NotFound`: the namespace is as good as
+  gone (a 404 follows once it is).
 """
 
 from __future__ import annotations
@@ -47,13 +49,14 @@ from caldera.k8s.api import (
     VolcanoMissing,
 )
 
-__all__ = ["Expired", "KubeClusterAPI", "load_api_client"]
+__all__ = ["POOL", "Expired", "KubeClusterAPI", "load_api_client"]
 
 VOLCANO_GROUP = "scheduling.volcano.sh"
 VOLCANO_VERSION = "v1beta1"
 _MERGE_PATCH = "application/merge-patch+json"
 _T = TypeVar("_T")
 _BUSY = frozenset({429, 500, 502, 503, 504})
+POOL = 32  # connections per client: watches (one per informer) + writers + the Lease
 
 # The client's signatures name its model classes (V1Pod, V1DeleteOptions, …); caldera sends
 # the same objects as plain dicts in wire form, which the client serialises as they are.
@@ -81,6 +84,9 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
         text = " ".join(str(error).split()) or error.__class__.__name__
         raise ClusterError(f"cannot load a Kubernetes configuration from {where}: {text}") from None
     configuration.retries = False  # fail fast: the controller loop retries on its own
+    # Connections kept open: the informers' watches hold one each, the writers one each
+    # (the client's default, 5 per CPU, would close and re-open TLS connections under load).
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, POOL)
     return client.ApiClient(configuration)
 
 
@@ -206,6 +212,11 @@ class KubeClusterAPI:
                 raise EvictionBlocked(f"{what}: {text}") from None
             if status == 403 and "exceeded quota" in text:
                 raise QuotaExceeded(f"{what}: {text}") from None
+            if status == 403 and "because it is being terminated" in text:
+                # A create in a namespace being deleted (NamespaceLifecycle): the namespace,
+                # and every TrainingJob in it, is going away — as good as gone, not a refusal
+                # of the request (which would fail the job, or spend a retry, for nothing).
+                raise NotFound(f"{what}: {text}") from None
             if status in (401, 403):
                 raise Forbidden(f"{what}: forbidden ({status}): {text}") from None
             if status == 409:

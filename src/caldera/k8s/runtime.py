@@ -89,7 +89,10 @@ class KubeRuntime:
         settings: KubeSettings | None = None,
         clock: Callable[[], float] = time.time,
         reads: ClusterReads | None = None,
+        writers: int = 1,
     ) -> None:
+        """`writers`: API requests the actuator sends at once (1: one after another, in
+        order, as the in-memory tests and `--once`/`--dry-run` want)."""
         self.api = api
         self.settings = settings or KubeSettings()
         # What each step reads: every object listed (tests, --once), or an informer cache.
@@ -114,6 +117,7 @@ class KubeRuntime:
             clock=clock,
             refused=self.eviction_refused,
             queue_not_open=self.queue_not_open,
+            writers=writers,
         )
         self.kernel: Kernel[KubeJob, KubeTask] = Kernel(
             self.actuator,
@@ -156,7 +160,11 @@ class KubeRuntime:
     # -- the loop's turn -------------------------------------------------------------------
 
     def step(self) -> Decisions | None:
-        """Read the cluster, then run the cycle if it is due. Returns the last decisions."""
+        """Read the cluster, then run the cycle if it is due. Returns the last decisions.
+
+        What the reading changed is written with what the cycle then decides, in one flush
+        (statuses first, as always): a job admitted and started in the same step has its
+        status written once, Running, not Pending and then Running."""
         self.stats.steps += 1
         now = self.clock()
         self.observe(now)
@@ -166,10 +174,14 @@ class KubeRuntime:
             or (wakeup is not None and now >= wakeup)
             or now - self._last_cycle >= _TIMER
         )
-        return self.cycle() if due else None
+        if due:
+            return self.cycle()
+        self.actuator.flush()
+        return None
 
     def observe(self, now: float) -> None:
-        """Bring memory in line with the cluster: nodes, jobs, pods, foreign room."""
+        """Bring memory in line with the cluster: nodes, jobs, pods, foreign room. Writes
+        nothing: what it queued goes with the step's flush."""
         settings = self.settings
         reads = self.reads
         state = read_nodes(reads.nodes(), settings)
@@ -190,7 +202,6 @@ class KubeRuntime:
         self.pods.reconcile(ours, now)
         self._block(running)
         self._recheck_volcano_queues(now)
-        self.actuator.flush()
 
     def cycle(self) -> Decisions:
         """Run the cycle until it stops releasing held jobs; apply each result."""
