@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,11 @@ import yaml
 from real_support import wait_for
 
 from caldera.k8s import names
+from caldera.k8s.admission import POLICY_NAME
 from caldera.k8s.client import load_api_client
 from caldera.k8s.devcluster import DevCluster
 
-__all__ = ["GRACE", "Cluster", "caldera", "clean", "training_job"]
+__all__ = ["GRACE", "Cluster", "caldera", "clean", "training_job", "without_admission_policy"]
 
 k8s: Any = kubernetes
 CALDERA = Path(sys.executable).with_name("caldera")
@@ -230,6 +232,34 @@ class Cluster:
             for p in self.pods(namespace, job)
             if p.status.phase == "Running" and not p.metadata.deletion_timestamp
         ]
+
+
+@contextmanager
+def without_admission_policy(cluster: Cluster) -> Iterator[None]:
+    """The policy's binding removed (a cluster where the operator never installed it): the
+    controller's own checks are then the only line."""
+    binding = cluster.kubectl(
+        "admin", "get", "validatingadmissionpolicybinding", POLICY_NAME, "-o", "yaml"
+    ).stdout
+    body = yaml.safe_load(binding)
+    for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
+        body["metadata"].pop(key, None)
+    cluster.kubectl("admin", "delete", "validatingadmissionpolicybinding", POLICY_NAME)
+    probe = training_job("probe", type="critical")
+
+    def policy_gone() -> bool:
+        done = cluster.kubectl(
+            "bob", "-n", "team-a", "create", "--dry-run=server", "-f", "-",
+            stdin=yaml.safe_dump(probe),
+        )  # fmt: skip
+        return done.returncode == 0
+
+    wait_for("the API server to drop the policy binding", policy_gone)
+    try:
+        yield
+    finally:
+        cluster.kubectl("admin", "apply", "-f", "-", stdin=yaml.safe_dump(body))
+        wait_for("the policy binding back", lambda: not policy_gone())
 
 
 def _install(cluster: Cluster) -> None:

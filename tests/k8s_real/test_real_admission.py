@@ -10,45 +10,13 @@ bob is in group team-b, which may submit but holds no such verb. `elsewhere` is 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
-import yaml
-from caldera_support import Cluster, training_job
+from caldera_support import Cluster, training_job, without_admission_policy
 from real_support import wait_for
 
 from caldera.k8s import names
-from caldera.k8s.admission import POLICY_NAME
-
-
-@contextmanager
-def without_admission_policy(cluster: Cluster) -> Iterator[None]:
-    """The policy's binding removed (a cluster where the operator never installed it): the
-    controller's own checks are then the only line."""
-    binding = cluster.kubectl(
-        "admin", "get", "validatingadmissionpolicybinding", POLICY_NAME, "-o", "yaml"
-    ).stdout
-    body = yaml.safe_load(binding)
-    for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
-        body["metadata"].pop(key, None)
-    cluster.kubectl("admin", "delete", "validatingadmissionpolicybinding", POLICY_NAME)
-    probe = training_job("probe", type="critical")
-
-    def policy_gone() -> bool:
-        done = cluster.kubectl(
-            "bob", "-n", "team-a", "create", "--dry-run=server", "-f", "-",
-            stdin=yaml.safe_dump(probe),
-        )  # fmt: skip
-        return done.returncode == 0
-
-    wait_for("the API server to drop the policy binding", policy_gone)
-    try:
-        yield
-    finally:
-        cluster.kubectl("admin", "apply", "-f", "-", stdin=yaml.safe_dump(body))
-        wait_for("the policy binding back", lambda: not policy_gone())
 
 
 def refused(done: Any, text: str) -> bool:
