@@ -65,6 +65,7 @@ class StubAPIServer:
         default_factory=list
     )
     compacted: int = 0  # a watch from an older version is answered 410 Gone
+    connections: int = 0  # TCP connections clients opened (keep-alive reuses one)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
     handler_errors: list[str] = field(default_factory=list)
@@ -78,6 +79,11 @@ class StubAPIServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
             disable_nagle_algorithm = True  # keep-alive + delayed ACK would add 40 ms a call
+
+            def setup(self) -> None:
+                super().setup()
+                with stub._lock:
+                    stub.connections += 1
 
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)

@@ -44,6 +44,7 @@ from caldera.k8s.admission import (
 )
 from caldera.k8s.client import KubeClusterAPI, load_api_client
 from caldera.k8s.controller import sync_cluster_objects
+from caldera.k8s.events import JobEvent, Reason, event_body
 from caldera.model import Queue
 
 SETTINGS = replace(K8S_SETTINGS, request_timeout=5)
@@ -210,6 +211,24 @@ def test_an_eviction_goes_through_the_eviction_api_with_grace_and_uid(
     assert post.body["kind"] == "Eviction"
     assert post.body["deleteOptions"] == {"gracePeriodSeconds": 30, "preconditions": {"uid": uid}}
     assert api.evict_pod("team", "p", 30) is False  # already gone
+
+
+def test_answers_nobody_reads_still_give_their_connection_back(
+    stub: StubAPIServer, api: KubeClusterAPI
+) -> None:
+    """Deletes, evictions and Events had their raw answers left unread, which kept each
+    connection out of the pool: every one of them opened a new (TLS) connection."""
+    for i in range(5):
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{i}"}}
+        api.create_pod("team", body)
+    before = stub.connections
+    for i in range(5):
+        said = JobEvent("team", "job", "uid-1", Reason.STARTED, "attempt 1", 1.0e9 + i)
+        api.create_event("team", event_body(said, "test", i))
+        api.evict_pod("team", f"p{i}", 30)
+        api.delete_pod("team", f"p{i}", 0)
+        api.delete_service("team", f"s{i}")  # 404: read as well
+    assert stub.connections - before <= 1
 
 
 def test_an_eviction_a_disruption_budget_refuses_is_eviction_blocked(

@@ -245,6 +245,15 @@ class KubeClusterAPI:
     def _json(response: Any) -> Any:
         return json.loads(response.data or b"null")
 
+    def _send(
+        self, what: str, call: Callable[[], Any], volcano: bool = False, retry: bool = True
+    ) -> None:
+        """A call whose answer nobody reads. Read to its end all the same: a raw answer left
+        unread keeps its connection out of the pool, so every delete, eviction and Event
+        paid a new TLS handshake (and the API server with it)."""
+        response = self._call(what, call, volcano, retry)
+        getattr(response, "data", None)
+
     def _items(self, what: str, call: Callable[[], Any], volcano: bool = False) -> list[Object]:
         body = self._json(self._call(what, call, volcano))
         return list(body.get("items") or [])
@@ -258,7 +267,7 @@ class KubeClusterAPI:
 
     def _delete(self, what: str, call: Callable[[], Any], volcano: bool = False) -> bool:
         try:
-            self._call(what, call, volcano)
+            self._send(what, call, volcano)
         except NotFound:
             return False
         return True
@@ -267,11 +276,11 @@ class KubeClusterAPI:
 
     def check(self, namespaces: Sequence[str]) -> None:
         t = self.timeout
-        self._call(
+        self._send(
             "GET /version",
             lambda: self.version.get_code(_request_timeout=t, _preload_content=False),
         )
-        self._call(
+        self._send(
             "list nodes",
             lambda: self.core.list_node(limit=1, _request_timeout=t, _preload_content=False),
         )
@@ -392,7 +401,7 @@ class KubeClusterAPI:
             "deleteOptions": options,
         }
         try:  # EvictionBlocked when a PodDisruptionBudget says no (a 429 naming the budget)
-            self._call(
+            self._send(
                 f"evict pod {namespace}/{name}",
                 lambda: self.core.create_namespaced_pod_eviction(
                     name, namespace, body, _request_timeout=self.timeout, _preload_content=False
@@ -484,7 +493,7 @@ class KubeClusterAPI:
         return patched
 
     def create_event(self, namespace: str, body: Object) -> None:
-        self._call(
+        self._send(
             f"create event in {namespace}",
             lambda: self.core.create_namespaced_event(
                 namespace, body, _request_timeout=self.timeout, _preload_content=False

@@ -441,6 +441,10 @@ class DevCluster:
     volcano_period: float = 1.0  # seconds between vc-scheduler's cycles (its default: 1 s)
     # vc-webhook-manager too: Volcano's admission of Queues, PodGroups, Pods and Volcano Jobs.
     volcano_webhook: bool = False
+    # Seconds a node's heartbeat may be late before the node lifecycle controller declares it
+    # NotReady (kube-controller-manager's --node-monitor-grace-period; None: its 50 s). On a
+    # loaded machine KWOK renews a thousand leases late and nodes flap NotReady, tainted.
+    node_grace: float | None = None
     _owns_folder: bool = field(default=False, repr=False)
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     _state: dict[str, Any] = field(default_factory=dict, repr=False)  # holds the tokens
@@ -679,6 +683,7 @@ class DevCluster:
                 f"--service-account-private-key-file={pki / 'sa.key'}",
                 f"--root-ca-file={pki / 'ca.crt'}",
                 f"--service-cluster-ip-range={_SERVICE_CIDR}",
+                *([f"--node-monitor-grace-period={self.node_grace:g}s"] if self.node_grace else []),
                 "--v=1",
             ],
         )
