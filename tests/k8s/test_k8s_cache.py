@@ -16,9 +16,10 @@ from k8s_support import SETTINGS, training_job
 
 from caldera.core import PolicyConfig
 from caldera.k8s import FakeClock, FakeCluster, KubeRuntime, names
-from caldera.k8s.cache import NOT_ENDED, Informer, InformerCache, slim_pod
+from caldera.k8s.cache import NOT_ENDED, Informer, InformerCache, slim_node, slim_pod
 from caldera.k8s.client import KubeClusterAPI
 from caldera.k8s.controller import Controller
+from caldera.k8s.nodes import read_nodes
 from caldera.model import Queue
 
 JOBS = f"{names.GROUP}/{names.VERSION}"
@@ -111,6 +112,38 @@ def test_pods_are_kept_slim() -> None:
     assert "managedFields" not in slim["metadata"]
     assert slim["spec"]["containers"] == [{"name": "m", "resources": {"requests": {"cpu": "1"}}}]
     assert slim["spec"]["nodeName"] == "n-0"
+
+
+def test_a_node_heartbeat_changes_nothing_the_controller_reads_and_wakes_nobody(
+    stub: StubAPIServer, api: KubeClusterAPI
+) -> None:
+    node = FakeCluster().add_node("n-0", labels={"caldera.io/hypernode": "a"})
+    node["status"]["conditions"][0].update(
+        lastHeartbeatTime="2026-12-01T10:00:00Z", lastTransitionTime="2026-12-01T09:00:00Z"
+    )
+    node["metadata"]["managedFields"] = [{"manager": "kwok"}] * 20
+    stub.put("v1", "nodes", node)
+    wake = threading.Event()
+    informer = Informer(api, "nodes", wake=wake, slim=slim_node)
+    informer.watch_once()
+    (kept,) = informer.items()
+    assert read_nodes([kept], SETTINGS) == read_nodes([node], SETTINGS)
+    assert "managedFields" not in kept["metadata"]
+    wake.clear()
+    beat = {
+        "status": {
+            "conditions": [
+                {**node["status"]["conditions"][0], "lastHeartbeatTime": "2026-12-01T10:00:40Z"}
+            ]
+        }
+    }
+    stub.update("v1", "nodes", "n-0", "", beat)
+    informer.watch_once()
+    assert not wake.is_set() and informer.events == 0
+    stub.update("v1", "nodes", "n-0", "", {"spec": {"unschedulable": True}})  # a cordon
+    informer.watch_once()
+    assert wake.is_set()
+    assert informer.items()[0]["spec"] == {"unschedulable": True}
 
 
 def test_the_runtime_runs_a_job_through_the_informer_cache(

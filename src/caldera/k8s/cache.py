@@ -17,7 +17,8 @@ uses (issue 10, deliverable 2), in the manner of client-go's informers:
   requests and owner, not its whole spec; a TrainingJob without its `managedFields` and
   kubectl's last-applied copy), so 10,000 pods and jobs stay within memory targets;
 - every change sets one `wake` event: the controller's loop runs one step per burst of
-  events (`caldera.k8s.controller`: `min_gap`), never one per event.
+  events (`caldera.k8s.controller`: `min_gap`), never one per event; a change to nothing the
+  controller reads (a node's heartbeat: only its conditions' timestamps move) wakes nobody.
 
 Why not kopf: kopf is built around per-object handlers (on create/update/delete, with its own
 progress annotations or status fields, finalizers and retries per object), while caldera's
@@ -46,6 +47,7 @@ __all__ = [
     "Listing",
     "Watchable",
     "slim_job",
+    "slim_node",
     "slim_pod",
 ]
 
@@ -154,6 +156,23 @@ def slim_pod(pod: Object) -> Object:
     }
 
 
+def slim_node(node: Object) -> Object:
+    """A node with what `caldera.k8s.nodes` reads: name, labels, cordon, taints, allocatable,
+    conditions without their timestamps — so a heartbeat, which changes only those, leaves
+    it as it was (and wakes nobody: a thousand nodes beat every few seconds)."""
+    metadata = node.get("metadata") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    conditions = [
+        _keep(c, ("type", "status", "reason", "message")) for c in status.get("conditions") or []
+    ]
+    return {
+        "metadata": _keep(metadata, ("name", "labels")),
+        "spec": _keep(spec, ("unschedulable", "taints")),
+        "status": {**_keep(status, ("allocatable",)), "conditions": conditions},
+    }
+
+
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
@@ -228,13 +247,16 @@ class Informer:
                 version = (obj.get("metadata") or {}).get("resourceVersion")
                 if kind != "BOOKMARK":
                     key = self._key(obj)
+                    kept = self.slim(obj) if self.slim else obj
                     with self._lock:
                         if kind == "DELETED":
-                            self._store.pop(key, None)
+                            changed = self._store.pop(key, None) is not None
                         else:
-                            self._store[key] = self.slim(obj) if self.slim else obj
-                    self.events += 1
-                    self.wake.set()
+                            changed = self._store.get(key) != kept
+                            self._store[key] = kept
+                    if changed:  # not what the controller reads: no step for it
+                        self.events += 1
+                        self.wake.set()
                 if version:
                     self._version = str(version)
         except Expired:
@@ -274,7 +296,7 @@ class InformerCache:
                 self.api, kind, namespace, label, fields, self.wake, slim, self.timeout
             )
 
-        add("nodes", "nodes", label=self.settings.node_selector)
+        add("nodes", "nodes", label=self.settings.node_selector, slim=slim_node)
         add("running", "pods", fields=NOT_ENDED, slim=slim_pod)
         for namespace in self.settings.namespaces:
             add(f"jobs/{namespace}", names.PLURAL, namespace, slim=slim_job)
