@@ -442,8 +442,9 @@ class DevCluster:
     # vc-webhook-manager too: Volcano's admission of Queues, PodGroups, Pods and Volcano Jobs.
     volcano_webhook: bool = False
     # Seconds a node's heartbeat may be late before the node lifecycle controller declares it
-    # NotReady (kube-controller-manager's --node-monitor-grace-period; None: its 50 s). On a
-    # loaded machine KWOK renews a thousand leases late and nodes flap NotReady, tainted.
+    # NotReady (kube-controller-manager's --node-monitor-grace-period; None: its 50 s), and
+    # KWOK's node leases last a third of it. On a loaded machine KWOK renews a thousand leases
+    # of 40 s late and nodes flap NotReady, tainted.
     node_grace: float | None = None
     _owns_folder: bool = field(default=False, repr=False)
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
@@ -703,6 +704,9 @@ class DevCluster:
             bins, "kube-scheduler", [f"--config={scheduler_config}", "--secure-port=0", "--v=1"]
         )
         (kwok_port,) = _free_ports(1)
+        # KWOK renews a lease about once a lease duration: keep it a third of the grace
+        # (kube-controller-manager's default grace is 50 s).
+        lease = int(self.node_grace // 3) if self.node_grace else 40
         self._spawn(
             bins,
             "kwok",
@@ -711,7 +715,7 @@ class DevCluster:
                 f"--config={folder / 'kwok-stages.yaml'}",
                 f"--manage-nodes-with-label-selector={KWOK_LABEL}=true",
                 f"--server-address=127.0.0.1:{kwok_port}",
-                "--node-lease-duration-seconds=40",
+                f"--node-lease-duration-seconds={lease}",
                 "--node-ip=10.244.0.1",
                 "--cidr=10.244.0.0/16",
             ],
