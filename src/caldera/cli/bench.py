@@ -72,6 +72,13 @@ def k8s_command(
         float, typer.Option(help="Seconds of steady state measured after every pod is bound.")
     ] = 30,
     submitters: Annotated[int, typer.Option(help="Clients creating the TrainingJobs at once.")] = 8,
+    run_for: Annotated[
+        float,
+        typer.Option(
+            help="Seconds the first jobs run before they end, when more jobs than fit at once "
+            "are asked for (they make room for the rest)."
+        ),
+    ] = 60.0,
     logs: Annotated[
         Path | None,
         typer.Option(help="Keep the control plane's and the controller's logs in this folder."),
@@ -88,14 +95,11 @@ def k8s_command(
             "nodes, gpus-per-node, jobs, gpus-per-job and submitters must be positive, steady >= 0",
             EXIT_BAD_INPUT,
         )
-    if (jobs + 1) * gpus_per_job > nodes * gpus_per_node or gpus_per_job > gpus_per_node:
-        fail(
-            "the jobs (and one more, for the recovery) must fit in the cluster at once",
-            EXIT_BAD_INPUT,
-        )
+    if gpus_per_job > gpus_per_node or run_for <= 0:
+        fail("a job's GPUs must fit in one node, and run-for must be positive", EXIT_BAD_INPUT)
     try:
         result = bench_k8s(
-            nodes, gpus_per_node, jobs, gpus_per_job, timeout, steady, submitters, logs
+            nodes, gpus_per_node, jobs, gpus_per_job, timeout, steady, submitters, logs, run_for
         ).as_dict()
     except (DevClusterError, TimeoutError) as error:
         fail(str(error))

@@ -3,7 +3,9 @@
 A dev cluster (`caldera.k8s.devcluster`: kube-apiserver, controller-manager, kube-scheduler,
 KWOK) with `nodes` fake GPU nodes; the TrainingJob CRD and one served namespace installed as
 an operator would; `caldera k8s run` as its own process (informer cache, leader election).
-Then `jobs` single-pod TrainingJobs asking `gpus` GPUs each are applied at once —
+Then `jobs` single-pod TrainingJobs asking `gpus` GPUs each are applied at once (more than
+the cluster holds — 10,000 one-GPU pods on 1,000 × 8 GPUs — and the first ones, as many as
+must make room, end `run_for` seconds after they run, so the rest start as they end) —
 `submitters` clients at a time, as many users would (one client creating 10,000 objects one
 after another measures that client's round trips, not the controller) — and the bench
 watches caldera's pods, stamping each event on arrival (the API server's timestamps have
@@ -65,7 +67,7 @@ from caldera.k8s.client import Expired, KubeClusterAPI, load_api_client
 from caldera.k8s.crd import training_job_crd
 from caldera.k8s.devcluster import DevCluster, NodeShape, find_bins
 
-__all__ = ["K8sBenchResult", "bench_k8s"]
+__all__ = ["K8sBenchResult", "bench_k8s", "finishing"]
 
 k8s: Any = kubernetes
 NAMESPACE = "bench"
@@ -73,6 +75,7 @@ LEASE = {"lease_duration": 6, "renew_deadline": 4, "retry_period": 1}
 SUBMITTERS = 8  # clients creating TrainingJobs at once
 IDLE = 10.0  # seconds of the idle control plane measured before the first submission
 NODE_GRACE = 600.0  # seconds a KWOK node's heartbeat may be late (see DevCluster.node_grace)
+RUN_FOR = 60.0  # seconds the jobs that must make room run before they end
 
 
 @dataclass
@@ -101,6 +104,10 @@ class K8sBenchResult:
     steady_server_lists: dict[str, int] = field(default_factory=dict)  # by resource, all clients
     submitters: int = SUBMITTERS
     submitted_s: float = 0.0  # from the first submission to the last one answered
+    # More jobs than the cluster holds at once: the first `finished` end `run_for` seconds
+    # after they run (a KWOK annotation), and the rest start in the room they leave.
+    finished: int = 0
+    run_for: float = 0.0
     # CPU seconds from the first submission to the last bind: each control-plane component,
     # the controller, the bench itself; the 1-minute load average before and at the end.
     cpu_s: dict[str, float] = field(default_factory=dict)
@@ -182,12 +189,15 @@ def _cpu(pids: dict[str, int]) -> dict[str, float]:
     return found
 
 
-def _submit(api: Any, jobs: int, gpus: int, submitters: int) -> None:
-    """Create `jobs` TrainingJobs, `submitters` at a time (each its own connection)."""
+def _submit(
+    api: Any, jobs: int, gpus: int, submitters: int, finish: int = 0, run_for: float = 0.0
+) -> None:
+    """Create `jobs` TrainingJobs, `submitters` at a time (each its own connection); the
+    first `finish` of them end `run_for` seconds after they run."""
     custom = k8s.client.CustomObjectsApi(api)
 
     def create(i: int) -> None:
-        body = _job(f"job-{i:05d}", gpus)
+        body = _job(f"job-{i:05d}", gpus, run_for if i < finish else None)
         for attempt in range(5):  # a busy API server (429) is asked again, as kubectl does
             try:
                 custom.create_namespaced_custom_object(
@@ -272,19 +282,29 @@ def _delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
     return dict(sorted(((k, v) for k, v in grown.items() if v), key=lambda kv: -kv[1]))
 
 
-def _job(name: str, gpus: int) -> dict[str, Any]:
+def _job(name: str, gpus: int, run_for: float | None = None) -> dict[str, Any]:
+    """A single-pod TrainingJob; with `run_for`, KWOK ends its pod (exit 0) that many seconds
+    after it runs."""
     container = {"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+    template: dict[str, Any] = {"spec": {"containers": [container]}}
+    if run_for is not None:
+        template["metadata"] = {"annotations": {"caldera.io/kwok-run-for": f"{run_for:g}s"}}
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.KIND,
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "type": "normal",
-            "tasks": [
-                {"name": "worker", "replicas": 1, "template": {"spec": {"containers": [container]}}}
-            ],
+            "tasks": [{"name": "worker", "replicas": 1, "template": template}],
         },
     }
+
+
+def finishing(nodes: int, gpus_per_node: int, jobs: int, gpus_per_job: int) -> int:
+    """How many jobs must end for all `jobs` (and the recovery's one more) to have run:
+    those beyond what the cluster holds at once."""
+    fit = nodes * (gpus_per_node // gpus_per_job)
+    return max(jobs + 1 - fit, 0)
 
 
 def _controller(cluster: DevCluster, config: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -317,10 +337,13 @@ def bench_k8s(
     steady: float = 30.0,
     submitters: int = SUBMITTERS,
     logs: Path | None = None,
+    run_for: float = RUN_FOR,
 ) -> K8sBenchResult:
     """Run the benchmark on a fresh dev cluster; everything is torn down afterwards (the
     components' and the controller's logs copied to `logs` first, if given)."""
     result = K8sBenchResult(nodes, gpus_per_node, jobs, gpus_per_job, submitters=submitters)
+    result.finished = finishing(nodes, gpus_per_node, jobs, gpus_per_job)
+    result.run_for = run_for if result.finished else 0.0
     bins = find_bins()
     with tempfile.TemporaryDirectory(prefix="caldera-bench-k8s-") as tmp:
         folder = Path(tmp)
@@ -387,7 +410,7 @@ def bench_k8s(
             result.idle_server_requests = _delta(requests_before, requests_idle)
             result.load_before = os.getloadavg()[0]
             submitted = time.monotonic()
-            _submit(api, jobs, gpus_per_job, submitters)
+            _submit(api, jobs, gpus_per_job, submitters, result.finished, run_for)
             result.submitted_s = time.monotonic() - submitted
             _wait("every pod bound", lambda: len(watch.bound) >= jobs, timeout)
             cpu_after, requests_after = _cpu(pids), _server_requests(api)
@@ -427,7 +450,7 @@ def bench_k8s(
             controller.wait(30)
             killed = time.monotonic()
             controller = _controller(cluster, config, log)
-            late = "late-00000"  # the cluster keeps room for it (the CLI checks)
+            late = "late-00000"  # room for it: one GPU beyond the jobs that stay (finishing)
             custom.create_namespaced_custom_object(
                 names.GROUP, names.VERSION, NAMESPACE, names.PLURAL, _job(late, gpus_per_job)
             )
