@@ -19,7 +19,8 @@ the controller's):
 - the controller's CPU seconds and peak RSS (`/proc/PID/stat`, `VmHWM`);
 - API requests per cycle: the controller logs its own counters every 10 s (`stats:` lines:
   cycles, requests sent — retries and watch re-opens included —, full lists, watches); over
-  the whole run, and over a `steady` window after every pod is bound, when nothing changes;
+  the whole run, and over a `steady` window after every pod is bound and the controller has
+  caught up with its writes (`caught_up_s` after the last bind), when nothing changes;
 - full re-lists in that window, twice: the controller's informers' own count, and the API
   server's (`apiserver_request_total{verb="LIST"}` from its `/metrics`, every client
   included — the scheduler's and controller-manager's too);
@@ -76,6 +77,7 @@ SUBMITTERS = 8  # clients creating TrainingJobs at once
 IDLE = 10.0  # seconds of the idle control plane measured before the first submission
 NODE_GRACE = 600.0  # seconds a KWOK node's heartbeat may be late (see DevCluster.node_grace)
 RUN_FOR = 60.0  # seconds the jobs that must make room run before they end
+QUIET = 100  # requests per stats line (10 s) below which the controller has caught up
 
 
 @dataclass
@@ -96,6 +98,7 @@ class K8sBenchResult:
     cycles: int = 0  # the controller's, until every pod was bound
     requests: int = 0
     requests_per_cycle: float = 0.0
+    caught_up_s: float = 0.0  # from the last bind until the controller's writes were done
     steady_s: float = 0.0  # the quiet window after every pod is bound
     steady_cycles: int = 0
     steady_requests: int = 0
@@ -239,6 +242,19 @@ def _next_stats(log: Path, after: dict[str, int] | None, timeout: float) -> dict
 
     _wait("the controller's stats line", fresh, timeout)
     return box[0]
+
+
+def _quiesced(log: Path, after: dict[str, int], timeout: float) -> dict[str, int]:
+    """The first `stats:` line after which the controller sent fewer than `QUIET` requests
+    until the next one (its Lease and little else): it has caught up."""
+    deadline = time.monotonic() + timeout
+    last = after
+    while time.monotonic() < deadline:
+        now = _next_stats(log, last, 300)
+        if now["requests"] - last["requests"] < QUIET:
+            return now
+        last = now
+    raise TimeoutError(f"bench k8s: the controller still writing after {timeout:g} s")
 
 
 def _server_requests(api: Any) -> dict[str, int]:
@@ -424,15 +440,21 @@ def bench_k8s(
             result.bind_p99_s = _percentile(delays, 0.99)
             result.bind_max_s = max(delays, default=0.0)
             result.controller_cpu_s, result.controller_rss_mib = _cpu_and_rss(controller.pid)
-            began_stats = _next_stats(log, _stats(log), 60)
+            last_bound = max(watch.bound.values())
+            began_stats = _next_stats(log, _stats(log), 300)
             result.cycles, result.requests = began_stats["cycles"], began_stats["requests"]
             result.requests_per_cycle = result.requests / max(result.cycles, 1)
+
+            # The controller may still be writing (the `Running` conditions of a big burst,
+            # the ends of the jobs that made room): steady state begins once it is done.
+            began_stats = _quiesced(log, began_stats, timeout)
+            result.caught_up_s = max(time.monotonic() - last_bound, 0.0)
 
             # Steady state: every pod bound, nothing changes; what does the controller ask?
             quiet = time.monotonic()
             server_before = _server_lists(api)
             time.sleep(steady)
-            ended_stats = _next_stats(log, began_stats, 60)
+            ended_stats = _next_stats(log, began_stats, 300)
             server_after = _server_lists(api)
             result.steady_s = time.monotonic() - quiet
             result.steady_cycles = ended_stats["cycles"] - began_stats["cycles"]
