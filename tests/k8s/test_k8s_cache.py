@@ -12,7 +12,7 @@ from typing import Any
 import kubernetes
 import pytest
 from apiserver_stub import StubAPIServer
-from k8s_support import SETTINGS, training_job
+from k8s_support import SETTINGS, World, training_job
 
 from caldera.core import PolicyConfig
 from caldera.k8s import FakeClock, FakeCluster, KubeRuntime, names
@@ -198,3 +198,12 @@ def test_the_runtime_runs_a_job_through_the_informer_cache(
     after = controller.stats()
     assert after["cycles"] == before["cycles"] + 1
     assert after["requests"] == before["requests"] and after["lists"] == before["lists"]
+
+
+def test_a_quiet_cluster_still_cycles_on_the_timer() -> None:
+    """Nothing wakes the loop of a quiet cluster (heartbeats wake nobody), so the runtime's
+    own timer does: effective weights move with time."""
+    world = World().hypernode("a", "n", count=1).start()
+    now = world.cluster.clock()
+    wakeup = world.rt.next_wakeup
+    assert wakeup is not None and now < wakeup <= now + 5.0

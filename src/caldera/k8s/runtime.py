@@ -154,7 +154,14 @@ class KubeRuntime:
 
     @property
     def next_wakeup(self) -> float | None:
-        times = [t for t in (self._next_wakeup, *self.volcano_waits.values()) if t is not None]
+        """When the loop must step even if nothing happens: a decision's wake-up, a Volcano
+        queue to look at again, and the cycle's timer (`_TIMER` after the last cycle:
+        effective weights move with time). Nothing else wakes a quiet cluster's loop — not
+        even node heartbeats, which change nothing the controller reads."""
+        timer = self._last_cycle + _TIMER if self._last_cycle > -math.inf else None
+        times = [
+            t for t in (self._next_wakeup, timer, *self.volcano_waits.values()) if t is not None
+        ]
         return min(times, default=None)
 
     # -- the loop's turn -------------------------------------------------------------------
