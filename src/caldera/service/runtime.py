@@ -523,10 +523,11 @@ class Runtime:
 
     def _commit(self, group: list[_Accepted]) -> None:
         """One transaction: the jobs' rows, their events and their audit rows."""
-        with self.store.batch() as batch:
-            batch.insert_jobs([one.row for one in group])
-            batch.events([event for one in group for event in one.events])
-            batch.audit([row for one in group for row in one.audit])
+        self.store.append(
+            [one.row for one in group],
+            [event for one in group for event in one.events],
+            [row for one in group for row in one.audit],
+        )
 
     def _admit(self, request: dict[str, Any], user: str) -> tuple[LiveJob, list[dict[str, Any]]]:
         """The new job and its events, or Rejected / ValueError (caller holds the lock)."""

@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,6 +40,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 
 from caldera.errors import ServiceError
 from caldera.service.db import (
@@ -54,6 +56,7 @@ __all__ = ["Batch", "DatabaseBusy", "Store", "database_url_for"]
 log = logging.getLogger("caldera.service")
 
 _LOCK_CHECK = 5.0  # seconds between two checks that the PostgreSQL lock is still ours
+_IDLE_PING = 1.0  # a pooled PostgreSQL connection idle this long is pinged before use
 
 _MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
@@ -74,7 +77,7 @@ class Batch:
 
     def insert_jobs(self, rows: Sequence[dict[str, Any]]) -> None:
         if rows:
-            self.connection.execute(insert(JobRecord), list(rows))
+            self.connection.execute(insert(JobRecord).inline(), list(rows))
 
     def update_jobs(self, rows: Sequence[dict[str, Any]]) -> None:
         for row in rows:
@@ -85,7 +88,7 @@ class Batch:
 
     def events(self, rows: Sequence[dict[str, Any]]) -> None:
         if rows:
-            self.connection.execute(insert(EventRecord), list(rows))
+            self.connection.execute(insert(EventRecord).inline(), list(rows))
 
     def set_throttle(self, queue: str, job: str, since: float) -> None:
         self.connection.execute(delete(ThrottleRecord).where(ThrottleRecord.queue == queue))
@@ -100,7 +103,33 @@ class Batch:
 
     def audit(self, rows: Sequence[dict[str, Any]]) -> None:
         if rows:
-            self.connection.execute(insert(AuditRecord), list(rows))
+            self.connection.execute(insert(AuditRecord).inline(), list(rows))
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Pessimistic disconnect handling that costs nothing under load: a connection that sat
+    in the pool longer than `_IDLE_PING` is pinged before it is handed out (and replaced if
+    the server has gone, e.g. after a PostgreSQL restart), one in steady use is not.
+    SQLAlchemy's `pool_pre_ping` pings at every checkout: a round trip per submission group,
+    a fifth of the intake thread's time at 200 submissions/s. A connection that dies while
+    in use fails its transaction; SQLAlchemy then replaces every pooled connection, and the
+    submission path retries each submission alone (`Runtime._commit_each`)."""
+
+    @event.listens_for(engine, "checkin")
+    def _idle_from(dbapi_connection: Any, record: Any) -> None:
+        record.info["caldera_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        since = record.info.get("caldera_idle_since")
+        if since is None or time.monotonic() - since < _IDLE_PING:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except Exception as error:
+            raise DisconnectionError(str(error)) from error
+        if not alive:
+            raise DisconnectionError("the database closed the connection")
 
 
 class Store:
@@ -126,7 +155,8 @@ class Store:
             )
             self._checkpoints.start()
         else:
-            self.engine = create_engine(url, pool_size=8, max_overflow=8, pool_pre_ping=True)
+            self.engine = create_engine(url, pool_size=8, max_overflow=8)
+            _ping_when_idle(self.engine)
         # SQLite allows one writer at a time: writers queue on this lock.
         self._write_lock = threading.Lock()
         self._server_lock: Any = None  # the held lock: a file (SQLite) or a connection
@@ -255,6 +285,21 @@ class Store:
         else:
             with self.engine.begin() as connection:
                 yield Batch(connection)
+
+    def append(
+        self,
+        jobs: Sequence[dict[str, Any]],
+        events: Sequence[dict[str, Any]],
+        audit: Sequence[dict[str, Any]],
+    ) -> None:
+        """Insert new job, event and audit rows in one transaction: the submission path.
+        (A psycopg pipeline would send the three in one round trip, but an error in it is
+        reported as "pipeline aborted" instead of the statement's own words; the round trips
+        cost ~0.1 ms each against the commit's flush, measured alone.)"""
+        with self.batch() as batch:
+            batch.insert_jobs(jobs)
+            batch.events(events)
+            batch.audit(audit)
 
     # -- reads -------------------------------------------------------------------------------
 
