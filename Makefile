@@ -76,13 +76,14 @@ replay: $(STAMP) cluster-bins
 
 # The real Volcano against its simulator baseline and caldera in front of it (issue 14), on the
 # Volcano `cluster-bins` builds (or CALDERA_VOLCANO_SCHEDULER / _CONTROLLERS / _CRDS: docs/
-# evaluation.md, "Against the real Volcano"). About 45 minutes on a 2-core machine.
+# evaluation.md, "Against the real Volcano"). About 60 minutes on a 2-core machine, 36 of them
+# the production day (36 h of scenario time at ÷120, each mode).
 replay-volcano: $(STAMP) cluster-bins
 	$(BIN)/caldera compare docs/replay/scenarios/fragmentation.yaml --runtime k8s --compress 60 \
-		--modes volcano --quiet --report docs/replay/volcano-fragmentation
+		--modes volcano --quiet --report docs/replay/v1.14.1/fragmentation
 	$(BIN)/caldera compare ../shared/examples/seed-starvation.yaml --runtime k8s --compress 60 \
-		--until 14400 --modes volcano,caldera-volcano --quiet --report docs/replay/volcano-seed-starvation
+		--until 14400 --modes volcano,caldera-volcano --quiet --report docs/replay/v1.14.1/seed-starvation
 	$(BIN)/caldera compare ../shared/examples/mixed-small.yaml --runtime k8s --compress 120 \
-		--until 21600 --modes volcano,caldera-volcano --quiet --report docs/replay/volcano-mixed-small
-	$(BIN)/caldera compare src/caldera/examples/demo.yaml --runtime k8s --compress 240 \
-		--until 108000 --modes volcano,caldera-volcano --quiet --report docs/replay/volcano-production-day
+		--until 21600 --modes volcano,caldera-volcano --quiet --report docs/replay/v1.14.1/mixed-small
+	$(BIN)/caldera compare src/caldera/examples/demo.yaml --runtime k8s --compress 120 \
+		--until 129600 --modes volcano,caldera-volcano --quiet --report docs/replay/v1.14.1/production-day
