@@ -132,27 +132,6 @@ class VictimPools:
     def __init__(self, cycle: CycleContext) -> None:
         self.cycle = cycle
         self._indexes: dict[tuple[str, str, int], VictimIndex] = {}
-        # Indexes built by earlier phases of this cycle, with the usage generation they were
-        # built at: everything a pool reads (evicted, claimed and cooled-down jobs, the
-        # queues' usage, the clock) is the same while no start, eviction or promise
-        # happened since, so such an index is what this phase would build (and an index is
-        # never changed once built). Within a phase, a pool is kept as before.
-        self._shared: dict[tuple[str, str, int], tuple[int, VictimIndex]] = cycle.memo(
-            "victim pools", dict
-        )
-
-    def _kept(self, key: tuple[str, str, int]) -> VictimIndex | None:
-        index = self._indexes.get(key)
-        if index is None:
-            shared = self._shared.get(key)
-            if shared is not None and shared[0] == self.cycle.usage_generation:
-                index = self._indexes[key] = shared[1]
-        return index
-
-    def _keep(self, key: tuple[str, str, int], index: VictimIndex) -> VictimIndex:
-        self._indexes[key] = index
-        self._shared[key] = (self.cycle.usage_generation, index)
-        return index
 
     def own(self, job: JobView) -> VictimIndex:
         return self._index("own", job)
@@ -162,20 +141,20 @@ class VictimPools:
 
     def combined(self, job: JobView) -> VictimIndex:
         key = ("combined", job.spec.queue, job.spec.priority)
-        index = self._kept(key)
+        index = self._indexes.get(key)
         if index is None:
             queue = job.spec.queue
             units = [*self.own(job).units, *self.borrowers(job).units]
-            index = self._keep(key, VictimIndex(units, lambda u: int(u.queue == queue)))
+            index = self._indexes[key] = VictimIndex(units, lambda u: int(u.queue == queue))
         return index
 
     def _index(self, kind: str, job: JobView) -> VictimIndex:
         key = (kind, job.spec.queue, job.spec.priority)
-        index = self._kept(key)
+        index = self._indexes.get(key)
         if index is None:
             jobs = self._own_jobs(job) if kind == "own" else self._borrowed_jobs(job)
-            index = self._keep(
-                key, VictimIndex([unit for victim in jobs for unit in self._units(victim)])
+            index = self._indexes[key] = VictimIndex(
+                [unit for victim in jobs for unit in self._units(victim)]
             )
         return index
 
