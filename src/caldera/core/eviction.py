@@ -132,6 +132,9 @@ class VictimPools:
     def __init__(self, cycle: CycleContext) -> None:
         self.cycle = cycle
         self._indexes: dict[tuple[str, str, int], VictimIndex] = {}
+        # Per cycle (the clock is the cycle's): each running job's weight and units.
+        self._weights: dict[str, float] = cycle.memo("weights", dict)
+        self._units_of: dict[str, list[Unit]] = cycle.memo("victim_units", dict)
 
     def own(self, job: JobView) -> VictimIndex:
         return self._index("own", job)
@@ -202,7 +205,7 @@ class VictimPools:
         )
 
     def weight(self, victim: JobView) -> float:
-        weights: dict[str, float] = self.cycle.memo("weights", dict)
+        weights = self._weights
         weight = weights.get(victim.id)
         if weight is None:
             weight = weights[victim.id] = effective_weight(
@@ -211,7 +214,7 @@ class VictimPools:
         return weight
 
     def _units(self, victim: JobView) -> list[Unit]:
-        units_of: dict[str, list[Unit]] = self.cycle.memo("victim_units", dict)
+        units_of = self._units_of
         units = units_of.get(victim.id)
         if units is None:
             units = units_of[victim.id] = victim_units(
