@@ -6,6 +6,8 @@ One cycle per case; every case names what it would decide without the mechanism.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from builders import cluster, decided_evictions, decided_starts, job, queue, snapshot
@@ -127,3 +129,28 @@ def test_one_leaf_changes_nothing() -> None:
         now=NOW,
     )
     assert decided_evictions(run(snap, CALDERA)) == {"r0": ("preempt", "c1", ())}
+
+
+def test_the_index_keeps_what_derives_from_pinned_work_until_it_changes() -> None:
+    """`JobIndex.from_pinned` (the reservation's non-evictable GPUs per domain, kept across
+    cycles): the same value while no never-evicted job starts or leaves, rebuilt after."""
+    nodes = two_leaves()
+    snap = snapshot(nodes, jobs=[job("c0").critical().gpus(8).running(since=0).on("n-0")])
+    index = snap.job_index
+    builds: list[dict[int, int]] = []
+
+    def total(pinned: Mapping[int, int]) -> dict[int, int]:
+        value = dict(pinned)
+        builds.append(value)
+        return value
+
+    first = index.from_pinned("test", total)
+    assert first == {0: 8000}
+    assert index.from_pinned("test", total) is first
+    index.put(job("c1").critical().gpus(4).running(since=0).on("n-2").view(nodes))
+    assert index.from_pinned("test", total) == {0: 8000, 2: 4000}
+    index.put(job("n1").gpus(4).running(since=0).on("n-3").view(nodes))  # a possible victim
+    assert len(builds) == 2 and index.from_pinned("test", total) is builds[-1]
+    index.drop("c0")
+    assert index.from_pinned("test", total) == {2: 4000}
+    assert len(builds) == 3

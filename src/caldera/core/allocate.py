@@ -119,8 +119,9 @@ def allocate(cycle: CycleContext) -> None:
         handled = handled | cycle.memo("starving_handled", lambda: reserve_for_starving(cycle))
 
     # Per queue, a heap of its groups' next jobs: (rank, group number, position).
+    usage, in_pass = cycle.usage, cycle.pass_filter
     groups: list[PendingGroup] = [
-        g for g in cycle.eligible_groups if g[0][0] in cycle.usage and cycle.in_pass(g[0])
+        g for g in cycle.eligible_groups if g[0][0] in usage and (in_pass is None or in_pass(g[0]))
     ]
     heads: dict[str, list[tuple[tuple[int, float, str], int, int]]] = {}
     for number, (key, jobs) in enumerate(groups):
@@ -135,20 +136,26 @@ def allocate(cycle: CycleContext) -> None:
     queues = [(band(name), cycle.usage[name].share, name) for name in heads]
     heapq.heapify(queues)
     failed: set[int] = set()
+    waiting = cycle.waiting
     while queues:
         head_band, _, name = heapq.heappop(queues)
         queue_heads = heads[name]
         # A queue's share changes only when one of its jobs starts: until then it stays the
         # lowest, so keep taking its jobs without going back through the queue heap.
-        while queue_heads and band(name) == head_band:
+        while queue_heads and (0 if -queue_heads[0][0][0] >= CRITICAL_PRIORITY else 1) == head_band:
             _, number, position = heapq.heappop(queue_heads)
             jobs = groups[number][1]
             job = jobs[position]
-            outcome = _STARTED if job.id in handled else _try_allocate(cycle, room, job, failed)
+            if job.id in handled:
+                outcome = _STARTED
+            elif job.spec.shape in failed:
+                outcome = _WAITING  # as _try_allocate: _CAPPED or _WAITING, settled alike
+            else:
+                outcome = _try_allocate(cycle, room, job, failed)
             if outcome != _STARTED:
                 # Did not fit, or its queue's capability stands in the way: either way the
                 # group is settled here, and preempt may free room or quota for it.
-                cycle.waiting.append((groups[number], position))
+                waiting.append((groups[number], position))
                 continue
             if position + 1 < len(jobs):
                 heapq.heappush(queue_heads, (jobs[position + 1].spec.rank, number, position + 1))

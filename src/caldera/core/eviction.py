@@ -132,6 +132,9 @@ class VictimPools:
     def __init__(self, cycle: CycleContext) -> None:
         self.cycle = cycle
         self._indexes: dict[tuple[str, str, int], VictimIndex] = {}
+        # Per cycle (the clock is the cycle's): each running job's weight and units.
+        self._weights: dict[str, float] = cycle.memo("weights", dict)
+        self._units_of: dict[str, list[Unit]] = cycle.memo("victim_units", dict)
 
     def own(self, job: JobView) -> VictimIndex:
         return self._index("own", job)
@@ -202,7 +205,7 @@ class VictimPools:
         )
 
     def weight(self, victim: JobView) -> float:
-        weights: dict[str, float] = self.cycle.memo("weights", dict)
+        weights = self._weights
         weight = weights.get(victim.id)
         if weight is None:
             weight = weights[victim.id] = effective_weight(
@@ -211,7 +214,7 @@ class VictimPools:
         return weight
 
     def _units(self, victim: JobView) -> list[Unit]:
-        units_of: dict[str, list[Unit]] = self.cycle.memo("victim_units", dict)
+        units_of = self._units_of
         units = units_of.get(victim.id)
         if units is None:
             units = units_of[victim.id] = victim_units(
@@ -256,47 +259,51 @@ def give_way(
     settled for this phase (its jobs would search the same victims for the same shape), and
     so is a group the phase leaves to another (`may_try` false)."""
     heads: list[tuple[tuple[int, float, str], int, int]] = []
-    groups = [group for group, _ in cycle.waiting]
+    waiting = cycle.waiting
     seen = cycle.waiting_seen.get(reason.value, 0)
-    cycle.waiting_seen[reason.value] = len(cycle.waiting)
-    for number, ((_, jobs), first) in enumerate(cycle.waiting):
-        if number >= seen and jobs[first].spec.may_preempt:
-            heads.append((jobs[first].spec.rank, number, first))
+    cycle.waiting_seen[reason.value] = len(waiting)
+    for number in range(seen, len(waiting)):  # the groups allocate left since the last call
+        (_, jobs), first = waiting[number]
+        spec = jobs[first].spec
+        if spec.may_preempt:
+            heads.append((spec.rank, number, first))
     if not heads:
         return
     heapq.heapify(heads)
     pools = VictimPools(cycle)
-    started, blocked = cycle.started, cycle.blocked
+    started, blocked, usage, wakeups = cycle.started, cycle.blocked, cycle.usage, cycle.wakeups
+    now, backoff = cycle.now, cycle.config.preempt_backoff
     while heads:
-        if cycle.eviction_budget <= 0 and cycle.evicted_gpu > 0:
+        if cycle.evicted_gpu > 0 and cycle.eviction_budget <= 0:
             break
         _, number, position = heapq.heappop(heads)
-        (queue, priority, _shape), jobs = groups[number]
+        group = waiting[number][0]
+        (queue, priority, _shape), jobs = group
         job = jobs[position]
-        if position + 1 < len(jobs):
-            following = (jobs[position + 1].spec.rank, number, position + 1)
-        else:
-            following = None
         if job.id in started or job.id in blocked or job.nomination is not None:
-            if following is not None:
-                heapq.heappush(heads, following)
+            if position + 1 < len(jobs):
+                heapq.heappush(heads, (jobs[position + 1].spec.rank, number, position + 1))
             continue
-        if queue not in cycle.usage or (may_try is not None and not may_try(job)):
+        if queue not in usage or (may_try is not None and not may_try(job)):
             continue  # the whole group asks the same of the same queue
         failed_at = job.preempt_failed_at
-        if (
-            failed_at is not None
-            and priority < CRITICAL_PRIORITY
-            and cycle.now - failed_at < cycle.config.preempt_backoff
-        ):
+        if failed_at is not None and priority < CRITICAL_PRIORITY and now - failed_at < backoff:
             # The group's best job found no victims a moment ago; its group-mates would run
             # the same search. Back off until the timer, unless something else wakes us.
-            cycle.wakeups.append(failed_at + cycle.config.preempt_backoff)
+            wakeups.append(failed_at + backoff)
             continue
+        if position + 1 < len(jobs):
+            following: tuple[tuple[int, float, str], int, int] | None = (
+                jobs[position + 1].spec.rank,
+                number,
+                position + 1,
+            )
+        else:
+            following = None
         reserved = cycle.unreserve(job.id)  # its own reserved room counts as free for it
         if reserved and _start_on_free_room(cycle, job):
             continue
-        key = (reason.value, groups[number][0])
+        key = (reason.value, group[0])
         if cycle.known_failure(key, job):
             plan = None  # failed before, and nothing since could change the answer (memo.py)
         else:

@@ -18,13 +18,16 @@ nomination coming and going do not count: a new competitor can only take from th
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from itertools import count
+from typing import TypeVar, cast
 
 from caldera.core.views import JobView
 from caldera.model import CRITICAL_PRIORITY, JobState
 
 __all__ = ["GroupKey", "JobIndex"]
+
+T = TypeVar("T")
 
 GroupKey = tuple[str, int, int]
 """(queue, priority, shape) of a pending group."""
@@ -71,6 +74,8 @@ class JobIndex:
         self._lower: dict[tuple[str, int], tuple[int, dict[int, int]]] = {}
         # node -> milli-GPUs held by running work that is never a victim (core/packing.py)
         self.pinned: dict[int, int] = {}
+        self._pinned_version = 0
+        self._pinned_derived: dict[Hashable, tuple[int, object]] = {}
         # Possible victims evicted before (now running again) -> when: their cooldowns.
         self.evicted_before: dict[str, float] = {}
         self.token = next(_TOKENS)
@@ -173,7 +178,18 @@ class JobIndex:
                 else:
                     del by_node[task.node]
 
+    def from_pinned(self, key: Hashable, build: Callable[[Mapping[int, int]], T]) -> T:
+        """`build(pinned)`, kept under `key` until `pinned` changes (e.g. its sums per
+        topology domain, core/reservation.py). The caller must not change what it gets."""
+        cached = self._pinned_derived.get(key)
+        if cached is not None and cached[0] == self._pinned_version:
+            return cast(T, cached[1])
+        value = build(self.pinned)
+        self._pinned_derived[key] = (self._pinned_version, value)
+        return value
+
     def _pin(self, job: JobView, sign: int) -> None:
+        self._pinned_version += 1
         pinned = self.pinned
         for task in job.placement:
             held = pinned.get(task.node, 0) + sign * task.gpu

@@ -47,6 +47,12 @@ def non_evictable(cycle: CycleContext) -> dict[int, int]:
     return cycle.memo("non_evictable", build)
 
 
+def pinned_only(cycle: CycleContext) -> bool:
+    """Is `non_evictable` still the job index's `pinned` (nothing never-evicted started in
+    this cycle yet)? Then what derives from it may be kept across cycles in the index."""
+    return not cycle.memo("non_evictable grew", lambda: [False])[0]
+
+
 def leaf_load(cycle: CycleContext) -> dict[int, int] | None:
     """Non-evictable milli-GPUs per tier-1 domain, or None when there is one leaf only."""
     room = cycle.room
@@ -91,6 +97,7 @@ def count_non_evictable(cycle: CycleContext, placement: Sequence[TaskPlacement])
     job of the cycle packs onto the same leaf."""
     held = non_evictable(cycle)
     load = leaf_load(cycle)
+    cycle.memo("non_evictable grew", lambda: [False])[0] = True
     for task in placement:
         held[task.node] = held.get(task.node, 0) + task.gpu
         if load is not None:

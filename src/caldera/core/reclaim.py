@@ -43,13 +43,30 @@ __all__ = ["borrowers_first", "may_reclaim", "reclaim"]
 def may_reclaim(cycle: CycleContext, job: JobView) -> bool:
     """May `job` take borrowed room back on its own? Its queue stays within its deserved
     share once it starts (a critical job: within its capability)."""
-    usage = cycle.usage.get(job.spec.queue)
-    if usage is None or not job.spec.may_preempt:
+    spec = job.spec
+    usage = cycle.usage.get(spec.queue)
+    if usage is None or not spec.may_preempt:
         return False
-    gang = job.spec.gang_request
-    if over_capability(usage, gang) is not None:
-        return False
-    return job.spec.priority >= CRITICAL_PRIORITY or not usage.over_deserved(usage.holds(gang))
+    gang = spec.gang_request
+    if usage.queue.capability is not None and not usage.within_capability(gang):
+        return False  # `over_capability` would say by how much
+    if spec.priority >= CRITICAL_PRIORITY:
+        return True
+    # not usage.over_deserved(usage.holds(gang)), in plain integers (asked per waiting group
+    # and phase, every cycle)
+    allocated, releasing, promised, deserved = (
+        usage.allocated,
+        usage.releasing,
+        usage.promised,
+        usage.deserved,
+    )
+    cpu = allocated.cpu - releasing.cpu + promised.cpu + gang.cpu
+    memory = allocated.memory - releasing.memory + promised.memory + gang.memory
+    return not (
+        allocated.gpu - releasing.gpu + promised.gpu + gang.gpu > deserved.gpu
+        or 0 < deserved.cpu < cpu
+        or 0 < deserved.memory < memory
+    )
 
 
 def _others_borrow(cycle: CycleContext, queue: str) -> bool:
@@ -63,7 +80,7 @@ def _others_borrow(cycle: CycleContext, queue: str) -> bool:
             if usage.queue.reclaimable and usage.over_deserved(usage.kept)
         },
     )
-    return any(name != queue for name in borrowing)
+    return len(borrowing) > (queue in borrowing)
 
 
 def borrowers_first(cycle: CycleContext, job: JobView) -> bool:
@@ -75,7 +92,8 @@ def borrowers_first(cycle: CycleContext, job: JobView) -> bool:
     key = (spec.queue, spec.priority, spec.shape)  # its group: same gang, same class
     answer = answers.get(key)
     if answer is None:
-        answer = answers[key] = may_reclaim(cycle, job) and _others_borrow(cycle, spec.queue)
+        # (both only read the usages: the cheaper one first)
+        answer = answers[key] = _others_borrow(cycle, spec.queue) and may_reclaim(cycle, job)
     return answer
 
 

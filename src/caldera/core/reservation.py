@@ -21,12 +21,13 @@ reserve for a job its queue's capability holds back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import partial
 
 from caldera.core.context import CycleContext, starving_from
-from caldera.core.packing import non_evictable
+from caldera.core.packing import non_evictable, pinned_only
 from caldera.core.placement import place_job
-from caldera.core.room import TaskPlacement
+from caldera.core.room import DomainLayout, Room, TaskPlacement
 from caldera.core.snapshot import JobView
 from caldera.model import GPU_MILLI, PRIORITY_CLASSES, JobSpec, JobType, TopologyMode
 
@@ -90,6 +91,22 @@ def _free_whole(
     return tuple(parts)
 
 
+def _held(
+    room: Room,
+    tier: int,
+    models: frozenset[str] | None,
+    layout: DomainLayout,
+    pinned: Mapping[int, int],
+) -> dict[int, int]:
+    """Non-evictable milli-GPUs per domain of the layout."""
+    held = dict.fromkeys(layout, 0)
+    for node, milli in pinned.items():
+        domain = room.nodes[node].tier1 if tier <= 1 else room.nodes[node].tier2
+        if domain in held and (models is None or room.nodes[node].gpu_model in models):
+            held[domain] += milli
+    return held
+
+
 def _domain(cycle: CycleContext, spec: JobSpec) -> tuple[int, ...] | None:
     """The domain to reserve in (see the module docstring), or None."""
     room = cycle.room
@@ -105,13 +122,15 @@ def _domain(cycle: CycleContext, spec: JobSpec) -> tuple[int, ...] | None:
         tiers = (1, 2)
     fixed = non_evictable(cycle)
     models = spec.gpu_models
+    kept = pinned_only(cycle)
     for tier in tiers:
         layout = room.domain_layout(tier, models)
-        held = dict.fromkeys(layout, 0)
-        for node, milli in fixed.items():
-            domain = room.nodes[node].tier1 if tier <= 1 else room.nodes[node].tier2
-            if domain in held and (models is None or room.nodes[node].gpu_model in models):
-                held[domain] += milli
+        count = partial(_held, room, tier, models, layout)
+        if kept:  # fixed is the index's own count: its sums per domain last across cycles
+            key = ("reservation held", room.token, 1 if tier <= 1 else 2, models)
+            held = cycle.snapshot.job_index.from_pinned(key, count)
+        else:
+            held = count(fixed)
         whole = room.tier1_whole if tier <= 1 else room.tier2_whole
         options: list[tuple[int, int, int, tuple[int, ...]]] = []
         for domain, (usable, capacity) in layout.items():

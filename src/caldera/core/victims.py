@@ -185,6 +185,10 @@ class Plan:
     cost: PlanCost
 
 
+def _unit_key(unit: Unit) -> VictimKey:
+    return unit.key
+
+
 class VictimIndex:
     """The eligible victim units of one preemptor group, by node, cheapest first.
 
@@ -194,7 +198,8 @@ class VictimIndex:
     def __init__(self, units: Sequence[Unit], first: Callable[[Unit], int] | None = None) -> None:
         """`first(unit)`: an optional criterion before the victim key (e.g. borrowers first)."""
         self.first = first
-        self.units = sorted(units, key=self._order)
+        # Without `first` the order is the victim key's alone (each unit's is unique).
+        self.units = sorted(units, key=self._order if first is not None else _unit_key)
         self.queues = frozenset(unit.queue for unit in self.units)
         self.by_node: dict[int, list[Unit]] = {}
         for unit in self.units:
@@ -225,7 +230,7 @@ class VictimIndex:
             for unit in self.by_node.get(node, ()):
                 if unit.job.id not in gone:
                     seen[id(unit)] = unit
-        return sorted(seen.values(), key=self._order)
+        return sorted(seen.values(), key=self._order if self.first is not None else _unit_key)
 
 
 def candidate_domains(
