@@ -142,6 +142,7 @@ def allocate(cycle: CycleContext) -> None:
         queue_heads = heads[name]
         # A queue's share changes only when one of its jobs starts: until then it stays the
         # lowest, so keep taking its jobs without going back through the queue heap.
+        # (`band(name)` written out: this runs once per job tried)
         while queue_heads and (0 if -queue_heads[0][0][0] >= CRITICAL_PRIORITY else 1) == head_band:
             _, number, position = heapq.heappop(queue_heads)
             jobs = groups[number][1]

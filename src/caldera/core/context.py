@@ -105,6 +105,17 @@ class QueueUsage:
             held.gpu < guarantee.gpu or held.cpu < guarantee.cpu or held.memory < guarantee.memory
         )
 
+    def within_deserved(self, extra: Resources) -> bool:
+        """`not over_deserved(holds(extra))`, in plain integers: asked for every waiting group
+        in preempt and again in reclaim, every cycle (reclaim.may_reclaim), where building
+        three Resources per call was a fifth of a quiet cycle's time."""
+        a, r, p, d = self.allocated, self.releasing, self.promised, self.deserved
+        return not (
+            a.gpu - r.gpu + p.gpu + extra.gpu > d.gpu
+            or 0 < d.cpu < a.cpu - r.cpu + p.cpu + extra.cpu
+            or 0 < d.memory < a.memory - r.memory + p.memory + extra.memory
+        )
+
     def within_capability(self, extra: Resources) -> bool:
         """Would `extra` keep the queue within its cap, counting room promised to its
         nominated preemptors (they will start on it)?"""

@@ -52,21 +52,7 @@ def may_reclaim(cycle: CycleContext, job: JobView) -> bool:
         return False  # `over_capability` would say by how much
     if spec.priority >= CRITICAL_PRIORITY:
         return True
-    # not usage.over_deserved(usage.holds(gang)), in plain integers (asked per waiting group
-    # and phase, every cycle)
-    allocated, releasing, promised, deserved = (
-        usage.allocated,
-        usage.releasing,
-        usage.promised,
-        usage.deserved,
-    )
-    cpu = allocated.cpu - releasing.cpu + promised.cpu + gang.cpu
-    memory = allocated.memory - releasing.memory + promised.memory + gang.memory
-    return not (
-        allocated.gpu - releasing.gpu + promised.gpu + gang.gpu > deserved.gpu
-        or 0 < deserved.cpu < cpu
-        or 0 < deserved.memory < memory
-    )
+    return usage.within_deserved(gang)
 
 
 def _others_borrow(cycle: CycleContext, queue: str) -> bool:
