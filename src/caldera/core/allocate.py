@@ -119,9 +119,8 @@ def allocate(cycle: CycleContext) -> None:
         handled = handled | cycle.memo("starving_handled", lambda: reserve_for_starving(cycle))
 
     # Per queue, a heap of its groups' next jobs: (rank, group number, position).
-    usage, in_pass = cycle.usage, cycle.pass_filter
     groups: list[PendingGroup] = [
-        g for g in cycle.eligible_groups if g[0][0] in usage and (in_pass is None or in_pass(g[0]))
+        g for g in cycle.eligible_groups if g[0][0] in cycle.usage and cycle.in_pass(g[0])
     ]
     heads: dict[str, list[tuple[tuple[int, float, str], int, int]]] = {}
     for number, (key, jobs) in enumerate(groups):
@@ -129,11 +128,7 @@ def allocate(cycle: CycleContext) -> None:
     for queue_heads in heads.values():
         heapq.heapify(queue_heads)
 
-    def band(name: str) -> int:
-        rank = heads[name][0][0]
-        return 0 if -rank[0] >= CRITICAL_PRIORITY else 1
-
-    queues = [(band(name), cycle.usage[name].share, name) for name in heads]
+    queues = [(_band(heads[name][0][0]), cycle.usage[name].share, name) for name in heads]
     heapq.heapify(queues)
     failed: set[int] = set()
     waiting = cycle.waiting
@@ -142,8 +137,7 @@ def allocate(cycle: CycleContext) -> None:
         queue_heads = heads[name]
         # A queue's share changes only when one of its jobs starts: until then it stays the
         # lowest, so keep taking its jobs without going back through the queue heap.
-        # (`band(name)` written out: this runs once per job tried)
-        while queue_heads and (0 if -queue_heads[0][0][0] >= CRITICAL_PRIORITY else 1) == head_band:
+        while queue_heads and _band(queue_heads[0][0]) == head_band:
             _, number, position = heapq.heappop(queue_heads)
             jobs = groups[number][1]
             job = jobs[position]
@@ -163,7 +157,12 @@ def allocate(cycle: CycleContext) -> None:
             if job.id not in handled:
                 break
         if queue_heads:
-            heapq.heappush(queues, (band(name), cycle.usage[name].share, name))
+            heapq.heappush(queues, (_band(queue_heads[0][0]), cycle.usage[name].share, name))
+
+
+def _band(rank: tuple[int, float, str]) -> int:
+    """A queue's band by its next job's rank: critical jobs (0) before everyone else (1)."""
+    return 0 if -rank[0] >= CRITICAL_PRIORITY else 1
 
 
 def _try_allocate(cycle: CycleContext, room: Room, job: JobView, failed: set[int]) -> int:

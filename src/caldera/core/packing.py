@@ -50,7 +50,12 @@ def non_evictable(cycle: CycleContext) -> dict[int, int]:
 def pinned_only(cycle: CycleContext) -> bool:
     """Is `non_evictable` still the job index's `pinned` (nothing never-evicted started in
     this cycle yet)? Then what derives from it may be kept across cycles in the index."""
-    return not cycle.memo("non_evictable grew", lambda: [False])[0]
+    return not _grew(cycle)[0]
+
+
+def _grew(cycle: CycleContext) -> list[bool]:
+    """This cycle's flag: has `count_non_evictable` added to `non_evictable` yet?"""
+    return cycle.memo("non_evictable grew", lambda: [False])
 
 
 def leaf_load(cycle: CycleContext) -> dict[int, int] | None:
@@ -97,7 +102,7 @@ def count_non_evictable(cycle: CycleContext, placement: Sequence[TaskPlacement])
     job of the cycle packs onto the same leaf."""
     held = non_evictable(cycle)
     load = leaf_load(cycle)
-    cycle.memo("non_evictable grew", lambda: [False])[0] = True
+    _grew(cycle)[0] = True
     for task in placement:
         held[task.node] = held.get(task.node, 0) + task.gpu
         if load is not None:

@@ -48,8 +48,8 @@ def may_reclaim(cycle: CycleContext, job: JobView) -> bool:
     if usage is None or not spec.may_preempt:
         return False
     gang = spec.gang_request
-    if usage.queue.capability is not None and not usage.within_capability(gang):
-        return False  # `over_capability` would say by how much
+    if not usage.within_capability(gang):
+        return False
     if spec.priority >= CRITICAL_PRIORITY:
         return True
     return usage.within_deserved(gang)

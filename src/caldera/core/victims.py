@@ -199,7 +199,8 @@ class VictimIndex:
         """`first(unit)`: an optional criterion before the victim key (e.g. borrowers first)."""
         self.first = first
         # Without `first` the order is the victim key's alone (each unit's is unique).
-        self.units = sorted(units, key=self._order if first is not None else _unit_key)
+        self._sort_key = self._order if first is not None else _unit_key
+        self.units = sorted(units, key=self._sort_key)
         self.queues = frozenset(unit.queue for unit in self.units)
         self.by_node: dict[int, list[Unit]] = {}
         for unit in self.units:
@@ -230,7 +231,7 @@ class VictimIndex:
             for unit in self.by_node.get(node, ()):
                 if unit.job.id not in gone:
                     seen[id(unit)] = unit
-        return sorted(seen.values(), key=self._order if self.first is not None else _unit_key)
+        return sorted(seen.values(), key=self._sort_key)
 
 
 def candidate_domains(

@@ -374,28 +374,27 @@ class KubeActuator:
         return done
 
     @staticmethod
-    def _unavailable(raised: Sequence[Exception | None]) -> ClusterUnavailable | None:
-        """The first unreachable-server failure; any other exception is a bug: re-raised."""
+    def _raise_failure(raised: Sequence[Exception | None]) -> None:
+        """Re-raise what `_each` caught: any exception but an unreachable server first (a
+        bug), else the first unreachable-server failure; nothing when every item was sent."""
         for error in raised:
             if error is not None and not isinstance(error, ClusterUnavailable):
                 raise error
-        return next((e for e in raised if isinstance(e, ClusterUnavailable)), None)
+        unavailable = next((e for e in raised if isinstance(e, ClusterUnavailable)), None)
+        if unavailable is not None:
+            raise unavailable
 
     def _write_statuses(self) -> None:
         rejections = list(self.rejections)
         raised = self._each(lambda r: self._patch_status(f"{r[0]}/{r[1]}", *r), rejections)
         self.rejections = [r for r, e in zip(rejections, raised, strict=True) if e is not None]
-        failure = self._unavailable(raised)
-        if failure is not None:
-            raise failure
+        self._raise_failure(raised)
         dirty = list(self.dirty.values())
         raised = self._each(self._write_status, dirty)
         for job, error in zip(dirty, raised, strict=True):
             if error is None and self.dirty.get(job.id) is job:
                 del self.dirty[job.id]
-        failure = self._unavailable(raised)
-        if failure is not None:
-            raise failure
+        self._raise_failure(raised)
 
     def _write_status(self, job: KubeJob) -> None:
         self._patch_status(job.id, job.namespace, job.name, status_body(job, self.keys))
@@ -455,9 +454,7 @@ class KubeActuator:
             self._inflight = []
         if unsent:
             self.pending[:0] = [intent for _, intent in unsent]
-        failure = self._unavailable(raised)
-        if failure is not None:
-            raise failure
+        self._raise_failure(raised)
 
     def _carry_out_group(self, group: deque[tuple[int, Intent]]) -> None:
         while True:
@@ -700,7 +697,7 @@ class KubeActuator:
         for event in events:
             self._sequence += 1
             numbered.append((event, self._sequence))
-        self._unavailable(self._each(self._send_event, numbered))  # a bug is raised
+        self._raise_failure(self._each(self._send_event, numbered))  # only a bug can be
 
     def _send_event(self, numbered: tuple[JobEvent, int]) -> None:
         event, sequence = numbered
