@@ -1,36 +1,95 @@
-"""The search memo (core/memo.py) changes no decision: random workloads simulated with and
-without it give the same output document — every event, placement and metric.
+"""The search memo (core/memo.py) and the quiet cycles answered from it (core/quiet.py) change
+no decision: random workloads simulated with and without them give the same output document —
+every event, placement and metric — and every cycle answered from a quiet record decides
+exactly what the phases decide on the same snapshot (decisions, notes, memo entries, hits and
+the record handed on).
 
 The workloads are crowded on purpose (many jobs on few GPUs, arriving close together) so
-that victim searches fail and the memo is consulted; `test_the_memo_is_used` checks that it
-is, so that the equality is not vacuous."""
+that victim searches fail and the memo is consulted; `test_the_memo_is_used` and
+`test_quiet_cycles_are_answered_from_the_record` check that it is, so that the equality is
+not vacuous."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from caldera.core import Decisions, SearchMemo, Snapshot, run
 from caldera.sim import Simulator, parse_scenario
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_sim_properties import scenarios
 
 
-def _simulate(data: dict[str, Any], memoize: bool) -> tuple[dict[str, Any], int]:
-    simulator = Simulator(parse_scenario(data, Path.cwd(), "memo"), memoize=memoize)
+def _memo_state(memo: SearchMemo | None) -> tuple[object, ...]:
+    """What a memo hands on, with the record's heads as a set (their order is the pending
+    groups' and changes nothing)."""
+    if memo is None:
+        return (None,)
+    quiet = memo.quiet
+    record = None
+    if quiet is not None:
+        record = (quiet.at, quiet.groups, frozenset(quiet.heads), dict(quiet.throttles))
+    return (memo.stamp, dict(memo.failed), memo.hits, record)
+
+
+class ReplayChecked(Simulator):
+    """The simulator, running the phases as well — without the quiet record — on every cycle
+    that had one (answered from it, or run with a plan it found) and noting any difference."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.differences: list[str] = []
+
+    def _apply(self, decisions: Decisions, snapshot: Snapshot) -> None:
+        if snapshot.memo is not None and snapshot.memo.quiet is not None:
+            full = run(replace(snapshot, memo=replace(snapshot.memo, quiet=None)), self.policy)
+            assert full.memo is not None and not full.memo.replayed
+            if (
+                decisions != full
+                or decisions.notes != full.notes
+                or _memo_state(decisions.memo) != _memo_state(full.memo)
+            ):
+                self.differences.append(f"t={snapshot.now}: {decisions} != {full}")
+        super()._apply(decisions, snapshot)
+
+
+def _simulate(data: dict[str, Any], memoize: bool) -> tuple[dict[str, Any], int, int]:
+    """The output document, the memo's hits and the quiet cycles answered from a record."""
+    simulator = ReplayChecked(parse_scenario(data, Path.cwd(), "memo"), memoize=memoize)
     simulator.run()
-    return simulator.result(), simulator.memo_hits
+    assert simulator.differences == []
+    return simulator.result(), simulator.memo_hits, simulator.quiet_cycles
+
+
+@st.composite
+def _crowded(draw: st.DrawFn) -> dict[str, Any]:
+    """Crowded random workloads, sometimes with the policy settings the memo and the quiet
+    cycles read (back-off, lossy patience, nomination timeout, no throttle)."""
+    data = draw(scenarios(max_nodes=3, max_jobs=30))
+    policy = data["policy"]
+    if draw(st.booleans()):
+        policy["preempt_backoff"] = draw(st.sampled_from([0, 30, 600]))
+    if draw(st.integers(0, 3)) == 0:
+        policy["lossy_patience"] = draw(st.sampled_from([600, 3600]))
+    if draw(st.integers(0, 3)) == 0:
+        policy["nomination_timeout"] = draw(st.sampled_from([60, 300]))
+    if draw(st.integers(0, 5)) == 0:
+        policy["throttle"] = False
+    return data
 
 
 @settings(max_examples=40, deadline=None)
-@given(scenarios(max_nodes=3, max_jobs=30))
+@given(_crowded())
 def test_decisions_are_identical_with_and_without_the_memo(data: dict[str, Any]) -> None:
-    cached, _ = _simulate(data, memoize=True)
-    plain, hits = _simulate(data, memoize=False)
-    assert hits == 0
+    cached, _, _ = _simulate(data, memoize=True)
+    plain, hits, quiet = _simulate(data, memoize=False)
+    assert hits == 0 and quiet == 0  # memoize=False turns both off
     assert cached == plain
 
 
@@ -65,7 +124,20 @@ def test_the_memo_is_used() -> None:
         "queues": [{"name": "team", "weight": 1}],
         "jobs": running + waiting,
     }
-    cached, hits = _simulate(data, memoize=True)
-    plain, _ = _simulate(data, memoize=False)
+    cached, hits, _ = _simulate(data, memoize=True)
+    plain, _, _ = _simulate(data, memoize=False)
     assert hits >= 10
+    assert cached == plain
+
+
+def test_quiet_cycles_are_answered_from_the_record() -> None:
+    """A small backlog in four queues (the `burst` generator): most cycles that decide
+    nothing follow one that decided nothing, and are answered from its record — each checked
+    against the phases."""
+    burst = {"kind": "burst", "seed": 5, "jobs": 50, "nodes": 3}
+    data = {"workload": {"generators": [burst]}}
+    cached, hits, quiet = _simulate(data, memoize=True)
+    plain, _, _ = _simulate(data, memoize=False)
+    assert quiet >= 1000
+    assert hits > 0
     assert cached == plain

@@ -174,6 +174,9 @@ class CycleContext:
     pass_filter: Callable[[GroupKey], bool] | None = None
     waiting_seen: dict[str, int] = field(default_factory=dict)  # per phase: entries done
     wakeups: list[float] = field(default_factory=list)
+    # Waiting heads that reached a give_way phase's back-off check -> those phases, in order
+    # (what a record of a quiet cycle needs, core/quiet.py).
+    reached: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     _memo: dict[str, object] = field(default_factory=dict)
     _usage_memo: dict[str, tuple[int, object]] = field(default_factory=dict)
@@ -322,6 +325,15 @@ class CycleContext:
         for part in parts:
             self.room.give(part)
         return parts
+
+    def hold_again(self, job_id: str, parts: tuple[TaskPlacement, ...], reservation: bool) -> None:
+        """Take exactly the room an earlier cycle held for `job_id` — its nomination's free
+        part (`block`) or its reservation (`reserve`): how core/quiet.py rebuilds the working
+        room of a cycle like that one."""
+        for part in parts:
+            self.room.take(part)
+        held = self.reservations if reservation else self.blocked
+        held.setdefault(job_id, []).extend(parts)
 
     def _hold(self, placement: tuple[TaskPlacement, ...]) -> list[TaskPlacement]:
         held: list[TaskPlacement] = []

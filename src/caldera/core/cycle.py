@@ -23,6 +23,7 @@ from caldera.core.enqueue import enqueue
 from caldera.core.jobindex import GroupKey
 from caldera.core.policy import Policy
 from caldera.core.preempt import preempt
+from caldera.core.quiet import remember, replay
 from caldera.core.reclaim import reclaim
 from caldera.core.snapshot import Snapshot
 from caldera.core.throttle import throttle
@@ -35,12 +36,20 @@ __all__ = ["CALDERA", "critical_first", "run"]
 def run(snapshot: Snapshot, policy: Policy) -> Decisions:
     """Decide one cycle under `policy` (`CALDERA`, a baseline, or any composition; look one
     up by name in `caldera.policies`). The snapshot (and its room) is exactly as before when
-    this returns."""
+    this returns. A `CALDERA` cycle that can only decide what the last one did — nothing —
+    is answered from the last one's record without running the phases (core/quiet.py)."""
+    quiet = policy is CALDERA and not snapshot.explain
+    if quiet:
+        replayed = replay(snapshot)
+        if replayed is not None:
+            return replayed
     with snapshot.free_room.scratch() as room:
         cycle = CycleContext(snapshot, room)
         for phase in policy.phases:
             phase(cycle)
         decisions = cycle.decisions()
+        if quiet:
+            return remember(cycle, decisions)
         if not snapshot.explain:
             return decisions
         return replace(decisions, waiting=waiting_reasons(cycle))

@@ -20,6 +20,7 @@ from caldera.core.context import CycleContext, QueueUsage
 from caldera.core.decisions import Evict, EvictReason, Nominate
 from caldera.core.packing import count_non_evictable, leaf_load, never_evicted
 from caldera.core.placement import place_job
+from caldera.core.room import TaskPlacement
 from caldera.core.snapshot import JobView, Nomination, PendingVictim
 from caldera.core.victims import (
     Enough,
@@ -39,6 +40,7 @@ __all__ = [
     "VictimPools",
     "VictimsByQueue",
     "continue_nominations",
+    "fits_on_free_room",
     "give_way",
     "hopeless",
     "over_capability",
@@ -286,6 +288,7 @@ def give_way(
             continue
         if queue not in usage or (may_try is not None and not may_try(job)):
             continue  # the whole group asks the same of the same queue
+        cycle.reached.setdefault(job.id, []).append(reason.value)
         failed_at = job.preempt_failed_at
         if failed_at is not None and priority < CRITICAL_PRIORITY and now - failed_at < backoff:
             # The group's best job found no victims a moment ago; its group-mates would run
@@ -329,14 +332,20 @@ def give_way(
 def _start_on_free_room(cycle: CycleContext, job: JobView) -> bool:
     """A starving job whose reservation was released may fit now (room freed since allocate,
     e.g. another reservation's): it starts instead of taking victims."""
-    spec = job.spec
-    if not cycle.usage[spec.queue].within_capability(spec.gang_request):
-        return False
-    placement = place_job(cycle.room, spec, maximum=spec.min_available)
+    placement = fits_on_free_room(cycle, job)
     if placement is None:
         return False
     cycle.start(job, placement)
     return True
+
+
+def fits_on_free_room(cycle: CycleContext, job: JobView) -> tuple[TaskPlacement, ...] | None:
+    """Where `job`'s gang, at its minimum, fits in the cycle's free room as it is, within its
+    queue's capability; None if it does not."""
+    spec = job.spec
+    if not cycle.usage[spec.queue].within_capability(spec.gang_request):
+        return None
+    return place_job(cycle.room, spec, maximum=spec.min_available)
 
 
 def search(

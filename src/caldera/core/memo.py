@@ -31,7 +31,9 @@ starting or nominating took nothing. So the memo is exact: a cycle decides the s
 without it (a property test runs workloads both ways and compares every decision).
 
 Pure: the snapshot carries the last cycle's `SearchMemo` in, `Decisions.memo` carries the new
-one out, and the runtime hands it back with the next snapshot.
+one out, and the runtime hands it back with the next snapshot. It also carries the record of a
+cycle that decided nothing (`QuietCycle`), from which the next cycle may be answered without
+running the phases when nothing but time and pending arrivals changed (core/quiet.py).
 """
 
 from __future__ import annotations
@@ -39,11 +41,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from caldera.core.config import PolicyConfig
 from caldera.core.jobindex import GroupKey, JobIndex
 from caldera.core.room import Room
 from caldera.model import Node, Queue
+
+if TYPE_CHECKING:
+    from caldera.core.quiet import QuietCycle
 
 __all__ = ["FailedSearch", "SearchKey", "SearchMemo", "Stamp"]
 
@@ -98,6 +104,10 @@ class SearchMemo:
     stamp: Stamp
     failed: Mapping[SearchKey, FailedSearch] = field(default_factory=lambda: MappingProxyType({}))
     hits: int = 0  # searches the cycle that made this memo skipped (for benchmarks, tests)
+    # The cycle that made this memo decided nothing: what the next one needs to answer the
+    # same without running the phases (core/quiet.py); None when it did decide something.
+    quiet: QuietCycle | None = None
+    replayed: bool = False  # the cycle that made it was answered from such a record
 
     def __len__(self) -> int:
         return len(self.failed)

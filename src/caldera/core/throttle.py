@@ -10,9 +10,15 @@ from __future__ import annotations
 
 from caldera.core.context import CycleContext
 from caldera.core.decisions import Release, ThrottleOff, ThrottleOn
+from caldera.core.snapshot import JobView
 from caldera.model import PRIORITY_CLASSES, JobState, JobType
 
-__all__ = ["throttle"]
+__all__ = ["may_throttle", "throttle"]
+
+
+def may_throttle(job: JobView) -> bool:
+    """Would this waiting job put its queue in waiting mode? A large job, the first time."""
+    return job.spec.type is JobType.LARGE and not job.throttled_once
 
 
 def throttle(cycle: CycleContext) -> None:
@@ -50,11 +56,7 @@ def throttle(cycle: CycleContext) -> None:
         if priority != large or queue in waiting_queues:
             continue
         for job in jobs[first:]:
-            if (
-                job.spec.type is JobType.LARGE
-                and not job.throttled_once
-                and job.id not in cycle.started
-            ):
+            if may_throttle(job) and job.id not in cycle.started:
                 cycle.throttles.append(ThrottleOn(queue, job.id))
                 cycle.wakeups.append(cycle.now + config.throttle_timeout)
                 waiting_queues.add(queue)

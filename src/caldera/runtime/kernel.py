@@ -143,6 +143,7 @@ class KernelStats:
     refused_evictions: int = 0  # evictions of jobs that are never victims, refused
     throttle_held_seconds: float = 0.0  # seconds jobs spent Held by a throttle
     memo_hits: int = 0  # victim searches the memo of failed searches saved (core/memo.py)
+    quiet_cycles: int = 0  # cycles answered from the last one's record (core/quiet.py)
 
 
 # Cycles run back to back at one instant, at most: each may release held jobs or end a throttle
@@ -224,6 +225,7 @@ class Kernel(Generic[JobT, TaskT]):
         if decisions.memo is not None:
             self.memo = decisions.memo
             self.stats.memo_hits += decisions.memo.hits
+            self.stats.quiet_cycles += decisions.memo.replayed
         for change in decisions.throttles:
             if isinstance(change, ThrottleOn):
                 self.throttles[change.queue] = Throttle(change.queue, change.job, now)

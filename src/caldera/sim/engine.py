@@ -217,6 +217,12 @@ class Simulator:
         """Victim searches the memo of failed searches saved (core/memo.py)."""
         return self.kernel.stats.memo_hits
 
+    @property
+    def quiet_cycles(self) -> int:
+        """Cycles answered from the last one's record without running the phases
+        (core/quiet.py)."""
+        return self.kernel.stats.quiet_cycles
+
     # -- event queue -----------------------------------------------------------------------
 
     def _push(self, t: float, kind: int, job: str, data: int = 0) -> None:

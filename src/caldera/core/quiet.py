@@ -1,0 +1,360 @@
+"""Quiet cycles: a cycle that can only decide nothing, worked out without running the phases.
+
+Under a backlog most cycles decide nothing: a timer ends some waiting head's back-off, or a
+submission joins a group that already waits, and every phase walks every pending group to
+find that nothing can start, nobody can give way and no queue changes its waiting mode. When
+cycle C0 (at t0) decided nothing, `remember` keeps what it saw in its memo (`QuietCycle`);
+when the next cycle C1 (at t1) sees the same state, `replay` works out from that record and
+C1's snapshot exactly what the phases would decide — no starts, evictions, nominations, holds,
+releases or waiting-mode changes; the same back-off misses, wake-up, memo entries and memo
+hits — running only the victim searches the memo does not settle; or it says it cannot
+(None), and the phases run.
+
+What C0 must be (`remember`): the `CALDERA` policy, explaining nothing, no queue with time
+windows, no nominated preemptor with victims still to signal, nothing decided and no note.
+
+Why C1 then decides what C0 did, when `replay` answers:
+
+1. The memo's stamp holds (core/memo.py): the same free room, the same running, releasing
+   and nominated jobs (hence the same queue usage and victims), settings, queues and nodes;
+   and the same waiting modes. The pending groups are the same, and each eligible group's
+   first job without a nomination — its head — is the same job; later jobs of a group are
+   never tried (a group is settled at its head's failure). Every job of a group has the same
+   queue, priority, type and shape, so enqueue admits the same groups.
+2. Time alone changes a phase's answer only at these points, and none lies in (t0, t1]: a
+   nomination going stale (`nomination_timeout`, allocate.py; checked for every nomination),
+   a large head starting to starve (`starving_from`, reservation.py), a waiting mode's timeout
+   (throttle.py), a memo entry's `until`. Back-offs are worked out at t1 (4). Nothing else in
+   enqueue, allocate, backfill or throttle reads the clock.
+3. The room evolves alike. allocate blocks the free part of the nominations' room (`blocked`),
+   reserves room for the same starving heads (the same set, on the same room: `reserved`)
+   and starts nothing — every head failed on that room in C0. In preempt and reclaim a head
+   that searches hands its reservation back and takes it again (the same free devices), and
+   a search that fails or a memo hit changes nothing, so each head sees the room allocate left
+   (critical heads, in their own pass, without the reservations), whichever heads searched.
+   backfill grows nothing on it.
+4. In give_way a head reaches the back-off check in the same phases as in C0 (`phases`:
+   preempt's `may_try` reads only the queues' usage; reclaim asks everyone). There it backs
+   off (a non-critical head whose last miss is less than `preempt_backoff` old: a wake-up at
+   the end) or searches. A head that searches is *settled* when, in each phase it searches
+   in, it does not fit on its own reserved room (`fits_alone`, worked out in C0 on the same
+   room) and hits the memo — the entry for (phase, its group) names it and lasts beyond t1,
+   exactly `known_failure`, so the phases would skip the search too, count a hit and record
+   nothing. It misses again; a critical miss asks for a wake-up one back-off later.
+5. A head that searches and is not settled — its last search was before something changed,
+   so the memo forgot it — searches for real: `_search_unsettled` rebuilds the working room
+   of 3 from the record (C0's `blocked` and `reserved` parts, taken again exactly) on a fresh
+   `CycleContext` of C1 and runs preempt and reclaim over those heads alone, critical ones
+   first without the reservations, as the phases would. Nothing else in the cycle depends on
+   which heads searched (3), so if every such search fails, its misses, wake-ups, hits and
+   new memo entries are the phases'; if one finds a plan or fits, the phases run instead.
+   (They search again: handing them the plan would skip that search in the phases, and with
+   it the victim pools it builds — which later heads of the phase read, built before the
+   plan's evictions changed the queues' usage, as they are without the hand-over.)
+6. throttle: the waiting modes are the same and none ends (their jobs still wait, before
+   the timeout), and no waiting large group holds a large job not throttled before — a
+   submission since C0 may have added one, so those groups are scanned as throttle does.
+
+The decisions are C0's with the clock at t1: the heads that searched as `preempt_misses`,
+the earliest wake-up, the memo entries that last beyond t1 (with those the searches of 5
+add) and the hits, and the same record, now at t1, so quiet cycles chain.
+tests/sim/test_memo.py checks every answered cycle against the phases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from caldera.core.config import PolicyConfig
+from caldera.core.context import CycleContext, starving_from
+from caldera.core.decisions import Decisions
+from caldera.core.eviction import fits_on_free_room
+from caldera.core.jobindex import GroupKey
+from caldera.core.memo import FailedSearch, SearchKey, SearchMemo, Stamp
+from caldera.core.preempt import preempt
+from caldera.core.reclaim import reclaim
+from caldera.core.reservation import LARGE
+from caldera.core.room import TaskPlacement
+from caldera.core.snapshot import JobView, Snapshot, Throttle
+from caldera.core.throttle import may_throttle
+from caldera.model import CRITICAL_PRIORITY, JobState
+
+__all__ = ["QuietCycle", "QuietHead", "remember", "replay"]
+
+Held = tuple[tuple[str, tuple[TaskPlacement, ...]], ...]
+"""Room a cycle kept for jobs: (job, the parts it took) in the order they were taken."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuietHead:
+    """An eligible pending group as a quiet cycle saw it."""
+
+    key: GroupKey
+    position: int  # its first job without a nomination (the jobs before it hold one)
+    job: str | None  # that job, the group's head; None: every job holds a nomination
+    phases: tuple[str, ...] = ()  # give_way phases whose back-off check the head reached
+    # It holds reserved room and, that room handed back, fits on the free room: it starts
+    # in any phase it searches in.
+    fits_alone: bool = False
+
+
+@dataclass(frozen=True)
+class QuietCycle:
+    """What a cycle that decided nothing saw: enough to answer the next the same way."""
+
+    at: float
+    groups: frozenset[GroupKey]  # every pending group
+    heads: tuple[QuietHead, ...]  # every eligible one
+    throttles: Mapping[str, Throttle]
+    blocked: Held  # the free part of nominations' room, blocked by allocate
+    reserved: Held  # the room reserved for starving large jobs
+
+
+def remember(cycle: CycleContext, decisions: Decisions) -> Decisions:
+    """`decisions` with a `QuietCycle` in its memo when the cycle decided nothing and the next
+    may be answered from it (the module docstring). Call inside the cycle's scratch room,
+    after every phase of `CALDERA`, with nothing to explain."""
+    memo = decisions.memo
+    if memo is None or not decisions.empty or decisions.notes or not _may_remember(cycle):
+        return decisions
+    waiting = {group[0]: position for group, position in cycle.waiting}
+    heads = tuple(
+        _head(cycle, key, jobs, waiting.get(key, len(jobs))) for key, jobs in cycle.eligible_groups
+    )
+    snapshot = cycle.snapshot
+    record = QuietCycle(
+        cycle.now,
+        frozenset(snapshot.job_index.pending),
+        heads,
+        MappingProxyType(dict(snapshot.throttles)),
+        tuple((job, tuple(parts)) for job, parts in cycle.blocked.items()),
+        tuple((job, tuple(parts)) for job, parts in cycle.reservations.items()),
+    )
+    return replace(decisions, memo=replace(memo, quiet=record))
+
+
+def _may_remember(cycle: CycleContext) -> bool:
+    """No time windows (their edges hold and release jobs); no plan still signalling."""
+    snapshot = cycle.snapshot
+    if any(queue.time_windows for queue in snapshot.queues.values()):
+        return False
+    return not any(
+        job.nomination is not None and job.nomination.pending
+        for job in snapshot.job_index.nominated.values()
+    )
+
+
+def _head(cycle: CycleContext, key: GroupKey, jobs: Sequence[JobView], position: int) -> QuietHead:
+    if position >= len(jobs):
+        return QuietHead(key, position, None)
+    job = jobs[position]
+    phases = tuple(cycle.reached.get(job.id, ()))
+    return QuietHead(key, position, job.id, phases, _fits_alone(cycle, job))
+
+
+def _fits_alone(cycle: CycleContext, job: JobView) -> bool:
+    """Would a head holding reserved room fit once it hands that room back, as it does in
+    give_way? The room here is the one every give_way phase saw (module docstring, 3)."""
+    if not cycle.reservations.get(job.id):
+        return False
+    reserved = cycle.unreserve(job.id)
+    fits = fits_on_free_room(cycle, job) is not None
+    cycle.reserve(job.id, reserved)
+    return fits
+
+
+@dataclass
+class _Tally:
+    """What the heads' back-off checks give (module docstring, 4)."""
+
+    wakeups: list[float]
+    misses: set[str] = field(default_factory=set)
+    hits: int = 0
+    unsettled: list[tuple[QuietHead, list[JobView]]] = field(default_factory=list)
+
+
+def replay(snapshot: Snapshot) -> Decisions | None:
+    """The decisions of `CALDERA` on `snapshot`, from the last cycle's record, when that
+    cycle decided nothing and nothing it relied on changed; None: run the phases."""
+    memo = snapshot.memo
+    if memo is None or memo.quiet is None or snapshot.explain:
+        return None
+    record = memo.quiet
+    stamp = Stamp.of(
+        snapshot.free_room, snapshot.job_index, snapshot.config, snapshot.queues, snapshot.nodes
+    )
+    if not memo.stamp.holds_for(stamp) or snapshot.job_index.pending.keys() != record.groups:
+        return None
+    wakeups = _waiting_modes_hold(snapshot, record)
+    if wakeups is None or not _nominations_hold(snapshot):
+        return None
+    now = snapshot.now
+    failed = {key: entry for key, entry in memo.failed.items() if now < entry.until}
+    tally = _back_off_checks(snapshot, record, failed, _Tally(wakeups))
+    if tally is None:
+        return None
+    if tally.unsettled:
+        return _search_unsettled(snapshot, record, tally)
+    later = [t for t in tally.wakeups if t > now]
+    return Decisions(
+        preempt_misses=tuple(sorted(tally.misses)),
+        wakeup=min(later) if later else None,
+        memo=SearchMemo(
+            stamp, MappingProxyType(failed), tally.hits, replace(record, at=now), replayed=True
+        ),
+    )
+
+
+def _waiting_modes_hold(snapshot: Snapshot, record: QuietCycle) -> list[float] | None:
+    """The same waiting modes, none ending now (throttle.py): their timeouts as wake-ups."""
+    throttles = snapshot.throttles
+    if len(throttles) != len(record.throttles) or dict(throttles) != dict(record.throttles):
+        return None
+    timeout = snapshot.config.throttle_timeout
+    views = snapshot.job_index.views
+    wakeups: list[float] = []
+    for waiting in throttles.values():
+        job = views.get(waiting.job)
+        if job is None or job.state not in (JobState.PENDING, JobState.HELD):
+            return None
+        if snapshot.now >= waiting.since + timeout:
+            return None
+        wakeups.append(waiting.since + timeout)
+    return wakeups
+
+
+def _nominations_hold(snapshot: Snapshot) -> bool:
+    """No nomination may have gone stale (allocate.py drops a stale one)."""
+    timeout, now = snapshot.config.nomination_timeout, snapshot.now
+    return all(
+        job.nomination is None or now - job.nomination.since <= timeout
+        for job in snapshot.job_index.nominated.values()
+    )
+
+
+def _first_waiting(jobs: Sequence[JobView]) -> int:
+    """The position of a group's first job without a nomination (allocate's waiting head)."""
+    position = 0
+    while position < len(jobs) and jobs[position].nomination is not None:
+        position += 1
+    return position
+
+
+def _back_off_checks(
+    snapshot: Snapshot,
+    record: QuietCycle,
+    failed: Mapping[SearchKey, FailedSearch],
+    tally: _Tally,
+) -> _Tally | None:
+    """Each head's back-off checks at `now` (module docstring, 4): settled heads' misses,
+    hits and wake-ups, and the heads left to search; None if a head changed, a large head
+    starts to starve or would throttle, or a head would start on its own reserved room."""
+    pending = snapshot.job_index.pending
+    config, now = snapshot.config, snapshot.now
+    for head in record.heads:
+        jobs = pending[head.key]
+        position = _first_waiting(jobs)
+        job = jobs[position] if position < len(jobs) else None
+        if position != head.position or (job.id if job is not None else None) != head.job:
+            return None
+        if job is None:
+            continue
+        if head.key[1] == LARGE and (
+            _starts_to_starve(job, config, record.at, now)
+            or (config.throttle and _would_throttle(snapshot, head, jobs))
+        ):
+            return None
+        if not _check_head(head, jobs, failed, config, now, tally):
+            return None
+    return tally
+
+
+def _check_head(
+    head: QuietHead,
+    jobs: list[JobView],
+    failed: Mapping[SearchKey, FailedSearch],
+    config: PolicyConfig,
+    now: float,
+    tally: _Tally,
+) -> bool:
+    """One head through its phases' back-off checks; False if it would start."""
+    job = jobs[head.position]
+    critical = head.key[1] >= CRITICAL_PRIORITY
+    failed_at = job.preempt_failed_at
+    backoff = config.preempt_backoff
+    wakeups: list[float] = []
+    hits = 0
+    for phase in head.phases:
+        if failed_at is not None and not critical and now - failed_at < backoff:
+            wakeups.append(failed_at + backoff)
+            continue
+        if head.fits_alone:
+            return False
+        entry = failed.get((phase, head.key))
+        if entry is None or entry.head != job.id:  # not settled: it searches for real
+            tally.unsettled.append((head, jobs))
+            return True
+        hits += 1
+        if critical:
+            wakeups.append(now + backoff)
+    if hits:
+        tally.misses.add(job.id)
+    tally.hits += hits
+    tally.wakeups.extend(wakeups)
+    return True
+
+
+def _starts_to_starve(job: JobView, config: PolicyConfig, since: float, now: float) -> bool:
+    """Does a large head start to starve after `since`, by `now` (reservation.py)?"""
+    starves = starving_from(job.spec, config)
+    return starves is not None and since < starves <= now
+
+
+def _would_throttle(snapshot: Snapshot, head: QuietHead, jobs: Sequence[JobView]) -> bool:
+    """Would throttle put the head's queue in waiting mode (a large job joined its group)?"""
+    if head.key[0] in snapshot.throttles:
+        return False
+    return any(may_throttle(job) for job in jobs[head.position :])
+
+
+def _search_unsettled(snapshot: Snapshot, record: QuietCycle, tally: _Tally) -> Decisions | None:
+    """Run preempt and reclaim for the heads the memo does not settle, on the working room
+    the phases would give them (module docstring, 5); None if one of them would start or
+    evict anything."""
+    with snapshot.free_room.scratch() as room:
+        cycle = CycleContext(snapshot, room)
+        for job_id, parts in record.blocked:
+            cycle.hold_again(job_id, parts, reservation=False)
+        for critical in (True, False):
+            if not critical:
+                for job_id, parts in record.reserved:
+                    cycle.hold_again(job_id, parts, reservation=True)
+            cycle.waiting.extend(
+                ((head.key, jobs), head.position)
+                for head, jobs in tally.unsettled
+                if (head.key[1] >= CRITICAL_PRIORITY) == critical
+            )
+            preempt(cycle)
+            reclaim(cycle)
+        if cycle.starts or cycle.evictions or cycle.nominations or cycle.notes:
+            return None
+        searched = cycle.decisions()
+    assert searched.memo is not None
+    now = snapshot.now
+    misses = tally.misses.union(searched.preempt_misses)
+    later = [t for t in tally.wakeups if t > now]
+    if searched.wakeup is not None:
+        later.append(searched.wakeup)
+    memo = replace(
+        searched.memo,
+        hits=searched.memo.hits + tally.hits,
+        quiet=replace(record, at=now),
+        replayed=True,
+    )
+    return Decisions(
+        preempt_misses=tuple(sorted(misses)),
+        wakeup=min(later) if later else None,
+        memo=memo,
+    )
