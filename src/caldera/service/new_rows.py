@@ -30,10 +30,9 @@ __all__ = ["MAX_PARAMETERS", "statement"]
 
 MAX_PARAMETERS = 65_535  # PostgreSQL's limit for one statement (a 16-bit count)
 
-_TABLES: tuple[Table, ...] = (
-    JobRecord.__table__,  # type: ignore[assignment]
-    EventRecord.__table__,  # type: ignore[assignment]
-    AuditRecord.__table__,  # type: ignore[assignment]
+_TABLES: tuple[Table, ...] = tuple(
+    record.__table__  # type: ignore[misc]  # a mapped class's table is a Table
+    for record in (JobRecord, EventRecord, AuditRecord)
 )
 
 
