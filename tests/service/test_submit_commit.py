@@ -17,7 +17,6 @@ from service_support import ALICE, reachable_dir, write_config
 from caldera.errors import Rejected
 from caldera.service.intake import Submission
 from caldera.service.server import Service, build_service
-from caldera.service.store import Batch
 
 CONFIG = {
     "queues": [{"name": "team-a", "weight": 1}, {"name": "closed", "weight": 1}],
@@ -90,10 +89,14 @@ def test_an_accepted_job_and_its_audit_row_are_committed_together(
 def test_a_submission_whose_commit_fails_leaves_neither_job_nor_acceptance(
     service: Service, writer_rows: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(self: Batch, rows: Any) -> None:
-        raise RuntimeError("disk full")
+    append = service.store.append
 
-    monkeypatch.setattr(Batch, "events", broken)  # the job's row is inserted, then this fails
+    def unstorable_event(jobs: Any, events: Any, audit: Any) -> None:
+        """The job's row is fine, its event one the database refuses (`kind` is NOT NULL):
+        the commit fails with the job's row already handed to it."""
+        append(jobs, [{**event, "kind": None} for event in events], audit)
+
+    monkeypatch.setattr(service.store, "append", unstorable_event)
     (answer,) = post(service, [JOB])
     assert answer.status_code == 500
     assert not service.runtime.jobs

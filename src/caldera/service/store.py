@@ -43,6 +43,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 
 from caldera.errors import ServiceError
+from caldera.service import new_rows
 from caldera.service.db import (
     AuditRecord,
     EventRecord,
@@ -157,6 +158,8 @@ class Store:
         else:
             self.engine = create_engine(url, pool_size=8, max_overflow=8)
             _ping_when_idle(self.engine)
+        # The same pool, each statement its own transaction (`append`).
+        self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         # SQLite allows one writer at a time: writers queue on this lock.
         self._write_lock = threading.Lock()
         self._server_lock: Any = None  # the held lock: a file (SQLite) or a connection
@@ -292,10 +295,14 @@ class Store:
         events: Sequence[dict[str, Any]],
         audit: Sequence[dict[str, Any]],
     ) -> None:
-        """Insert new job, event and audit rows in one transaction: the submission path.
-        (A psycopg pipeline would send the three in one round trip, but an error in it is
-        reported as "pipeline aborted" instead of the statement's own words; the round trips
-        cost ~0.1 ms each against the commit's flush, measured alone.)"""
+        """Insert new job, event and audit rows together, all or none: the submission path.
+        On PostgreSQL one statement that commits itself (`caldera.service.new_rows`: one
+        round trip instead of six), else one transaction."""
+        one = None if self.is_sqlite else new_rows.statement(jobs, events, audit)
+        if one is not None:
+            with self._autocommit.connect() as connection:
+                connection.exec_driver_sql(*one)
+            return
         with self.batch() as batch:
             batch.insert_jobs(jobs)
             batch.events(events)

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from caldera.service.api import cluster, jobs, logs
 from caldera.service.api.guard import RequestGuard
+from caldera.service.api.submit_route import SubmitRoute
 from caldera.service.limits import Admission, Limits
 from caldera.service.metrics import CONTENT_TYPE
 from caldera.service.views import ServiceRuntime
@@ -76,6 +77,7 @@ def create_app(
     app.state.tokens = runtime.tokens
     app.state.limits = limits
     app.state.admission = Admission(limits, runtime.store.count_waiting)
+    app.add_middleware(SubmitRoute)  # innermost: well-formed submissions skip FastAPI's routing
     app.add_middleware(RequestGuard, body_bytes=limits.body_bytes)
     app.add_middleware(ServerTiming)  # outermost
     app.add_exception_handler(RequestValidationError, _invalid)
