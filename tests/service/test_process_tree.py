@@ -73,10 +73,11 @@ def test_gpus_go_to_the_preemptor_only_after_every_process_of_the_victim_is_gone
     seen: list[int] = []
 
     def preemptor_started() -> bool:
-        left = job_processes(victim)
+        # The state first, then the processes: read the other way round, a victim process
+        # seen just before the runtime reaped it would count against a start that came after.
         if server.client(OPS).get(large["id"])["state"] != "Running":
             return False
-        seen.extend(left)
+        seen.extend(job_processes(victim))
         return True
 
     wait_for("the large job to start", preemptor_started, 60)
