@@ -8,7 +8,7 @@ import json
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-__all__ = ["RequestGuard"]
+__all__ = ["RequestGuard", "replay_body"]
 
 
 def _control(data: bytes) -> bool:
@@ -66,17 +66,25 @@ class RequestGuard:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Any:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay_body(b"".join(chunks), False, receive), send)
 
     def _too_large(self) -> str:
         return f"the request body is larger than {self.body_bytes} bytes (limits.body_bytes)"
+
+
+def replay_body(body: bytes, cut_short: bool, receive: Any) -> Any:
+    """A `receive` that gives the body already read, once, then what the client sends next
+    (after a body cut short: the disconnect again) — for middleware that reads a request's
+    body before handing the request on."""
+    replayed = False
+
+    async def replay() -> Any:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": cut_short}
+        if cut_short:
+            return {"type": "http.disconnect"}
+        return await receive()
+
+    return replay

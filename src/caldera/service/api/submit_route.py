@@ -29,6 +29,7 @@ from starlette.requests import Request
 
 from caldera.config import Principal
 from caldera.service.api import jobs
+from caldera.service.api.guard import replay_body
 from caldera.service.api.schemas import JobRequest
 
 __all__ = ["SubmitRoute"]
@@ -70,7 +71,7 @@ class SubmitRoute:
             await self.app(scope, receive, send)
             return
         body, cut_short = await _read(receive)
-        replay = _replayer(body, cut_short, receive)
+        replay = replay_body(body, cut_short, receive)
         tokens = scope["app"].state.tokens
         token = _bearer(scope)
         who: Principal | None = tokens.get(token) if token is not None else None
@@ -121,20 +122,3 @@ async def _read(receive: Any) -> tuple[bytes, bool]:
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             return b"".join(chunks), False
-
-
-def _replayer(body: bytes, cut_short: bool, receive: Any) -> Any:
-    """A `receive` that gives the body read, once, then what the client sends next (after a
-    body cut short: the disconnect again)."""
-    replayed = False
-
-    async def replay() -> Any:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": cut_short}
-        if cut_short:
-            return {"type": "http.disconnect"}
-        return await receive()
-
-    return replay
