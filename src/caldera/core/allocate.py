@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import heapq
 
+from caldera.core.config import PolicyConfig
 from caldera.core.context import CycleContext, PendingGroup
 from caldera.core.decisions import Nominate
 from caldera.core.packing import count_non_evictable, never_evicted, place_packed
 from caldera.core.placement import place_job
 from caldera.core.reservation import LARGE, reserve_for_starving
 from caldera.core.room import Room, TaskPlacement
-from caldera.core.snapshot import JobView
+from caldera.core.snapshot import JobView, Nomination
 from caldera.model import CRITICAL_PRIORITY, Resources
 
-__all__ = ["allocate", "job_order", "place_nominated", "placement_is_free"]
+__all__ = ["allocate", "job_order", "nomination_stale", "place_nominated", "placement_is_free"]
 
 
 def job_order(job: JobView) -> tuple[int, float, str]:
@@ -56,6 +57,12 @@ def placement_is_free(room: Room, placement: tuple[TaskPlacement, ...]) -> bool:
     )
 
 
+def nomination_stale(nomination: Nomination, config: PolicyConfig, now: float) -> bool:
+    """Has a preemptor held its nomination longer than `nomination_timeout`? It then
+    re-plans, once no victim of the plan is still releasing."""
+    return now - nomination.since > config.nomination_timeout
+
+
 def place_nominated(cycle: CycleContext, job: JobView) -> bool:
     """Start a nominated preemptor on its promised room, or block that room. True: handled.
 
@@ -72,7 +79,7 @@ def place_nominated(cycle: CycleContext, job: JobView) -> bool:
         cycle.start(job, nomination.placement)
         cycle.nominations.append(Nominate(job.id, None))
         return True
-    stale = cycle.now - nomination.since > cycle.config.nomination_timeout
+    stale = nomination_stale(nomination, cycle.config, cycle.now)
     victims_pending = any(
         (v := cycle.jobs.get(victim)) is not None and v.releasing for victim in nomination.victims
     )

@@ -67,6 +67,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from caldera.core.allocate import nomination_stale
 from caldera.core.config import PolicyConfig
 from caldera.core.context import CycleContext, starving_from
 from caldera.core.decisions import Decisions
@@ -227,9 +228,9 @@ def _waiting_modes_hold(snapshot: Snapshot, record: QuietCycle) -> list[float] |
 
 def _nominations_hold(snapshot: Snapshot) -> bool:
     """No nomination may have gone stale (allocate.py drops a stale one)."""
-    timeout, now = snapshot.config.nomination_timeout, snapshot.now
-    return all(
-        job.nomination is None or now - job.nomination.since <= timeout
+    config, now = snapshot.config, snapshot.now
+    return not any(
+        job.nomination is not None and nomination_stale(job.nomination, config, now)
         for job in snapshot.job_index.nominated.values()
     )
 
