@@ -8,7 +8,7 @@ import json
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-__all__ = ["RequestGuard", "replay_body"]
+__all__ = ["RequestGuard", "read_body", "replay_body"]
 
 
 def _control(data: bytes) -> bool:
@@ -51,25 +51,35 @@ class RequestGuard:
         if scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
-        # Read the body here, never more than the limit, then hand it on.
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break  # the client went away
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.body_bytes:
-                await self._refuse(send, 413, self._too_large())
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        await self.app(scope, replay_body(b"".join(chunks), False, receive), send)
+        # Read the body here, never more than the limit, then hand it on (a body the client
+        # cut short goes on as it is: the route answers a client that is gone).
+        read = await read_body(receive, self.body_bytes)
+        if read is None:
+            await self._refuse(send, 413, self._too_large())
+            return
+        await self.app(scope, replay_body(read[0], False, receive), send)
 
     def _too_large(self) -> str:
         return f"the request body is larger than {self.body_bytes} bytes (limits.body_bytes)"
+
+
+async def read_body(receive: Any, limit: int | None = None) -> tuple[bytes, bool] | None:
+    """A request's whole body, and whether it ended because the client went away (the
+    message that said so is then consumed); None once it passes `limit` bytes, read no
+    further."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"".join(chunks), True
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if limit is not None and size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks), False
 
 
 def replay_body(body: bytes, cut_short: bool, receive: Any) -> Any:

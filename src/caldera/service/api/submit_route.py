@@ -29,7 +29,7 @@ from starlette.requests import Request
 
 from caldera.config import Principal
 from caldera.service.api import jobs
-from caldera.service.api.guard import replay_body
+from caldera.service.api.guard import read_body, replay_body
 from caldera.service.api.schemas import JobRequest
 
 __all__ = ["SubmitRoute"]
@@ -70,7 +70,9 @@ class SubmitRoute:
         ):
             await self.app(scope, receive, send)
             return
-        body, cut_short = await _read(receive)
+        read = await read_body(receive)  # the request guard has bounded it
+        assert read is not None  # no limit: never refused
+        body, cut_short = read
         replay = replay_body(body, cut_short, receive)
         tokens = scope["app"].state.tokens
         token = _bearer(scope)
@@ -109,16 +111,3 @@ def _job_request(body: bytes) -> JobRequest | None:
         return JobRequest.model_validate(data)
     except ValidationError:
         return None
-
-
-async def _read(receive: Any) -> tuple[bytes, bool]:
-    """The whole body (the request guard has bounded it), and whether it ended because the
-    client went away (the message that said so is then the next one to give on)."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return b"".join(chunks), True
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks), False
