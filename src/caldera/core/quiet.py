@@ -79,8 +79,8 @@ from caldera.core.reclaim import reclaim
 from caldera.core.reservation import LARGE
 from caldera.core.room import TaskPlacement
 from caldera.core.snapshot import JobView, Snapshot, Throttle
-from caldera.core.throttle import may_throttle
-from caldera.model import CRITICAL_PRIORITY, JobState
+from caldera.core.throttle import may_throttle, waiting_mode_ends
+from caldera.model import CRITICAL_PRIORITY
 
 __all__ = ["QuietCycle", "QuietHead", "remember", "replay"]
 
@@ -213,16 +213,12 @@ def _waiting_modes_hold(snapshot: Snapshot, record: QuietCycle) -> list[float] |
     throttles = snapshot.throttles
     if len(throttles) != len(record.throttles) or dict(throttles) != dict(record.throttles):
         return None
-    timeout = snapshot.config.throttle_timeout
-    views = snapshot.job_index.views
+    config, views = snapshot.config, snapshot.job_index.views
     wakeups: list[float] = []
     for waiting in throttles.values():
-        job = views.get(waiting.job)
-        if job is None or job.state not in (JobState.PENDING, JobState.HELD):
+        if waiting_mode_ends(waiting, views.get(waiting.job), config, snapshot.now) is not None:
             return None
-        if snapshot.now >= waiting.since + timeout:
-            return None
-        wakeups.append(waiting.since + timeout)
+        wakeups.append(waiting.since + config.throttle_timeout)
     return wakeups
 
 

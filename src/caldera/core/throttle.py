@@ -8,12 +8,15 @@ are then released in submission order.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
+from caldera.core.config import PolicyConfig
 from caldera.core.context import CycleContext
 from caldera.core.decisions import Release, ThrottleOff, ThrottleOn
-from caldera.core.snapshot import JobView
+from caldera.core.snapshot import JobView, Throttle
 from caldera.model import PRIORITY_CLASSES, JobState, JobType
 
-__all__ = ["may_throttle", "throttle"]
+__all__ = ["may_throttle", "throttle", "waiting_mode_ends"]
 
 
 def may_throttle(job: JobView) -> bool:
@@ -21,18 +24,31 @@ def may_throttle(job: JobView) -> bool:
     return job.spec.type is JobType.LARGE and not job.throttled_once
 
 
+def waiting_mode_ends(
+    waiting: Throttle,
+    job: JobView | None,
+    config: PolicyConfig,
+    now: float,
+    started: Collection[str] = (),
+) -> str | None:
+    """Why a queue's waiting mode ends now — its large job `job` is gone or started (also
+    this cycle: `started`), or the mode timed out — or None while it holds."""
+    if job is None or job.state not in (JobState.PENDING, JobState.HELD):
+        return "gone" if job is None else "started"
+    if waiting.job in started:
+        return "started"
+    if now >= waiting.since + config.throttle_timeout:
+        return "timeout"
+    return None
+
+
 def throttle(cycle: CycleContext) -> None:
     config = cycle.config
     ending: list[str] = []
     for queue, waiting in cycle.snapshot.throttles.items():
-        job = cycle.jobs.get(waiting.job)
-        reason = None
-        if job is None or job.state not in (JobState.PENDING, JobState.HELD):
-            reason = "gone" if job is None else "started"
-        elif waiting.job in cycle.started:
-            reason = "started"
-        elif cycle.now >= waiting.since + config.throttle_timeout:
-            reason = "timeout"
+        reason = waiting_mode_ends(
+            waiting, cycle.jobs.get(waiting.job), config, cycle.now, cycle.started
+        )
         if reason is None:
             cycle.wakeups.append(waiting.since + config.throttle_timeout)
             continue
