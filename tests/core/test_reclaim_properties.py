@@ -95,15 +95,25 @@ def _reclaim_problems(data: dict[str, Any], result: dict[str, Any]) -> list[str]
         return sum(g for job, g in running.items() if specs[job]["queue"] == queue)
 
     # A reclaimer's own share is checked once all of its plan's evictions of that moment are
-    # in: a combined plan frees its own queue's victims too (DESIGN §4.1, reclaim (c)).
+    # in: a combined plan frees its own queue's victims too (DESIGN §4.1, reclaim (c)). Some
+    # of them may be signalled in later cycles (the per-cycle eviction budget, DESIGN §3
+    # rule 6, keeps them pending in the nomination): those count for the plan as well.
     reclaimers: dict[str, float] = {}  # reclaimer -> when
+    own_later: dict[str, list[tuple[float, float]]] = {}  # reclaimer -> (when, GPUs) freed
+    for event in result["events"]:
+        preemptor = event.get("preemptor")
+        own = preemptor is not None and specs[event["job"]]["queue"] == specs[preemptor]["queue"]
+        if event["kind"] == "evict" and own:
+            own_later.setdefault(preemptor, []).append((event["t"], event["gpus"]))
 
     def check_shares() -> None:
         for preemptor, when in reclaimers.items():
             reclaimer = specs[preemptor]
             mine = reclaimer["queue"]
             gang = reclaimer.get("min_available", 1) * reclaimer["gpus_per_task"]
-            if reclaimer["type"] != "critical" and held(mine) + gang > _deserved(data, mine) + 1e-9:
+            pending = sum(g for t, g in own_later.get(preemptor, ()) if t > when)
+            kept = held(mine) - pending
+            if reclaimer["type"] != "critical" and kept + gang > _deserved(data, mine) + 1e-9:
                 problems.append(f"t={when}: {preemptor} reclaims, {mine} would be over share")
         reclaimers.clear()
 
