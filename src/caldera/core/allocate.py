@@ -72,7 +72,10 @@ def place_nominated(cycle: CycleContext, job: JobView) -> bool:
     assert nomination is not None
     # Its own gang is counted in `promised`: nothing more may be added.
     capped = not cycle.usage[job.spec.queue].within_capability(Resources())
-    if not capped and placement_is_free(cycle.room, nomination.placement):
+    # Victims the eviction budget left to later cycles are part of the plan (a reclaimer's
+    # own-queue victims keep its queue within its deserved share): it waits for them.
+    waits = capped or bool(nomination.pending)
+    if not waits and placement_is_free(cycle.room, nomination.placement):
         for task in nomination.placement:
             cycle.room.take(task)
         cycle.promise(job, -1)
@@ -91,7 +94,7 @@ def place_nominated(cycle: CycleContext, job: JobView) -> bool:
     # Its gang at its minimum, as allocate starts every gang: only that much is promised
     # (counted against its queue's capability); extra tasks grow in backfill.
     maximum = job.spec.min_available
-    elsewhere = None if capped else place_job(cycle.room, job.spec, maximum=maximum)
+    elsewhere = None if waits else place_job(cycle.room, job.spec, maximum=maximum)
     if elsewhere is not None:
         cycle.promise(job, -1)
         cycle.start(job, elsewhere)
