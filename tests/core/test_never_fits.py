@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from test_cycle_properties import NOW, World, worlds
 
 from caldera.core import PolicyConfig
+from caldera.core.context import CycleContext
+from caldera.core.eviction import VictimPools
 from caldera.core.placement import place_job, whole_slots
 from caldera.core.victims import VictimIndex, find_plan, is_protected, never_fits, victim_units
 from caldera.model import GPU_MILLI, JobState
@@ -67,3 +69,28 @@ def test_whole_slots_bounds_what_placement_finds(world: World, data: st.DataObje
         slots = whole_slots(room, spec.whole_gpus, spec.gpu_models)
         placed = place_job(room, spec, minimum=1)
     assert placed is None or len(placed) <= slots
+
+
+@given(st.one_of(worlds(), worlds(contended=True)), st.data())
+def test_own_count_settles_only_searches_of_its_pool_that_fail(
+    world: World, data: st.DataObject
+) -> None:
+    """`VictimPools.own_never_fits` counts the preempt pool's candidates without building it:
+    when it says "never", the search over the pool it then builds fails; and the pool built
+    after the count is the one built without it (the same units in the same order)."""
+    pending = [view for view in world.jobs if view.state is JobState.PENDING]
+    if not pending:
+        return
+    job = data.draw(st.sampled_from(pending))
+    snap = world.snapshot()
+    with snap.free_room.scratch() as room:
+        counted = VictimPools(CycleContext(snap, room))
+        settled = counted.own_never_fits(job)
+        built = counted.own(job)
+        plain = VictimPools(CycleContext(snap, room)).own(job)
+        assert [unit.key for unit in built.units] == [unit.key for unit in plain.units]
+        if not settled:
+            event("the count cannot tell")
+            return
+        event("never fits, with candidates" if built.units else "never fits, no candidates")
+        assert find_plan(room, job.spec, built) is None

@@ -134,6 +134,9 @@ class VictimPools:
     def __init__(self, cycle: CycleContext) -> None:
         self.cycle = cycle
         self._indexes: dict[tuple[str, str, int], VictimIndex] = {}
+        # Own candidates chosen (for a count) before their index was needed: the index is
+        # built from this list later, so it holds what it would have held if built then.
+        self._chosen: dict[tuple[str, int], list[JobView]] = {}
         # Per cycle (the clock is the cycle's): each running job's weight and units.
         self._weights: dict[str, float] = cycle.memo("weights", dict)
         self._units_of: dict[str, list[Unit]] = cycle.memo("victim_units", dict)
@@ -153,11 +156,32 @@ class VictimPools:
             index = self._indexes[key] = VictimIndex(units, lambda u: int(u.queue == queue))
         return index
 
+    def own_never_fits(self, job: JobView) -> bool:
+        """Would every search among `own(job)` fail, even taking all of it? `victims.never_fits`
+        on the GPU devices its candidates hold, counted from the candidates alone — without
+        their units, keys and order, the costly part of an index. Sharper than `hopeless`,
+        which counts every lower-priority job: a large preemptor's queue is full of normal
+        jobs of which those escalated to the ceiling, in their cooldown or promised to another
+        plan are no candidates. False when it cannot tell."""
+        spec = job.spec
+        key = ("own", spec.queue, spec.priority)
+        index = self._indexes.get(key)
+        if index is not None:
+            return never_fits(self.cycle.room, spec, index.devices(self.cycle.evicted))
+        chosen = self._chosen.get(key[1:])
+        if chosen is None:
+            chosen = self._chosen[key[1:]] = self._own_jobs(job)
+        return never_fits(self.cycle.room, spec, _devices(chosen, self.cycle.evicted))
+
     def _index(self, kind: str, job: JobView) -> VictimIndex:
         key = (kind, job.spec.queue, job.spec.priority)
         index = self._indexes.get(key)
         if index is None:
-            jobs = self._own_jobs(job) if kind == "own" else self._borrowed_jobs(job)
+            if kind == "own":
+                chosen = self._chosen.pop(key[1:], None)
+                jobs = self._own_jobs(job) if chosen is None else chosen
+            else:
+                jobs = self._borrowed_jobs(job)
             index = self._indexes[key] = VictimIndex(
                 [unit for victim in jobs for unit in self._units(victim)]
             )
@@ -240,6 +264,17 @@ class VictimPools:
             )
 
         return allow
+
+
+def _devices(jobs: Sequence[JobView], gone: set[str]) -> dict[int, int]:
+    """Node -> GPU devices the jobs not `gone` use there (as `VictimIndex.devices`)."""
+    found: dict[int, int] = {}
+    for victim in jobs:
+        if victim.id not in gone:
+            for task in victim.placement:
+                if task.milli:
+                    found[task.node] = found.get(task.node, 0) + len(task.devices)
+    return found
 
 
 def hopeless(cycle: CycleContext, job: JobView) -> bool:

@@ -41,7 +41,7 @@ def preempt(cycle: CycleContext) -> None:
         return True
 
     def planner(job: JobView, pools: VictimPools) -> Plan | None:
-        if hopeless(cycle, job):
+        if hopeless(cycle, job) or pools.own_never_fits(job):
             return None
         queue = job.spec.queue
         over = over_capability(cycle.usage[queue], job.spec.gang_request)

@@ -96,7 +96,7 @@ def reclaim(cycle: CycleContext) -> None:
             best = search(cycle, job, pools.borrowers(job), pools.floor_veto(queue))
             if best is not None and best.cost.lost == 0 and not best.cost.late:
                 return best
-        if job.id in deferred and not hopeless(cycle, job):
+        if job.id in deferred and not (hopeless(cycle, job) or pools.own_never_fits(job)):
             own = search(
                 cycle, job, pools.own(job), enough=None if over is None else frees(queue, over)
             )
