@@ -16,10 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from caldera.core import Decisions, SearchMemo, Snapshot, run
+from caldera.core.context import CycleContext
 from caldera.sim import Simulator, parse_scenario
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -140,4 +142,28 @@ def test_quiet_cycles_are_answered_from_the_record() -> None:
     plain, _, _ = _simulate(data, memoize=False)
     assert quiet >= 1000
     assert hits > 0
+    assert cached == plain
+
+
+def test_searches_of_a_quiet_check_that_found_a_plan_are_handed_to_the_phases(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When the quiet check's own search finds a plan, the phases run, and take that check's
+    search answers instead of searching again (core/quiet.py, 5): taken at least once here,
+    and every such cycle decides what it decides without a record (`ReplayChecked`)."""
+    taken: list[str] = []
+    original = CycleContext.known_search
+
+    def counted(self: CycleContext, job: Any, units: int) -> Any:
+        answer = original(self, job, units)
+        if answer[0]:
+            taken.append(job.id)
+        return answer
+
+    monkeypatch.setattr(CycleContext, "known_search", counted)
+    burst = {"kind": "burst", "seed": 5, "jobs": 50, "nodes": 3}
+    data = {"workload": {"generators": [burst]}}
+    cached, _, _ = _simulate(data, memoize=True)
+    assert taken
+    plain, _, _ = _simulate(data, memoize=False)
     assert cached == plain

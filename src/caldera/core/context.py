@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from caldera.core.config import PolicyConfig
 from caldera.core.decisions import (
@@ -35,7 +35,13 @@ from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView, Snapshot
 from caldera.model import CRITICAL_PRIORITY, GPU_MILLI, JobSpec, JobType, Queue, Resources
 
-__all__ = ["CycleContext", "PendingGroup", "QueueUsage", "shape_key"]
+if TYPE_CHECKING:
+    from caldera.core.victims import Plan
+
+__all__ = ["CycleContext", "KnownSearch", "PendingGroup", "QueueUsage", "shape_key"]
+
+KnownSearch = tuple[str, int, "Plan | None"]
+"""A victim search already run on a cycle's state: (preemptor, its pool's units, the plan)."""
 
 T = TypeVar("T")
 
@@ -178,6 +184,11 @@ class CycleContext:
     # (what a record of a quiet cycle needs, core/quiet.py).
     reached: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # The victim searches a quiet check ran on this same state before the phases, in order
+    # (core/quiet.py, 5): the phases take their answers instead of searching again, while
+    # the cycle has decided nothing. `search_log`: where a quiet check keeps its own.
+    known_searches: list[KnownSearch] = field(default_factory=list)
+    search_log: list[KnownSearch] | None = None
     _memo: dict[str, object] = field(default_factory=dict)
     _usage_memo: dict[str, tuple[int, object]] = field(default_factory=dict)
     # Failed victim searches still settled (core/memo.py), and the state they hold for.
@@ -217,6 +228,28 @@ class CycleContext:
         if memo is not None and memo.stamp.holds_for(self.stamp):
             now = snapshot.now
             self.failed = {key: f for key, f in memo.failed.items() if now < f.until}
+
+    @property
+    def undecided(self) -> bool:
+        """Nothing started, signalled or nominated yet: the state the cycle began with."""
+        return not (self.starts or self.evictions or self.nominations)
+
+    def known_search(self, job: JobView, units: int) -> tuple[bool, Plan | None]:
+        """(True, its plan) when this search is the next a quiet check ran on this state."""
+        known = self.known_searches
+        if not known or not self.undecided:
+            return False, None
+        preemptor, size, plan = known[0]
+        if preemptor != job.id or size != units:  # not the same search: forget them all
+            known.clear()
+            return False, None
+        del known[0]
+        return True, plan
+
+    def log_search(self, job: JobView, units: int, plan: Plan | None) -> None:
+        """Keep a search run while the cycle has decided nothing (for `known_searches`)."""
+        if self.search_log is not None and self.undecided:
+            self.search_log.append((job.id, units, plan))
 
     def memo(self, name: str, build: Callable[[], T]) -> T:
         """A value computed once per cycle and shared between phases."""

@@ -39,12 +39,16 @@ def run(snapshot: Snapshot, policy: Policy) -> Decisions:
     this returns. A `CALDERA` cycle that can only decide what the last one did — nothing —
     is answered from the last one's record without running the phases (core/quiet.py)."""
     quiet = policy is CALDERA and not snapshot.explain
+    known = None
     if quiet:
         replayed = replay(snapshot)
-        if replayed is not None:
+        if isinstance(replayed, Decisions):
             return replayed
+        known = replayed
     with snapshot.free_room.scratch() as room:
         cycle = CycleContext(snapshot, room)
+        if known:
+            cycle.known_searches = known
         for phase in policy.phases:
             phase(cycle)
         decisions = cycle.decisions()

@@ -393,10 +393,16 @@ def search(
     """One victim search for `job` among `index`'s units on the cycle's working room."""
     if not index.units:
         return None
+    units = len(index.units)
+    known, plan = cycle.known_search(job, units)
+    if known:
+        return plan
     load = leaf_load(cycle) if never_evicted(job.spec) else None
-    return find_plan(
+    plan = find_plan(
         cycle.room, job.spec, index, cycle.evicted, allow, patience(cycle, job), enough, load
     )
+    cycle.log_search(job, units, plan)
+    return plan
 
 
 def _by_victim(plan: Plan) -> list[tuple[JobView, tuple[int, ...]]]:

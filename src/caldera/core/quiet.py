@@ -48,9 +48,11 @@ Why C1 then decides what C0 did, when `replay` answers:
    first without the reservations, as the phases would. Nothing else in the cycle depends on
    which heads searched (3), so if every such search fails, its misses, wake-ups, hits and
    new memo entries are the phases'; if one finds a plan or fits, the phases run instead.
-   (They search again: handing them the plan would skip that search in the phases, and with
-   it the victim pools it builds — which later heads of the phase read, built before the
-   plan's evictions changed the queues' usage, as they are without the hand-over.)
+   They run the same searches first, on the same state and in the same order, up to the one
+   that found the plan: those searches' answers are handed to them (`known_searches`) and
+   taken in order while the cycle has decided nothing — each must name the same preemptor
+   and pool size, or the rest is dropped. Only `find_plan` is skipped: the phases still
+   build the same victim pools at the same points, which later heads read.
 6. throttle: the waiting modes are the same and none ends (their jobs still wait, before
    the timeout), and no waiting large group holds a large job not throttled before — a
    submission since C0 may have added one, so those groups are scanned as throttle does.
@@ -69,7 +71,7 @@ from types import MappingProxyType
 
 from caldera.core.allocate import nomination_stale
 from caldera.core.config import PolicyConfig
-from caldera.core.context import CycleContext, starving_from
+from caldera.core.context import CycleContext, KnownSearch, starving_from
 from caldera.core.decisions import Decisions
 from caldera.core.eviction import fits_on_free_room
 from caldera.core.jobindex import GroupKey
@@ -176,9 +178,10 @@ class _Tally:
     unsettled: list[tuple[QuietHead, list[JobView]]] = field(default_factory=list)
 
 
-def replay(snapshot: Snapshot) -> Decisions | None:
+def replay(snapshot: Snapshot) -> Decisions | list[KnownSearch] | None:
     """The decisions of `CALDERA` on `snapshot`, from the last cycle's record, when that
-    cycle decided nothing and nothing it relied on changed; None: run the phases."""
+    cycle decided nothing and nothing it relied on changed; else the phases must run: None,
+    or the victim searches they will run first, already run on the same state (5)."""
     memo = snapshot.memo
     if memo is None or memo.quiet is None or snapshot.explain:
         return None
@@ -316,14 +319,17 @@ def _would_throttle(snapshot: Snapshot, head: QuietHead, jobs: Sequence[JobView]
     return any(may_throttle(job) for job in jobs[head.position :])
 
 
-def _search_unsettled(snapshot: Snapshot, record: QuietCycle, tally: _Tally) -> Decisions | None:
+def _search_unsettled(
+    snapshot: Snapshot, record: QuietCycle, tally: _Tally
+) -> Decisions | list[KnownSearch]:
     """Run preempt and reclaim for the heads the memo does not settle, on the working room
-    the phases would give them (module docstring, 5); None if one of them would start or
-    evict anything."""
+    the phases would give them (module docstring, 5); if one of them would start or evict
+    anything, the victim searches run until then, for the phases."""
     with snapshot.free_room.scratch() as room:
         cycle = CycleContext(snapshot, room)
         for job_id, parts in record.blocked:
             cycle.hold_again(job_id, parts, reservation=False)
+        cycle.search_log = []
         for critical in (True, False):
             if not critical:
                 for job_id, parts in record.reserved:
@@ -336,7 +342,7 @@ def _search_unsettled(snapshot: Snapshot, record: QuietCycle, tally: _Tally) -> 
             preempt(cycle)
             reclaim(cycle)
         if cycle.starts or cycle.evictions or cycle.nominations or cycle.notes:
-            return None
+            return cycle.search_log
         searched = cycle.decisions()
     assert searched.memo is not None
     now = snapshot.now
