@@ -49,7 +49,7 @@ class Snapshot:
         if self.index is None:
             object.__setattr__(self, "index", JobIndex(self.jobs))
         elif not self.jobs:
-            object.__setattr__(self, "jobs", tuple(self.index.views.values()))
+            object.__setattr__(self, "jobs", self.index.all_views())
         if self.room is None:
             room = Room(self.nodes)
             for job in self.jobs:
