@@ -38,10 +38,22 @@ from caldera.model import CRITICAL_PRIORITY, GPU_MILLI, JobSpec, JobType, Queue,
 if TYPE_CHECKING:
     from caldera.core.victims import Plan
 
-__all__ = ["CycleContext", "KnownSearch", "PendingGroup", "QueueUsage", "shape_key"]
+__all__ = ["CycleContext", "Handover", "KnownSearch", "PendingGroup", "QueueUsage", "shape_key"]
 
 KnownSearch = tuple[str, int, "Plan | None"]
 """A victim search already run on a cycle's state: (preemptor, its pool's units, the plan)."""
+
+
+@dataclass(frozen=True)
+class Handover:
+    """What a quiet check that found a plan hands to the phases, which then run on the same
+    snapshot (core/quiet.py, 5): its victim searches, in order, and its per-cycle values
+    that are functions of the snapshot alone (`memo`, by name: each running job's weight
+    and victim units at the cycle's time)."""
+
+    searches: list[KnownSearch]
+    memo: Mapping[str, object]
+
 
 T = TypeVar("T")
 
@@ -250,6 +262,17 @@ class CycleContext:
         """Keep a search run while the cycle has decided nothing (for `known_searches`)."""
         if self.search_log is not None and self.undecided:
             self.search_log.append((job.id, units, plan))
+
+    def hand_over(self, names: tuple[str, ...]) -> Handover:
+        """This cycle's searches so far and its memos `names` (those it has), for the phases
+        of a cycle on the same snapshot."""
+        memo = {name: self._memo[name] for name in names if name in self._memo}
+        return Handover(list(self.search_log or ()), memo)
+
+    def take_over(self, handover: Handover) -> None:
+        """Start from what a quiet check on the same snapshot found (`hand_over`)."""
+        self.known_searches = list(handover.searches)
+        self._memo.update(handover.memo)
 
     def memo(self, name: str, build: Callable[[], T]) -> T:
         """A value computed once per cycle and shared between phases."""

@@ -47,8 +47,8 @@ def run(snapshot: Snapshot, policy: Policy) -> Decisions:
         known = replayed
     with snapshot.free_room.scratch() as room:
         cycle = CycleContext(snapshot, room)
-        if known:
-            cycle.known_searches = known
+        if known is not None:
+            cycle.take_over(known)
         for phase in policy.phases:
             phase(cycle)
         decisions = cycle.decisions()

@@ -36,6 +36,7 @@ from caldera.core.weight import effective_weight
 from caldera.model import CRITICAL_PRIORITY, JobState, Resources
 
 __all__ = [
+    "SNAPSHOT_MEMOS",
     "Planner",
     "VictimPools",
     "VictimsByQueue",
@@ -48,6 +49,11 @@ __all__ = [
 
 VictimsByQueue = dict[str, dict[int, dict[str, JobView]]]
 """Running jobs that could ever be victims: queue -> base priority -> id -> job."""
+
+SNAPSHOT_MEMOS = ("weights", "victim_units")
+"""The per-cycle memos of `VictimPools` that depend on the snapshot alone (each running job's
+effective weight and victim units at the cycle's time): another cycle on the same snapshot
+may start from them (core/quiet.py, 5)."""
 
 Planner = Callable[[JobView, "VictimPools"], Plan | None]
 """(preemptor, the phase's pools) -> the phase's best plan for it, or None."""
@@ -138,8 +144,8 @@ class VictimPools:
         # built from this list later, so it holds what it would have held if built then.
         self._chosen: dict[tuple[str, int], list[JobView]] = {}
         # Per cycle (the clock is the cycle's): each running job's weight and units.
-        self._weights: dict[str, float] = cycle.memo("weights", dict)
-        self._units_of: dict[str, list[Unit]] = cycle.memo("victim_units", dict)
+        self._weights: dict[str, float] = cycle.memo(SNAPSHOT_MEMOS[0], dict)
+        self._units_of: dict[str, list[Unit]] = cycle.memo(SNAPSHOT_MEMOS[1], dict)
 
     def own(self, job: JobView) -> VictimIndex:
         return self._index("own", job)

@@ -52,7 +52,9 @@ Why C1 then decides what C0 did, when `replay` answers:
    that found the plan: those searches' answers are handed to them (`known_searches`) and
    taken in order while the cycle has decided nothing — each must name the same preemptor
    and pool size, or the rest is dropped. Only `find_plan` is skipped: the phases still
-   build the same victim pools at the same points, which later heads read.
+   build the same victim pools at the same points, which later heads read — from the
+   running jobs' effective weights and victim units the check worked out, functions of the
+   snapshot alone (`SNAPSHOT_MEMOS`).
 6. throttle: the waiting modes are the same and none ends (their jobs still wait, before
    the timeout), and no waiting large group holds a large job not throttled before — a
    submission since C0 may have added one, so those groups are scanned as throttle does.
@@ -71,9 +73,9 @@ from types import MappingProxyType
 
 from caldera.core.allocate import nomination_stale
 from caldera.core.config import PolicyConfig
-from caldera.core.context import CycleContext, KnownSearch, starving_from
+from caldera.core.context import CycleContext, Handover, starving_from
 from caldera.core.decisions import Decisions
-from caldera.core.eviction import fits_on_free_room
+from caldera.core.eviction import SNAPSHOT_MEMOS, fits_on_free_room
 from caldera.core.jobindex import GroupKey
 from caldera.core.memo import FailedSearch, SearchKey, SearchMemo, Stamp
 from caldera.core.preempt import preempt
@@ -178,10 +180,11 @@ class _Tally:
     unsettled: list[tuple[QuietHead, list[JobView]]] = field(default_factory=list)
 
 
-def replay(snapshot: Snapshot) -> Decisions | list[KnownSearch] | None:
+def replay(snapshot: Snapshot) -> Decisions | Handover | None:
     """The decisions of `CALDERA` on `snapshot`, from the last cycle's record, when that
     cycle decided nothing and nothing it relied on changed; else the phases must run: None,
-    or the victim searches they will run first, already run on the same state (5)."""
+    or what they can start from: the victim searches they will run first, already run on
+    the same state, and the victims' weights and units (5)."""
     memo = snapshot.memo
     if memo is None or memo.quiet is None or snapshot.explain:
         return None
@@ -321,10 +324,11 @@ def _would_throttle(snapshot: Snapshot, head: QuietHead, jobs: Sequence[JobView]
 
 def _search_unsettled(
     snapshot: Snapshot, record: QuietCycle, tally: _Tally
-) -> Decisions | list[KnownSearch]:
+) -> Decisions | Handover:
     """Run preempt and reclaim for the heads the memo does not settle, on the working room
     the phases would give them (module docstring, 5); if one of them would start or evict
-    anything, the victim searches run until then, for the phases."""
+    anything, what the phases can start from: the victim searches run until then, and the
+    victims' weights and units."""
     with snapshot.free_room.scratch() as room:
         cycle = CycleContext(snapshot, room)
         for job_id, parts in record.blocked:
@@ -342,7 +346,7 @@ def _search_unsettled(
             preempt(cycle)
             reclaim(cycle)
         if cycle.starts or cycle.evictions or cycle.nominations or cycle.notes:
-            return cycle.search_log
+            return cycle.hand_over(SNAPSHOT_MEMOS)
         searched = cycle.decisions()
     assert searched.memo is not None
     now = snapshot.now
