@@ -86,13 +86,13 @@ def _protected(job: JobView) -> bool:
 def violations(snapshot: Snapshot, decisions: Decisions) -> list[str]:
     problems: list[str] = []
     nodes = snapshot.nodes
-    jobs = {j.id: j for j in snapshot.jobs}
+    jobs = {j.id: j for j in snapshot.all_jobs}
     config = snapshot.config
     now = snapshot.now
 
     # The snapshot's room index matches a rebuild (the cycle must leave it as it was).
     rebuilt = Room(nodes)
-    for j in snapshot.jobs:
+    for j in snapshot.all_jobs:
         for task in (*j.placement, *j.releasing):
             rebuilt.take(task)
     if rebuilt.fingerprint() != snapshot.free_room.fingerprint():
@@ -156,7 +156,7 @@ def violations(snapshot: Snapshot, decisions: Decisions) -> list[str]:
 
     # Capability: what a queue holds plus what it starts stays within its cap.
     held: dict[str, Resources] = {}
-    for j in snapshot.jobs:
+    for j in snapshot.all_jobs:
         count = len(j.placement) + len(j.releasing) + len(started.get(j.id, ()))
         held[j.spec.queue] = held.get(j.spec.queue, Resources()) + j.spec.task_request.scaled(count)
     for name, q in snapshot.queues.items():
@@ -237,7 +237,7 @@ def violations(snapshot: Snapshot, decisions: Decisions) -> list[str]:
     # that last reclaim. Evictions decided after it (a preemption inside the queue, whose
     # preemptor takes the room back) do not count: the floor holds when a reclaim is decided.
     for name, largest in largest_reclaimed.items():
-        kept = sum(j.spec.gpu * len(j.placement) for j in snapshot.jobs if j.spec.queue == name)
+        kept = sum(j.spec.gpu * len(j.placement) for j in snapshot.all_jobs if j.spec.queue == name)
         kept -= gone_at_reclaim[name]
         if kept + largest <= deserved_gpu(snapshot, name):
             problems.append(f"queue {name}: reclaimed while at or below its deserved share")
@@ -256,7 +256,7 @@ def violations(snapshot: Snapshot, decisions: Decisions) -> list[str]:
     }
     promised: dict[str, tuple[JobView, Nomination]] = {
         j.id: (j, j.nomination)
-        for j in snapshot.jobs
+        for j in snapshot.all_jobs
         if j.nomination is not None and j.state is JobState.PENDING
     }
     for nominate in decisions.nominations:
@@ -277,7 +277,7 @@ def violations(snapshot: Snapshot, decisions: Decisions) -> list[str]:
     for name in {jobs[p].spec.queue for p in reclaimers if jobs[p].spec.priority < 1000}:
         holds = sum(
             j.spec.gpu * (len(j.placement) + gangs.get(j.id, 0))
-            for j in snapshot.jobs
+            for j in snapshot.all_jobs
             if j.spec.queue == name
         )
         holds += sum(j.spec.gang_request.gpu for j, _ in promised.values() if j.spec.queue == name)

@@ -330,13 +330,13 @@ def bench_cycle(
     rebuild: list[float] = []
     for _ in range(3):
         began = time.perf_counter()
-        Snapshot(snapshot.now, snapshot.nodes, snapshot.queues, snapshot.jobs, snapshot.config)
+        Snapshot(snapshot.now, snapshot.nodes, snapshot.queues, snapshot.all_jobs, snapshot.config)
         rebuild.append((time.perf_counter() - began) * 1000)
     return CycleBenchResult(
         nodes=nodes,
         gpus=nodes * gpus_per_node,
         pending=pending,
-        running=sum(1 for j in snapshot.jobs if j.state is JobState.RUNNING),
+        running=sum(1 for j in snapshot.all_jobs if j.state is JobState.RUNNING),
         cycles=cycles,
         samples_ms=tuple(samples),
         starts=len(decisions.starts),

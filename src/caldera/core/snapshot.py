@@ -26,12 +26,16 @@ __all__ = ["JobView", "Nomination", "PendingVictim", "Snapshot", "Throttle"]
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Everything one cycle may read. `room` and `index` derive from `nodes` and `jobs`."""
+    """Everything one cycle may read. `room` and `index` derive from `nodes` and `jobs`.
+
+    A runtime that hands in its `index` passes no `jobs`: every job is `all_jobs`, the
+    index's views, made into a tuple only when something asks (no phase does; a tuple of
+    ~10,000 views each cycle cost a simulated backlog ~0.1 ms a cycle)."""
 
     now: float
     nodes: tuple[Node, ...]
     queues: Mapping[str, Queue]
-    jobs: tuple[JobView, ...] = ()
+    jobs: tuple[JobView, ...] = ()  # as given: empty when the index is handed in
     config: PolicyConfig = field(default_factory=PolicyConfig)
     throttles: Mapping[str, Throttle] = field(default_factory=lambda: MappingProxyType({}))
     room: Room | None = None
@@ -48,16 +52,19 @@ class Snapshot:
             raise ValueError("snapshot time must be finite")
         if self.index is None:
             object.__setattr__(self, "index", JobIndex(self.jobs))
-        elif not self.jobs:
-            object.__setattr__(self, "jobs", self.index.all_views())
         if self.room is None:
             room = Room(self.nodes)
-            for job in self.jobs:
+            for job in self.all_jobs:
                 for task in job.placement:
                     room.take(task)
                 for task in job.releasing:
                     room.take(task)
             object.__setattr__(self, "room", room)
+
+    @property
+    def all_jobs(self) -> tuple[JobView, ...]:
+        """Every job that is not finished: `jobs`, or the index's views when none were given."""
+        return self.jobs or self.job_index.all_views()
 
     @property
     def job_index(self) -> JobIndex:
