@@ -145,10 +145,10 @@ class QueueUsage:
 def starving_from(spec: JobSpec, config: PolicyConfig) -> float | None:
     """When a large job starts to starve: a quarter of its start SLO after its submission
     (core/reservation.py). None: never (not a large job, or no SLO)."""
-    slo = config.slo.get(spec.type.value)
-    if spec.type is not JobType.LARGE or slo is None:
+    if spec.type is not JobType.LARGE:
         return None
-    return spec.submit + slo / 4
+    slo = config.slo.get(JobType.LARGE.value)
+    return None if slo is None else spec.submit + slo / 4
 
 
 def _default_deserved(snapshot: Snapshot) -> dict[str, Resources]:

@@ -303,8 +303,9 @@ def give_way(
     so is a group the phase leaves to another (`may_try` false)."""
     heads: list[tuple[tuple[int, float, str], int, int]] = []
     waiting = cycle.waiting
-    seen = cycle.waiting_seen.get(reason.value, 0)
-    cycle.waiting_seen[reason.value] = len(waiting)
+    phase = reason.value
+    seen = cycle.waiting_seen.get(phase, 0)
+    cycle.waiting_seen[phase] = len(waiting)
     for number in range(seen, len(waiting)):  # the groups allocate left since the last call
         (_, jobs), first = waiting[number]
         spec = jobs[first].spec
@@ -329,7 +330,7 @@ def give_way(
             continue
         if queue not in usage or (may_try is not None and not may_try(job)):
             continue  # the whole group asks the same of the same queue
-        cycle.reached.setdefault(job.id, []).append(reason.value)
+        cycle.reached.setdefault(job.id, []).append(phase)
         failed_at = job.preempt_failed_at
         if failed_at is not None and priority < CRITICAL_PRIORITY and now - failed_at < backoff:
             # The group's best job found no victims a moment ago; its group-mates would run
@@ -347,7 +348,7 @@ def give_way(
         reserved = cycle.unreserve(job.id)  # its own reserved room counts as free for it
         if reserved and _start_on_free_room(cycle, job):
             continue
-        key = (reason.value, group[0])
+        key = (phase, group[0])
         if cycle.known_failure(key, job):
             plan = None  # failed before, and nothing since could change the answer (memo.py)
         else:
