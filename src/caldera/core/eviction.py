@@ -27,6 +27,7 @@ from caldera.core.victims import (
     Plan,
     Unit,
     VictimIndex,
+    devices_held,
     find_plan,
     is_protected,
     never_fits,
@@ -177,7 +178,7 @@ class VictimPools:
         chosen = self._chosen.get(key[1:])
         if chosen is None:
             chosen = self._chosen[key[1:]] = self._own_jobs(job)
-        return never_fits(self.cycle.room, spec, _devices(chosen, self.cycle.evicted))
+        return never_fits(self.cycle.room, spec, devices_held(chosen, self.cycle.evicted))
 
     def _index(self, kind: str, job: JobView) -> VictimIndex:
         key = (kind, job.spec.queue, job.spec.priority)
@@ -270,17 +271,6 @@ class VictimPools:
             )
 
         return allow
-
-
-def _devices(jobs: Sequence[JobView], gone: set[str]) -> dict[int, int]:
-    """Node -> GPU devices the jobs not `gone` use there (as `VictimIndex.devices`)."""
-    found: dict[int, int] = {}
-    for victim in jobs:
-        if victim.id not in gone:
-            for task in victim.placement:
-                if task.milli:
-                    found[task.node] = found.get(task.node, 0) + len(task.devices)
-    return found
 
 
 def hopeless(cycle: CycleContext, job: JobView) -> bool:

@@ -30,7 +30,7 @@ search can be memoised on them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -51,6 +51,7 @@ __all__ = [
     "VictimIndex",
     "VictimKey",
     "candidate_domains",
+    "devices_held",
     "expected_loss",
     "find_plan",
     "is_protected",
@@ -212,13 +213,7 @@ class VictimIndex:
 
     def devices(self, gone: set[str]) -> dict[int, int]:
         """Node -> GPU devices the live candidates use there (each task once)."""
-        found: dict[int, int] = {}
-        for unit in self.units:
-            if unit.whole and unit.job.id not in gone:
-                for task in unit.job.placement:
-                    if task.milli:
-                        found[task.node] = found.get(task.node, 0) + len(task.devices)
-        return found
+        return devices_held((unit.job for unit in self.units if unit.whole), gone)
 
     def on(self, nodes: Sequence[int] | None, gone: set[str]) -> list[Unit]:
         """Live units touching `nodes` (None: all), cheapest first, each once."""
@@ -232,6 +227,18 @@ class VictimIndex:
                 if unit.job.id not in gone:
                     seen[id(unit)] = unit
         return sorted(seen.values(), key=self._sort_key)
+
+
+def devices_held(jobs: Iterable[JobView], gone: set[str]) -> dict[int, int]:
+    """Node -> GPU devices the jobs not `gone` use there: what evicting them all could free
+    at most, for `never_fits`."""
+    found: dict[int, int] = {}
+    for job in jobs:
+        if job.id not in gone:
+            for task in job.placement:
+                if task.milli:
+                    found[task.node] = found.get(task.node, 0) + len(task.devices)
+    return found
 
 
 def candidate_domains(
