@@ -80,22 +80,11 @@ class JobIndex:
         self.evicted_before: dict[str, float] = {}
         self.token = next(_TOKENS)
         self.version = 0
-        self._views_changed = 0  # any view added or removed (pending ones too)
-        self._all: tuple[int, tuple[JobView, ...]] = (0, ())
         for job in jobs:
             self.put(job)
 
     def __len__(self) -> int:
         return len(self.views)
-
-    def all_views(self) -> tuple[JobView, ...]:
-        """Every view, in `views` order; kept until a view is added or removed (most cycles
-        under a backlog see no change, and the tuple has one entry per live job)."""
-        changed, views = self._all
-        if changed != self._views_changed:
-            self._all = (self._views_changed, tuple(self.views.values()))
-            return self._all[1]
-        return views
 
     def put(self, job: JobView) -> None:
         """Add a job, or replace the view with the same id."""
@@ -115,7 +104,6 @@ class JobIndex:
                 self.version += 1
 
     def _add(self, job: JobView) -> None:
-        self._views_changed += 1
         self.views[job.id] = job
         self.by_state[job.state][job.id] = job
         spec = job.spec
@@ -139,7 +127,6 @@ class JobIndex:
             self._pin(job, 1)
 
     def _remove(self, job: JobView) -> None:
-        self._views_changed += 1
         del self.views[job.id]
         del self.by_state[job.state][job.id]
         spec = job.spec

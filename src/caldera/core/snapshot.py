@@ -64,7 +64,7 @@ class Snapshot:
     @property
     def all_jobs(self) -> tuple[JobView, ...]:
         """Every job that is not finished: `jobs`, or the index's views when none were given."""
-        return self.jobs or self.job_index.all_views()
+        return self.jobs or tuple(self.job_index.views.values())
 
     @property
     def job_index(self) -> JobIndex:
