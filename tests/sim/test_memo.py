@@ -167,3 +167,50 @@ def test_searches_of_a_quiet_check_that_found_a_plan_are_handed_to_the_phases(
     assert taken
     plain, _, _ = _simulate(data, memoize=False)
     assert cached == plain
+
+
+def test_pools_shared_while_undecided_are_the_pools_built_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A victim pool (or an own-queue candidate list) made while the cycle had decided nothing
+    is taken by later phases of the cycle, and by the phases after a quiet check, while they
+    too decided nothing (eviction.VictimPools): every time one is taken here, the pool built
+    afresh at that point holds the same units in the same order."""
+    from caldera.core.eviction import VictimPools
+    from caldera.core.victims import VictimIndex
+
+    taken: list[object] = []
+    original = VictimPools._shared
+
+    def checked(self: VictimPools, key: Any) -> object | None:
+        shared = original(self, key)
+        if shared is None:
+            return None
+        fresh = VictimPools(self.cycle)
+        fresh._undecided = {}  # nothing to take: everything built again now
+        if isinstance(shared, VictimIndex):
+            kind, queue, priority = key
+            job = next(
+                j
+                for j in self.cycle.jobs.values()
+                if (j.spec.queue, j.spec.priority) == (queue, priority)
+            )
+            again = fresh.combined(job) if kind == "combined" else fresh._index(kind, job)
+            assert [(u.job.id, u.tasks, u.key) for u in again.units] == [
+                (u.job.id, u.tasks, u.key) for u in shared.units
+            ]
+        else:
+            queue, priority = key
+            job = next(
+                j
+                for j in self.cycle.jobs.values()
+                if (j.spec.queue, j.spec.priority) == (queue, priority)
+            )
+            assert [v.id for v in fresh._own_jobs(job)] == [v.id for v in shared]  # type: ignore[attr-defined]
+        taken.append(key)
+        return shared
+
+    monkeypatch.setattr(VictimPools, "_shared", checked)
+    burst = {"kind": "burst", "seed": 5, "jobs": 80, "nodes": 3}
+    _simulate({"workload": {"generators": [burst]}}, memoize=True)
+    assert taken

@@ -51,10 +51,14 @@ __all__ = [
 VictimsByQueue = dict[str, dict[int, dict[str, JobView]]]
 """Running jobs that could ever be victims: queue -> base priority -> id -> job."""
 
-SNAPSHOT_MEMOS = ("weights", "victim_units")
+SNAPSHOT_MEMOS = ("weights", "victim_units", "undecided pools")
 """The per-cycle memos of `VictimPools` that depend on the snapshot alone (each running job's
-effective weight and victim units at the cycle's time): another cycle on the same snapshot
-may start from them (core/quiet.py, 5)."""
+effective weight and victim units at the cycle's time, and the pools built while the cycle
+had decided nothing): another cycle on the same snapshot may start from them (core/quiet.py,
+5)."""
+
+PoolKey = tuple[str, str, int]
+"""(own, borrowers or combined; the preemptor's queue; its priority)."""
 
 Planner = Callable[[JobView, "VictimPools"], Plan | None]
 """(preemptor, the phase's pools) -> the phase's best plan for it, or None."""
@@ -140,13 +144,28 @@ class VictimPools:
 
     def __init__(self, cycle: CycleContext) -> None:
         self.cycle = cycle
-        self._indexes: dict[tuple[str, str, int], VictimIndex] = {}
+        self._indexes: dict[PoolKey, VictimIndex] = {}
         # Own candidates chosen (for a count) before their index was needed: the index is
         # built from this list later, so it holds what it would have held if built then.
         self._chosen: dict[tuple[str, int], list[JobView]] = {}
         # Per cycle (the clock is the cycle's): each running job's weight and units.
         self._weights: dict[str, float] = cycle.memo(SNAPSHOT_MEMOS[0], dict)
         self._units_of: dict[str, list[Unit]] = cycle.memo(SNAPSHOT_MEMOS[1], dict)
+        # Pools and chosen candidates made while the cycle had decided nothing: a function
+        # of the snapshot alone (nothing signalled, claimed, started or promised yet changes
+        # candidacy or a queue's usage), so every phase of the cycle — and the phases after a
+        # quiet check on the same snapshot — may take them while they too decided nothing.
+        self._undecided: dict[PoolKey | tuple[str, int], object] = cycle.memo(
+            SNAPSHOT_MEMOS[2], dict
+        )
+
+    def _shared(self, key: PoolKey | tuple[str, int]) -> object | None:
+        """What an undecided phase of this cycle made under `key`, while still undecided."""
+        return self._undecided.get(key) if self.cycle.undecided else None
+
+    def _share(self, key: PoolKey | tuple[str, int], value: object, undecided: bool) -> None:
+        if undecided:
+            self._undecided.setdefault(key, value)
 
     def own(self, job: JobView) -> VictimIndex:
         return self._index("own", job)
@@ -158,9 +177,15 @@ class VictimPools:
         key = ("combined", job.spec.queue, job.spec.priority)
         index = self._indexes.get(key)
         if index is None:
+            shared = self._shared(key)
+            if isinstance(shared, VictimIndex):
+                index = self._indexes[key] = shared
+                return index
             queue = job.spec.queue
+            undecided = self.cycle.undecided
             units = [*self.own(job).units, *self.borrowers(job).units]
             index = self._indexes[key] = VictimIndex(units, lambda u: int(u.queue == queue))
+            self._share(key, index, undecided)
         return index
 
     def own_never_fits(self, job: JobView) -> bool:
@@ -175,23 +200,43 @@ class VictimPools:
         index = self._indexes.get(key)
         if index is not None:
             return never_fits(self.cycle.room, spec, index.devices(self.cycle.evicted))
+        shared = self._shared(key)
+        if isinstance(shared, VictimIndex):
+            return never_fits(self.cycle.room, spec, shared.devices(self.cycle.evicted))
         chosen = self._chosen.get(key[1:])
         if chosen is None:
-            chosen = self._chosen[key[1:]] = self._own_jobs(job)
+            chosen = self._chosen[key[1:]] = self._own_candidates(job)
         return never_fits(self.cycle.room, spec, devices_held(chosen, self.cycle.evicted))
+
+    def _own_candidates(self, job: JobView) -> list[JobView]:
+        """`_own_jobs`, or the list an undecided phase of this cycle chose."""
+        key = (job.spec.queue, job.spec.priority)
+        shared = self._shared(key)
+        if isinstance(shared, list):
+            return shared
+        undecided = self.cycle.undecided
+        chosen = self._own_jobs(job)
+        self._share(key, chosen, undecided)
+        return chosen
 
     def _index(self, kind: str, job: JobView) -> VictimIndex:
         key = (kind, job.spec.queue, job.spec.priority)
         index = self._indexes.get(key)
         if index is None:
+            shared = self._shared(key)
+            if isinstance(shared, VictimIndex):
+                index = self._indexes[key] = shared
+                return index
+            undecided = self.cycle.undecided
             if kind == "own":
                 chosen = self._chosen.pop(key[1:], None)
-                jobs = self._own_jobs(job) if chosen is None else chosen
+                jobs = self._own_candidates(job) if chosen is None else chosen
             else:
                 jobs = self._borrowed_jobs(job)
             index = self._indexes[key] = VictimIndex(
                 [unit for victim in jobs for unit in self._units(victim)]
             )
+            self._share(key, index, undecided)
         return index
 
     def _own_jobs(self, job: JobView) -> list[JobView]:

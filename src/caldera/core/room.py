@@ -184,14 +184,25 @@ class Room:
         memory = self.memory[index] + sign * task.memory
         if cpu < 0 or memory < 0 or cpu > node.cpu or memory > node.memory:
             raise CapacityError(f"node {node.name}: cpu/memory out of range")
-        for device in task.devices:
+        devices = task.devices
+        for device in devices:
             after = free[device] + delta
             if after < 0 or after > GPU_MILLI:
                 raise CapacityError(
                     f"node {node.name} device {device}: {free[device]} milli free, change {delta}"
                 )
-        if len(set(task.devices)) != len(task.devices):
+        if len(devices) > 1 and len(set(devices)) != len(devices):
             raise CapacityError(f"node {node.name}: a task lists a device twice")
+        self._apply(task, sign, node)
+        if self._journal is not None:
+            self._journal.append((task, sign))
+
+    def _apply(self, task: TaskPlacement, sign: int, node: Node) -> None:
+        """The unchecked part of a whole-GPU or shared change: the caller checked it (a
+        take or give), or it undoes one that was (a rollback)."""
+        index = task.node
+        free = self.free[index]
+        delta = sign * task.milli
         whole_before = self.whole[index]
         whole = whole_before
         for device in task.devices:
@@ -202,8 +213,8 @@ class Room:
                 whole -= 1
             if after == GPU_MILLI:
                 whole += 1
-        self.cpu[index] = cpu
-        self.memory[index] = memory
+        self.cpu[index] += sign * task.cpu
+        self.memory[index] += sign * task.memory
         if whole != whole_before:
             buckets = self.buckets[node.gpu_model]
             bucket = buckets[whole_before]
@@ -225,8 +236,6 @@ class Room:
                 else:
                     self._partial.discard(index)
                     del partial[bisect_left(partial, index)]
-        if self._journal is not None:
-            self._journal.append((task, sign))
 
     def _slice_ok(self, task: TaskPlacement, node: Node) -> bool:
         """A task on a MIG slice takes exactly that one slice, at its GPU-equivalent."""
@@ -276,10 +285,15 @@ class Room:
         if journal is None:
             raise RuntimeError("Room.rollback() outside scratch()")
         self._journal = None
+        nodes = self.nodes
         try:
             while len(journal) > mark:
                 task, sign = journal.pop()
-                self._change(task, -sign)
+                node = nodes[task.node]
+                if node.slices and any(d >= node.gpus for d in task.devices):
+                    self._change(task, -sign)
+                else:  # undoes a checked change: nothing to check again
+                    self._apply(task, -sign, node)
         finally:
             self._journal = journal
 
