@@ -11,7 +11,6 @@ keep their own list of jobs they could not place in `unplaced`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -436,13 +435,7 @@ class CycleContext:
 
     def _next_cooldown_end(self) -> float:
         """When the next running job leaves its cooldown and may be a victim again."""
-        cooldown, now = self.config.cooldown, self.now
-        ends = [
-            at + cooldown
-            for at in self.snapshot.job_index.evicted_before.values()
-            if at + cooldown > now
-        ]
-        return min(ends, default=math.inf)
+        return self.snapshot.job_index.next_cooldown_end(self.config.cooldown, self.now)
 
     def decisions(self) -> Decisions:
         wakeups = [t for t in self.wakeups if t > self.now]

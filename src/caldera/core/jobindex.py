@@ -18,6 +18,7 @@ nomination coming and going do not count: a new competitor can only take from th
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from itertools import count
 from typing import TypeVar, cast
@@ -76,8 +77,10 @@ class JobIndex:
         self.pinned: dict[int, int] = {}
         self._pinned_version = 0
         self._pinned_derived: dict[Hashable, tuple[int, object]] = {}
-        # Possible victims evicted before (now running again) -> when: their cooldowns.
+        # Possible victims evicted before (now running again) -> when: their cooldowns; and
+        # the same as (when, id) in order, for the next cooldown to end.
         self.evicted_before: dict[str, float] = {}
+        self._evicted_order: list[tuple[float, str]] = []
         self.token = next(_TOKENS)
         self.version = 0
         for job in jobs:
@@ -123,6 +126,7 @@ class JobIndex:
                 self._hold_devices(job, 1)
                 if job.last_evicted_at is not None:
                     self.evicted_before[job.id] = job.last_evicted_at
+                    bisect.insort(self._evicted_order, (job.last_evicted_at, job.id))
         if job.state is JobState.RUNNING and _never_a_victim(job):
             self._pin(job, 1)
 
@@ -142,7 +146,10 @@ class JobIndex:
         if job.state is JobState.RUNNING and _never_a_victim(job):
             self._pin(job, -1)
         self.growable.pop(job.id, None)
-        self.evicted_before.pop(job.id, None)
+        at = self.evicted_before.pop(job.id, None)
+        if at is not None:
+            order = self._evicted_order
+            del order[bisect.bisect_left(order, (at, job.id))]
         by_priority = self.victims.get(spec.queue)
         if by_priority is not None:
             same = by_priority.get(spec.priority)
@@ -150,6 +157,14 @@ class JobIndex:
                 self._hold_devices(job, -1)
                 if not same:
                     del by_priority[spec.priority]
+
+    def next_cooldown_end(self, cooldown: float, now: float) -> float:
+        """The earliest `evicted at + cooldown` after `now` among the possible victims evicted
+        before (inf: none): when the next of them may be a victim again."""
+        order = self._evicted_order
+        # `at + cooldown` grows with `at`: the first entry past `now` is the earliest.
+        first = bisect.bisect_right(order, now, key=lambda entry: entry[0] + cooldown)
+        return order[first][0] + cooldown if first < len(order) else math.inf
 
     def lower_devices(self, queue: str, priority: int) -> dict[int, int]:
         """Node -> GPU devices used by the queue's possible victims below `priority`; kept

@@ -120,26 +120,43 @@ def _domain(cycle: CycleContext, spec: JobSpec) -> tuple[int, ...] | None:
             tiers = (topology.highest_tier, 2)
     else:
         tiers = (1, 2)
-    fixed = non_evictable(cycle)
     models = spec.gpu_models
     kept = pinned_only(cycle)
     for tier in tiers:
-        layout = room.domain_layout(tier, models)
-        count = partial(_held, room, tier, models, layout)
-        if kept:  # fixed is the index's own count: its sums per domain last across cycles
-            key = ("reservation held", room.token, 1 if tier <= 1 else 2, models)
-            held = cycle.snapshot.job_index.from_pinned(key, count)
+        level = 1 if tier <= 1 else 2
+        layout = room.domain_layout(level, models)
+        able = partial(_able, room, level, models, layout, need * GPU_MILLI)
+        if kept:  # the index's own count: the domains it leaves last across cycles
+            key = ("reservation domains", room.token, level, models, need)
+            domains = cycle.snapshot.job_index.from_pinned(key, able)
         else:
-            held = count(fixed)
-        whole = room.tier1_whole if tier <= 1 else room.tier2_whole
-        options: list[tuple[int, int, int, tuple[int, ...]]] = []
-        for domain, (usable, capacity) in layout.items():
-            if capacity - held[domain] < need * GPU_MILLI:
-                continue  # never, while its non-evictable work runs
+            domains = able(non_evictable(cycle))
+        whole = room.tier1_whole if level == 1 else room.tier2_whole
+        best: tuple[int, int, int, tuple[int, ...]] | None = None
+        for domain, held, usable in domains:
             free = whole[domain] if models is None else sum(room.whole[n] for n in usable)
-            options.append((-free, held[domain], domain, usable))
-        if options:
-            return min(options)[3]
+            if best is None or (-free, held, domain) < best[:3]:
+                best = (-free, held, domain, usable)
+        if best is not None:
+            return best[3]
         if topology is not None and topology.mode is TopologyMode.HARD:
             return None
     return None
+
+
+def _able(
+    room: Room,
+    tier: int,
+    models: frozenset[str] | None,
+    layout: DomainLayout,
+    need: int,
+    pinned: Mapping[int, int],
+) -> list[tuple[int, int, tuple[int, ...]]]:
+    """The domains of the layout that could ever hold `need` milli-GPUs while their
+    non-evictable work runs: (domain, that work, its usable nodes), in layout order."""
+    held = _held(room, tier, models, layout, pinned)
+    return [
+        (domain, held[domain], usable)
+        for domain, (usable, capacity) in layout.items()
+        if capacity - held[domain] >= need
+    ]

@@ -134,22 +134,35 @@ def victim_units(
     `weight`: its effective weight now, when the caller already has it."""
     if weight is None:
         weight = effective_weight(job, config, now)
-    newest = -(job.running_since if job.running_since is not None else 0.0)
+    since = job.running_since
+    newest = -(since if since is not None else 0.0)
     running = len(job.placement)
-    delay = release_delay(job, config)
-    units = [
-        Unit(
-            job,
-            (task,),
-            False,
-            weight,
-            0.0,
-            VictimKey(0.0, 0, weight, newest, job.id, -task),
-            delay,
-        )
-        for task in range(running - 1, job.spec.min_available - 1, -1)
-    ]
-    lost = expected_loss(job, config, now)
+    spec = job.spec
+    ckpt = spec.checkpoint
+    # release_delay and expected_loss written out (one test of the emergency checkpoint):
+    # asked for every candidate victim of every pool a cycle builds.
+    if config.emergency_checkpoint and ckpt.on_sigterm and ckpt.cost <= config.grace_period:
+        delay, lost = ckpt.cost, 0.0
+    else:
+        work = job.work_done(now)
+        delay = config.grace_period
+        lost = spec.gpu * running / GPU_MILLI * (work - ckpt.resume_point(work, job.saved_work))
+    units = (
+        [
+            Unit(
+                job,
+                (task,),
+                False,
+                weight,
+                0.0,
+                VictimKey(0.0, 0, weight, newest, job.id, -task),
+                delay,
+            )
+            for task in range(running - 1, spec.min_available - 1, -1)
+        ]
+        if running > spec.min_available
+        else []
+    )
     key = VictimKey(lost, 1, weight, newest, job.id, 0)
     units.append(Unit(job, tuple(range(running)), True, weight, lost, key, delay))
     return units
@@ -324,6 +337,7 @@ def _counted_prefix(
                 return length
         return None
     tasks = 0
+    target = spec.min_available
     if nodes is None:
         for model in room.models if models is None else models:
             for level, bucket in enumerate(room.buckets.get(model, ())):
@@ -332,33 +346,42 @@ def _counted_prefix(
         for index in nodes:
             if models is None or nodes_of[index].gpu_model in models:
                 tasks += room.whole[index] // need
-    if tasks >= spec.min_available:
+    if tasks >= target:
         return 0
     freed: dict[tuple[int, int], int] = {}
     gained: dict[int, int] = {}
+    # A task counts once: only a job running above its minimum has more than one unit
+    # (its extra tasks, then its whole gang), so only such a job's tasks are remembered.
     counted: set[tuple[str, int]] = set()
     free = room.free
     whole = room.whole
     for length, unit in enumerate(units, start=1):
         job = unit.job
+        placement = job.placement
+        several = len(placement) > job.spec.min_available
         for i in unit.tasks:
-            task = job.placement[i]
+            task = placement[i]
             node = task.node
-            if (allowed is not None and node not in allowed) or (job.id, i) in counted:
+            if allowed is not None and node not in allowed:
                 continue
-            counted.add((job.id, i))
+            if several:
+                if (job.id, i) in counted:
+                    continue
+                counted.add((job.id, i))
             if models is not None and nodes_of[node].gpu_model not in models:
                 continue
+            node_free = free[node]
+            milli = task.milli
             for device in task.devices:
-                before = free[node][device] + freed.get((node, device), 0)
-                after = before + task.milli
-                freed[(node, device)] = after - free[node][device]
-                if before < GPU_MILLI <= after:
+                held = freed.get((node, device), 0)
+                before = node_free[device] + held
+                if before < GPU_MILLI <= before + milli:
                     extra = gained.get(node, 0)
                     base = whole[node]
                     tasks += (base + extra + 1) // need - (base + extra) // need
                     gained[node] = extra + 1
-        if tasks >= spec.min_available:
+                freed[(node, device)] = held + milli
+        if tasks >= target:
             return length
     return None
 
