@@ -154,3 +154,20 @@ def test_the_index_keeps_what_derives_from_pinned_work_until_it_changes() -> Non
     index.drop("c0")
     assert index.from_pinned("test", total) == {2: 4000}
     assert len(builds) == 3
+
+
+def test_a_starving_job_whose_tasks_no_node_can_hold_reserves_nothing() -> None:
+    """Found by the liveness property (test_cycle_properties): on 4-GPU nodes a gang of 8-GPU
+    tasks never fits, however empty its leaf — yet the leaf's 12 GPUs passed the reservation's
+    capacity test, so it reserved all of them and nothing else ever started. Its queue-mate
+    `small` starts now (it would not, with that reservation)."""
+    snap = snapshot(
+        cluster().group("g", count=3, gpus=4, per_tier1=3).build(),
+        queues=[queue("q0").deserved(gpu=1)],
+        jobs=[
+            job("never").large().gang(2, gpus=8, min_available=1).queue("q0").submitted(NOW - 1200),
+            job("small").gpus(1).queue("q0").submitted(NOW - 600),
+        ],
+        now=NOW,
+    )
+    assert set(decided_starts(snap, run(snap, CALDERA))) == {"small"}

@@ -125,9 +125,9 @@ def _domain(cycle: CycleContext, spec: JobSpec) -> tuple[int, ...] | None:
     for tier in tiers:
         level = 1 if tier <= 1 else 2
         layout = room.domain_layout(level, models)
-        able = partial(_able, room, level, models, layout, need * GPU_MILLI)
+        able = partial(_able, room, level, models, layout, spec.whole_gpus, spec.min_available)
         if kept:  # the index's own count: the domains it leaves last across cycles
-            key = ("reservation domains", room.token, level, models, need)
+            key = ("reservation domains", room.token, level, models, need, spec.whole_gpus)
             domains = cycle.snapshot.job_index.from_pinned(key, able)
         else:
             domains = able(non_evictable(cycle))
@@ -149,14 +149,19 @@ def _able(
     tier: int,
     models: frozenset[str] | None,
     layout: DomainLayout,
-    need: int,
+    per_task: int,
+    minimum: int,
     pinned: Mapping[int, int],
 ) -> list[tuple[int, int, tuple[int, ...]]]:
-    """The domains of the layout that could ever hold `need` milli-GPUs while their
-    non-evictable work runs: (domain, that work, its usable nodes), in layout order."""
+    """The domains of the layout that could ever hold the gang — `minimum` tasks of
+    `per_task` whole GPUs, each on one node — while their non-evictable work runs: (domain,
+    that work, its usable nodes), in layout order. A domain whose nodes are too small for a
+    task never can, however empty: reserving it would only hold everyone else back."""
     held = _held(room, tier, models, layout, pinned)
+    nodes = room.nodes
     return [
         (domain, held[domain], usable)
         for domain, (usable, capacity) in layout.items()
-        if capacity - held[domain] >= need
+        if capacity - held[domain] >= per_task * minimum * GPU_MILLI
+        and sum(nodes[n].gpus // per_task for n in usable) >= minimum
     ]

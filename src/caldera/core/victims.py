@@ -29,8 +29,9 @@ search can be memoised on them.
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -227,6 +228,18 @@ class VictimIndex:
     def devices(self, gone: set[str]) -> dict[int, int]:
         """Node -> GPU devices the live candidates use there (each task once)."""
         return devices_held((unit.job for unit in self.units if unit.whole), gone)
+
+    def cheapest(self, nodes: Sequence[int], gone: set[str]) -> VictimKey | None:
+        """The smallest key of a live unit touching `nodes` (an index without `first`)."""
+        found: VictimKey | None = None
+        by_node = self.by_node
+        for node in nodes:
+            for unit in by_node.get(node, ()):
+                if unit.job.id not in gone:
+                    if found is None or unit.key < found:
+                        found = unit.key
+                    break
+        return found
 
     def on(self, nodes: Sequence[int] | None, gone: set[str]) -> list[Unit]:
         """Live units touching `nodes` (None: all), cheapest first, each once."""
@@ -470,39 +483,84 @@ def find_plan(
         # Victims for quota need not make room: the preemptor may fit anywhere (placement
         # honours its topology), while its queue's victims run elsewhere.
         domains.append(None)
-    options: list[tuple[float, VictimKey, int, Sequence[int] | None, list[Unit], PlanFloor]] = []
     only_own = index.queues == {spec.queue}
-    for order, nodes in enumerate(domains):
-        local = index.on(nodes, gone)
-        if not local:
-            continue
-        shortest = _counted_prefix(room, spec, nodes, local)
-        if shortest is None:
-            continue
-        # Every plan here keeps the last victim of its shortest feasible prefix, which lies at
-        # or after the counting bound's position: its key bounds the plan's lost work and its
-        # most valuable victim from below.
-        tail = local[max(shortest, 1) - 1 :]
-        lowest = tail[0].key if index.first is None else min(unit.key for unit in tail)
-        floor = PlanFloor(0, lowest.lost, int(only_own), 1, _spread_floor(room, nodes, load))
-        options.append((lowest.lost, lowest, order, nodes, local, floor))
-    options.sort(key=lambda option: (option[0], option[1], option[2]))
     best: Plan | None = None
-    # Bounded domains first; the cluster-wide search (None) only if none of them works.
-    for cluster_wide in (False, True):
-        for lost, lowest, order, nodes, local, floor in options:
-            if (nodes is None) != cluster_wide:
-                continue
-            if best is not None and _cannot_beat(best.cost, lost, lowest, load is not None):
-                break
-            if best is not None and floor.above(best.cost):
-                continue  # every plan in this domain costs more than the best one found
-            plan = _plan_in_domain(room, spec, nodes, local, allow, order, patience, enough, load)
-            if plan is not None and (best is None or plan.cost < best.cost):
-                best = plan
-        if best is not None:
+    # Bounded domains first, in the order of their bounds (the lost work and key of the unit
+    # at the counting bound's position, then domain order); the cluster-wide search (None)
+    # only if none of them works.
+    for lost, lowest, order, nodes, local in _bounded_in_order(room, spec, index, domains, gone):
+        if best is not None and _cannot_beat(best.cost, lost, lowest, load is not None):
             break
+        floor = PlanFloor(0, lost, int(only_own), 1, _spread_floor(room, nodes, load))
+        if best is not None and floor.above(best.cost):
+            continue  # every plan in this domain costs more than the best one found
+        plan = _plan_in_domain(room, spec, nodes, local, allow, order, patience, enough, load)
+        if plan is not None and (best is None or plan.cost < best.cost):
+            best = plan
+    if best is None and None in domains:
+        bound = _bound(room, spec, index, None, gone)
+        if bound is not None:
+            order = domains.index(None)
+            best = _plan_in_domain(room, spec, None, bound[1], allow, order, patience, enough, load)
     return best
+
+
+_Bounded = tuple[float, VictimKey, int, Sequence[int], list[Unit]]
+"""A bounded domain to try: its bound's lost work and key, its order, nodes and candidates."""
+
+
+def _bound(
+    room: Room, spec: JobSpec, index: VictimIndex, nodes: Sequence[int] | None, gone: set[str]
+) -> tuple[VictimKey, list[Unit]] | None:
+    """A domain's bound and its live candidates, cheapest first; None when it has none, or
+    not even all of them make room. Every plan there keeps the last victim of its shortest
+    feasible prefix, which lies at or after the counting bound's position: that unit's key
+    bounds the plan's lost work and its most valuable victim from below."""
+    local = index.on(nodes, gone)
+    if not local:
+        return None
+    shortest = _counted_prefix(room, spec, nodes, local)
+    if shortest is None:
+        return None
+    tail = local[max(shortest, 1) - 1 :]
+    return (tail[0].key if index.first is None else min(unit.key for unit in tail)), local
+
+
+def _bounded_in_order(
+    room: Room,
+    spec: JobSpec,
+    index: VictimIndex,
+    domains: Sequence[Sequence[int] | None],
+    gone: set[str],
+) -> Iterator[_Bounded]:
+    """The bounded domains with a bound, in the order of (bound's lost work, its key, domain
+    order) — worked out lazily: a domain's bound is at least the key of its cheapest live
+    candidate, so a domain is bounded only when that key comes up, and a search that stops
+    early (`_cannot_beat`) never bounds the rest. An index that orders some units first
+    (`VictimIndex.first`) has no such cheap lower bound: every domain is bounded at once."""
+    heap: list[tuple[float, VictimKey, int, bool, Sequence[int], list[Unit] | None]] = []
+    for order, nodes in enumerate(domains):
+        if nodes is None:
+            continue
+        if index.first is None:
+            cheapest = index.cheapest(nodes, gone)
+            if cheapest is not None:
+                heap.append((cheapest.lost, cheapest, order, False, nodes, None))
+            continue
+        bound = _bound(room, spec, index, nodes, gone)
+        if bound is not None:
+            heap.append((bound[0].lost, bound[0], order, True, nodes, bound[1]))
+    # (lost, key, order) is unique per domain: the rest of an entry is never compared.
+    heapq.heapify(heap)
+    while heap:
+        lost, key, order, exact, nodes, local = heapq.heappop(heap)
+        if exact:
+            assert local is not None
+            yield lost, key, order, nodes, local
+            continue
+        bound = _bound(room, spec, index, nodes, gone)
+        if bound is not None:
+            heapq.heappush(heap, (bound[0].lost, bound[0], order, True, nodes, bound[1]))
 
 
 class PlanFloor(NamedTuple):
