@@ -26,6 +26,7 @@ from caldera.core.victims import (
     Enough,
     Plan,
     Unit,
+    Veto,
     VictimIndex,
     devices_held,
     find_plan,
@@ -38,6 +39,7 @@ from caldera.model import CRITICAL_PRIORITY, JobState, Resources
 
 __all__ = [
     "SNAPSHOT_MEMOS",
+    "FloorVeto",
     "Planner",
     "VictimPools",
     "VictimsByQueue",
@@ -315,22 +317,34 @@ class VictimPools:
             )
         return units
 
-    def floor_veto(self, own: str) -> Callable[[Unit, Mapping[str, Resources]], bool]:
-        """Reclaim's floor, as Volcano's proportion plugin: a queue may lose a unit while it is
-        above its deserved share before that eviction (its last victim may take it below),
-        never below its guarantee. Units of the preemptor's own queue `own` pass."""
-        usage = self.cycle.usage
+    def floor_veto(self, own: str) -> FloorVeto:
+        """Reclaim's floor (`FloorVeto`) for a preemptor of queue `own`."""
+        return FloorVeto(self.cycle.usage, own)
 
-        def allow(unit: Unit, taken: Mapping[str, Resources]) -> bool:
-            if unit.queue == own:
-                return True
-            entry = usage[unit.queue]
-            before = entry.kept - taken.get(unit.queue, Resources())
-            return entry.over_deserved(before) and not entry.below_guarantee(
-                before - unit.resources
-            )
 
-        return allow
+class FloorVeto:
+    """Reclaim's floor, as Volcano's proportion plugin: a queue may lose a unit while it is
+    above its deserved share before that eviction (its last victim may take it below), never
+    below its guarantee. Units of the preemptor's own queue pass."""
+
+    def __init__(self, usage: Mapping[str, QueueUsage], own: str) -> None:
+        self.usage = usage
+        self.own = own
+
+    def __call__(self, unit: Unit, taken: Mapping[str, Resources]) -> bool:
+        if unit.queue == self.own:
+            return True
+        entry = self.usage[unit.queue]
+        before = entry.kept - taken.get(unit.queue, Resources())
+        return entry.over_deserved(before) and not entry.below_guarantee(before - unit.resources)
+
+    def closed(self, queue: str, taken: Mapping[str, Resources]) -> bool:
+        """No longer above its deserved share with what is taken: more taken never puts it
+        back above."""
+        if queue == self.own:
+            return False
+        entry = self.usage[queue]
+        return not entry.over_deserved(entry.kept - taken.get(queue, Resources()))
 
 
 def hopeless(cycle: CycleContext, job: JobView) -> bool:
@@ -444,7 +458,7 @@ def search(
     cycle: CycleContext,
     job: JobView,
     index: VictimIndex,
-    allow: Callable[[Unit, Mapping[str, Resources]], bool] | None = None,
+    allow: Veto | None = None,
     enough: Enough | None = None,
 ) -> Plan | None:
     """One victim search for `job` among `index`'s units on the cycle's working room."""

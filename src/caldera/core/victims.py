@@ -33,7 +33,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from caldera.core.config import PolicyConfig
 from caldera.core.jobindex import _never_a_victim
@@ -72,8 +72,16 @@ class VictimKey(NamedTuple):
     task: int  # 6. minus the task index: an elastic job's last started task first
 
 
-Veto = Callable[["Unit", Mapping[str, Resources]], bool]
-"""(unit, resources already chosen per queue) -> may this unit join the plan?"""
+class Veto(Protocol):
+    """(unit, resources already chosen per queue) -> may this unit join the plan?"""
+
+    def __call__(self, unit: Unit, taken: Mapping[str, Resources]) -> bool: ...
+
+    def closed(self, queue: str, taken: Mapping[str, Resources]) -> bool:
+        """May no unit of `queue` join any more, whatever its size? Once true it stays true
+        while `taken` only grows (a search then skips that queue's units unasked)."""
+        ...
+
 
 Enough = Callable[[Sequence["Unit"]], bool]
 """(victims) -> do they free what the preemptor needs besides room? Monotone: more victims
@@ -688,7 +696,14 @@ def _prune(
     others', each most expensive first. The room holds every chosen victim's tasks as given
     back; trying to drop one takes back only the tasks no other chosen unit frees, and gives
     them again if the preemptor no longer fits — one victim's worth of room changes a trial,
-    not the whole set's."""
+    not the whole set's.
+
+    A victim none of whose tasks taken back lies on a node of the current placement can
+    always go: that placement still stands (whatever the victim's room held is elsewhere), so
+    the preemptor fits; only the placement it would get now is not worked out. A later trial
+    that takes room on a node of that placement is tried in full; and the placement is worked
+    out at the end, on the room the last victim that went left (a failed trial gives its room
+    back) — where trying every victim in full would have worked it out last."""
     room.rollback(mark)
     covering: dict[tuple[str, int], int] = {}
     for unit in chosen:
@@ -696,6 +711,8 @@ def _prune(
             covering[(unit.job.id, i)] = covering.get((unit.job.id, i), 0) + 1
     _give_units(room, chosen)
     own = spec.queue
+    used = {task.node for task in placement}
+    stale = False  # victims went since `placement` was worked out
     for unit in sorted(chosen, key=lambda u: (u.queue == own, u.key), reverse=True):
         trial = [c for c in chosen if c is not unit]
         if not trial:
@@ -703,17 +720,27 @@ def _prune(
         alone = [unit.job.placement[i] for i in unit.tasks if covering[(unit.job.id, i)] == 1]
         for task in alone:
             room.take(task)
-        smaller = None
-        # The counting bound on the room as it now is (no further victims): None settles it.
-        if _counted_prefix(room, spec, nodes, ()) is not None and (enough is None or enough(trial)):
-            smaller = _fits(room, spec, nodes)
-        if smaller is None:
-            for task in alone:
-                room.give(task)
-            continue
-        chosen, placement = trial, smaller
+        if all(task.node not in used for task in alone) and (enough is None or enough(trial)):
+            chosen, stale = trial, True  # the placement still stands
+        else:
+            smaller = None
+            # The counting bound on the room as it now is (no further victims): None settles it.
+            if _counted_prefix(room, spec, nodes, ()) is not None and (
+                enough is None or enough(trial)
+            ):
+                smaller = _fits(room, spec, nodes)
+            if smaller is None:
+                for task in alone:
+                    room.give(task)
+                continue
+            chosen, placement, stale = trial, smaller, False
+            used = {task.node for task in placement}
         for i in unit.tasks:
             covering[(unit.job.id, i)] -= 1
+    if stale:
+        placed = _fits(room, spec, nodes)
+        assert placed is not None  # the last placement worked out still stands
+        placement = placed
     return chosen, placement
 
 
@@ -735,11 +762,23 @@ def _plan_in_domain(
         whole_jobs: set[str] = set()
         counted: dict[str, int] = {}  # tasks of each job already chosen (its extras)
         taken: dict[str, Resources] = {}
+        closed: set[str] = set()  # queues the veto lets no more units of
+        present: set[str] | None = None  # the queues of the candidates
         for unit in ordered:
             if unit.job.id in whole_jobs:
                 continue
-            if allow is not None and not allow(unit, taken):
-                continue
+            if allow is not None:
+                queue = unit.queue
+                if queue in closed:
+                    continue
+                if not allow(unit, taken):
+                    if allow.closed(queue, taken):
+                        closed.add(queue)
+                        if present is None:
+                            present = {u.queue for u in ordered}
+                        if present <= closed:
+                            break  # nothing after this may join either
+                    continue
             chosen.append(unit)
             # A whole gang after some of its extras gives back only the rest.
             tasks = len(unit.tasks) - (counted.get(unit.job.id, 0) if unit.whole else 0)
