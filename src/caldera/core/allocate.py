@@ -129,8 +129,9 @@ def allocate(cycle: CycleContext) -> None:
         handled = handled | cycle.memo("starving_handled", lambda: reserve_for_starving(cycle))
 
     # Per queue, a heap of its groups' next jobs: (rank, group number, position).
+    usage, in_pass = cycle.usage, cycle.pass_filter
     groups: list[PendingGroup] = [
-        g for g in cycle.eligible_groups if g[0][0] in cycle.usage and cycle.in_pass(g[0])
+        g for g in cycle.eligible_groups if g[0][0] in usage and (in_pass is None or in_pass(g[0]))
     ]
     heads: dict[str, list[tuple[tuple[int, float, str], int, int]]] = {}
     for number, (key, jobs) in enumerate(groups):

@@ -82,6 +82,8 @@ def _free_whole(
     models = spec.gpu_models
     parts: list[TaskPlacement] = []
     for index in nodes:
+        if not room.whole[index]:
+            continue  # no whole GPU free here (a busy cluster's usual node)
         if models is not None and room.nodes[index].gpu_model not in models:
             continue
         devices = tuple(d for d, left in enumerate(room.free[index]) if left == GPU_MILLI)
@@ -131,14 +133,15 @@ def _domain(cycle: CycleContext, spec: JobSpec) -> tuple[int, ...] | None:
             domains = cycle.snapshot.job_index.from_pinned(key, able)
         else:
             domains = able(non_evictable(cycle))
-        whole = room.tier1_whole if level == 1 else room.tier2_whole
-        best: tuple[int, int, int, tuple[int, ...]] | None = None
-        for domain, held, usable in domains:
-            free = whole[domain] if models is None else sum(room.whole[n] for n in usable)
-            if best is None or (-free, held, domain) < best[:3]:
-                best = (-free, held, domain, usable)
-        if best is not None:
-            return best[3]
+        order, usable = domains
+        if order:
+            # The most free whole GPUs; ties to the least non-evictable work, then the lowest
+            # id — `order`'s own order, and max() keeps the first of equals.
+            if models is None:
+                whole = room.tier1_whole if level == 1 else room.tier2_whole
+                return usable[max(order, key=whole.__getitem__)]
+            free = {d: sum(room.whole[n] for n in usable[d]) for d in order}
+            return usable[max(order, key=free.__getitem__)]
         if topology is not None and topology.mode is TopologyMode.HARD:
             return None
     return None
@@ -152,16 +155,17 @@ def _able(
     per_task: int,
     minimum: int,
     pinned: Mapping[int, int],
-) -> list[tuple[int, int, tuple[int, ...]]]:
+) -> tuple[list[int], dict[int, tuple[int, ...]]]:
     """The domains of the layout that could ever hold the gang — `minimum` tasks of
-    `per_task` whole GPUs, each on one node — while their non-evictable work runs: (domain,
-    that work, its usable nodes), in layout order. A domain whose nodes are too small for a
-    task never can, however empty: reserving it would only hold everyone else back."""
+    `per_task` whole GPUs, each on one node — while their non-evictable work runs, by that
+    work then id; and their usable nodes. A domain whose nodes are too small for a task
+    never can, however empty: reserving it would only hold everyone else back."""
     held = _held(room, tier, models, layout, pinned)
     nodes = room.nodes
-    return [
-        (domain, held[domain], usable)
+    able = {
+        domain: usable
         for domain, (usable, capacity) in layout.items()
         if capacity - held[domain] >= per_task * minimum * GPU_MILLI
         and sum(nodes[n].gpus // per_task for n in usable) >= minimum
-    ]
+    }
+    return sorted(able, key=lambda domain: (held[domain], domain)), able
