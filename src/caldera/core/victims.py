@@ -486,6 +486,15 @@ def find_plan(
     gone = gone if gone is not None else set()
     if spec.tasks > 1 and never_fits(room, spec, index.devices(gone)):
         return None  # not even with every candidate gone: no domain needs trying
+    if (
+        allow is not None
+        and all(allow.closed(queue, {}) for queue in index.queues)
+        and _counted_prefix(room, spec, None, ()) is None
+    ):
+        # The veto lets no candidate join (their queues lost what they borrowed since the
+        # pool was made, by evictions earlier in this cycle), and the gang does not fit
+        # anywhere without victims: every domain's plan would fail.
+        return None
     domains = candidate_domains(room, spec, index)
     if enough is not None and None not in domains:
         # Victims for quota need not make room: the preemptor may fit anywhere (placement
