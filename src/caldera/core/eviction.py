@@ -378,7 +378,7 @@ def give_way(
     if not heads:
         return
     heapq.heapify(heads)
-    pools = VictimPools(cycle)
+    pools: VictimPools | None = None  # made at the first search: most heads back off
     started, blocked, usage, wakeups = cycle.started, cycle.blocked, cycle.usage, cycle.wakeups
     now, backoff = cycle.now, cycle.config.preempt_backoff
     while heads:
@@ -416,6 +416,8 @@ def give_way(
         if cycle.known_failure(key, job):
             plan = None  # failed before, and nothing since could change the answer (memo.py)
         else:
+            if pools is None:
+                pools = VictimPools(cycle)
             plan = planner(job, pools)
             if plan is None:
                 cycle.record_failure(key, job)
