@@ -515,14 +515,28 @@ def find_plan(
         domains.append(None)
     only_own = index.queues == {spec.queue}
     best: Plan | None = None
+
+    def settled(lost: float, lowest: VictimKey, nodes: Sequence[int]) -> int:
+        """Against the best plan so far, a domain whose bound is at least (lost, lowest):
+        _GO on, _SKIP it (its floor is above that plan), or _STOP (no plan there or in any
+        later domain can beat it)."""
+        if best is None:
+            return _GO
+        if _cannot_beat(best.cost, lost, lowest, load is not None):
+            return _STOP
+        floor = PlanFloor(0, lost, int(only_own), 1, _spread_floor(room, nodes, load))
+        return _SKIP if floor.above(best.cost) else _GO
+
     # Bounded domains first, in the order of their bounds (the lost work and key of the unit
     # at the counting bound's position, then domain order); the cluster-wide search (None)
     # only if none of them works.
-    for lost, lowest, order, nodes, local in _bounded_in_order(room, spec, index, domains, gone):
-        if best is not None and _cannot_beat(best.cost, lost, lowest, load is not None):
+    for lost, lowest, order, nodes, local in _bounded_in_order(
+        room, spec, index, domains, gone, settled
+    ):
+        verdict = settled(lost, lowest, nodes)
+        if verdict == _STOP:
             break
-        floor = PlanFloor(0, lost, int(only_own), 1, _spread_floor(room, nodes, load))
-        if best is not None and floor.above(best.cost):
+        if verdict == _SKIP:
             continue  # every plan in this domain costs more than the best one found
         plan = _plan_in_domain(room, spec, nodes, local, allow, order, patience, enough, load)
         if plan is not None and (best is None or plan.cost < best.cost):
@@ -537,6 +551,14 @@ def find_plan(
 
 _Bounded = tuple[float, VictimKey, int, Sequence[int], list[Unit]]
 """A bounded domain to try: its bound's lost work and key, its order, nodes and candidates."""
+
+_GO, _SKIP, _STOP = range(3)
+Settled = Callable[[float, VictimKey, Sequence[int]], int]
+"""(a lower bound on a domain's bound: lost work, key; its nodes) -> _GO, _SKIP or _STOP,
+as the search would answer the domain at that bound. Both answers that spare the bound are
+monotone — a larger bound, or a better plan found later, keeps them — so a domain answered
+_SKIP at its lower bound is skipped at its bound too, and _STOP at the cheapest lower bound
+left means every domain left would stop the search."""
 
 
 def _bound(
@@ -562,12 +584,14 @@ def _bounded_in_order(
     index: VictimIndex,
     domains: Sequence[Sequence[int] | None],
     gone: set[str],
+    settled: Settled,
 ) -> Iterator[_Bounded]:
     """The bounded domains with a bound, in the order of (bound's lost work, its key, domain
     order) — worked out lazily: a domain's bound is at least the key of its cheapest live
     candidate, so a domain is bounded only when that key comes up, and a search that stops
     early (`_cannot_beat`) never bounds the rest. An index that orders some units first
-    (`VictimIndex.first`) has no such cheap lower bound: every domain is bounded at once."""
+    (`VictimIndex.first`) has no such cheap lower bound: every domain is bounded at once.
+    `settled` answers a domain at its lower bound before it is bounded (`Settled`)."""
     heap: list[tuple[float, VictimKey, int, bool, Sequence[int], list[Unit] | None]] = []
     for order, nodes in enumerate(domains):
         if nodes is None:
@@ -587,6 +611,11 @@ def _bounded_in_order(
         if exact:
             assert local is not None
             yield lost, key, order, nodes, local
+            continue
+        verdict = settled(lost, key, nodes)
+        if verdict == _STOP:
+            return
+        if verdict == _SKIP:
             continue
         bound = _bound(room, spec, index, nodes, gone)
         if bound is not None:
