@@ -214,3 +214,42 @@ def test_pools_shared_while_undecided_are_the_pools_built_afresh(
     burst = {"kind": "burst", "seed": 5, "jobs": 80, "nodes": 3}
     _simulate({"workload": {"generators": [burst]}}, memoize=True)
     assert taken
+
+
+def test_a_window_edge_unsettles_failed_searches() -> None:
+    """The case hypothesis found (tests/sim/found/memo-window-reservation.yaml): a queue's
+    window closes, its starving large job is held and the room reserved for it is free, so a
+    search the memo held as failed now finds a plan. Failed searches last no longer than the
+    next window edge (CycleContext.record_failure)."""
+    import yaml
+
+    path = Path(__file__).resolve().parent / "found" / "memo-window-reservation.yaml"
+    data = yaml.safe_load(path.read_text())
+    cached, hits, _ = _simulate(data, memoize=True)
+    plain, _, _ = _simulate(data, memoize=False)
+    assert hits > 0
+    assert cached == plain
+
+
+def test_a_pending_large_job_that_leaves_unsettles_failed_searches() -> None:
+    """A pending large job may hold room its cycle reserved while it starved; when it leaves
+    the pending set without starting (held, cancelled) that room is the others', so the job
+    index's version moves and the memo forgets its failed searches. Other pending jobs that
+    leave took nothing and keep it."""
+    from caldera.core import JobIndex
+    from caldera.core.views import JobView
+    from caldera.model import JobSpec, JobState, JobType
+
+    large = JobView(JobSpec("big", "big", "q", JobType.LARGE, 0.0, gpu=8000), JobState.PENDING)
+    small = JobView(JobSpec("s", "s", "q", JobType.NORMAL, 0.0, gpu=1000), JobState.PENDING)
+    index = JobIndex([large, small])
+    before = index.version
+    index.drop("s")
+    assert index.version == before
+    index.put(replace(large, state=JobState.HELD))
+    assert index.version == before + 1
+    index.drop("big")
+    assert index.version == before + 1  # a held job holds no reservation
+    index.put(large)
+    index.drop("big")
+    assert index.version == before + 2

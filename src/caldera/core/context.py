@@ -11,6 +11,7 @@ keep their own list of jobs they could not place in `unplaced`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -417,7 +418,10 @@ class CycleContext:
 
     def record_failure(self, key: SearchKey, head: JobView) -> None:
         """Remember a failed search until time could loosen its rules (core/memo.py, 4)."""
-        until = self.memo("cooldowns_end", self._next_cooldown_end)
+        until = min(
+            self.memo("cooldowns_end", self._next_cooldown_end),
+            self.memo("window_edge", self._next_window_edge),
+        )
         spec = head.spec
         if spec.priority >= CRITICAL_PRIORITY:
             slo = self.config.slo.get(spec.type.value)
@@ -436,6 +440,20 @@ class CycleContext:
     def _next_cooldown_end(self) -> float:
         """When the next running job leaves its cooldown and may be a victim again."""
         return self.snapshot.job_index.next_cooldown_end(self.config.cooldown, self.now)
+
+    def _next_window_edge(self) -> float:
+        """When some queue's time window next opens or closes. A window that closes takes
+        its queue's pending jobs out of the cycle — with the room a starving one of them had
+        reserved (reservation.py) — and that room may let a waiting group's search succeed
+        with nothing else changed (the memo property found it: a large job's plan appeared
+        at the edge, still memoised as failed)."""
+        offset = self.config.week_offset
+        edges = [
+            edge - offset
+            for queue in self.snapshot.queues.values()
+            if (edge := queue.next_window_edge(self.now + offset)) is not None
+        ]
+        return min(edges, default=math.inf)
 
     def decisions(self) -> Decisions:
         wakeups = [t for t in self.wakeups if t > self.now]

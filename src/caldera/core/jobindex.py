@@ -10,9 +10,10 @@ submit time, id): jobs of one group fit, fail, preempt or are refused alike, so 
 decide for a group at once instead of job by job.
 
 `version` counts the changes that can open room or victims to a waiting job: a job that runs,
-releases, or holds a nomination arriving, changing or leaving. Pending jobs without a
-nomination coming and going do not count: a new competitor can only take from the others
-(core/memo.py relies on this). `token` tells one index from another.
+releases, or holds a nomination arriving, changing or leaving, and a pending large job leaving
+the pending set (held, cancelled: the room a cycle reserved for it while it starved is free
+for the others). Other pending jobs coming and going do not count: a new competitor can only
+take from the others (core/memo.py relies on this). `token` tells one index from another.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from itertools import count
 from typing import TypeVar, cast
 
 from caldera.core.views import JobView
-from caldera.model import CRITICAL_PRIORITY, JobState
+from caldera.model import CRITICAL_PRIORITY, JobState, JobType
 
 __all__ = ["GroupKey", "JobIndex"]
 
@@ -43,6 +44,16 @@ def _opens_room(job: JobView) -> bool:
         or job.state is JobState.RELEASING
         or (job.nomination is not None)
     )
+
+
+def _may_reserve(job: JobView) -> bool:
+    """Could this view hold room a cycle reserves (a pending large job, reservation.py)?
+    Leaving the pending set without starting, it gives that room to the others."""
+    return job.state is JobState.PENDING and job.spec.type is JobType.LARGE
+
+
+def _leaves_reserving(old: JobView, new: JobView) -> bool:
+    return _may_reserve(old) and new.state is not JobState.PENDING
 
 
 def _rank(job: JobView) -> tuple[int, float, str]:
@@ -94,7 +105,10 @@ class JobIndex:
         old = self.views.get(job.id)
         if old is not None:
             self._remove(old)
-        if old is not job and (_opens_room(job) or (old is not None and _opens_room(old))):
+        if old is not job and (
+            _opens_room(job)
+            or (old is not None and (_opens_room(old) or _leaves_reserving(old, job)))
+        ):
             self.version += 1
         self._add(job)
 
@@ -103,7 +117,7 @@ class JobIndex:
         old = self.views.get(job_id)
         if old is not None:
             self._remove(old)
-            if _opens_room(old):
+            if _opens_room(old) or _may_reserve(old):
                 self.version += 1
 
     def _add(self, job: JobView) -> None:

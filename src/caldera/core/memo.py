@@ -7,13 +7,17 @@ settled until one of these happens:
 
 1. free room changes outside a cycle (`Room.version`: a runtime applied a start or a
    release);
-2. a job that runs, releases, or holds a nomination appears, changes or leaves
-   (`JobIndex.version`) — new victims, freed room, a promise given up, a queue's usage moved;
+2. a job that runs, releases, or holds a nomination appears, changes or leaves, or a pending
+   large job leaves the pending set without starting (`JobIndex.version`) — new victims,
+   freed room, a promise given up, a queue's usage moved, room reserved for a starving job
+   no longer reserved;
 3. the policy settings, the queues or the nodes change (a drain, a cordon, a lost GPU);
 4. time passes a point where the search's own rules loosen: a running job's cooldown ends
    (it becomes a candidate again), a critical preemptor's SLO runs out (its plans need no
    longer finish within it), `lossy_patience` ends (a lossy plan becomes acceptable), a
-   large job starts to starve (it then searches with its reserved room, reservation.py);
+   large job starts to starve (it then searches with its reserved room, reservation.py), a
+   queue's time window opens or closes (a closing window takes that queue's pending jobs, and
+   the room reserved for one of them, out of the cycle);
 5. the group's first job changes (its submit time sets those points).
 
 Only searches that found no plan are settled: a plan the preemptor declined because every
@@ -27,8 +31,9 @@ index's per-node device counts); when even that cannot hold the gang, no victim 
 Everything else that happens between two cycles only *tightens* what a waiting group is
 offered: a new pending job competes for room and victims, it never adds any; effective
 weights only grow with time (fewer candidates); a job leaving the pending set without ever
-starting or nominating took nothing. So the memo is exact: a cycle decides the same with and
-without it (a property test runs workloads both ways and compares every decision).
+starting or nominating took nothing — unless room was reserved for it (a starving large job),
+which is why such a job's leaving counts in 2. So the memo is exact: a cycle decides the same
+with and without it (a property test runs workloads both ways and compares every decision).
 
 Pure: the snapshot carries the last cycle's `SearchMemo` in, `Decisions.memo` carries the new
 one out, and the runtime hands it back with the next snapshot. It also carries the record of a

@@ -174,9 +174,7 @@ def victim_units(
         else []
     )
     key = VictimKey(lost, 1, weight, newest, job.id, 0)
-    units.append(
-        Unit(job, tuple(range(running)), True, weight, lost, key, delay, placement, queue)
-    )
+    units.append(Unit(job, tuple(range(running)), True, weight, lost, key, delay, placement, queue))
     return units
 
 
