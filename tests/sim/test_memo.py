@@ -188,24 +188,19 @@ def test_pools_shared_while_undecided_are_the_pools_built_afresh(
             return None
         fresh = VictimPools(self.cycle)
         fresh._undecided = {}  # nothing to take: everything built again now
+        queue, priority = key[-2:]  # a pool's key starts with its kind, a candidate list's not
+        job = next(
+            j
+            for j in self.cycle.jobs.values()
+            if (j.spec.queue, j.spec.priority) == (queue, priority)
+        )
         if isinstance(shared, VictimIndex):
-            kind, queue, priority = key
-            job = next(
-                j
-                for j in self.cycle.jobs.values()
-                if (j.spec.queue, j.spec.priority) == (queue, priority)
-            )
+            kind = key[0]
             again = fresh.combined(job) if kind == "combined" else fresh._index(kind, job)
             assert [(u.job.id, u.tasks, u.key) for u in again.units] == [
                 (u.job.id, u.tasks, u.key) for u in shared.units
             ]
         else:
-            queue, priority = key
-            job = next(
-                j
-                for j in self.cycle.jobs.values()
-                if (j.spec.queue, j.spec.priority) == (queue, priority)
-            )
             assert [v.id for v in fresh._own_jobs(job)] == [v.id for v in shared]  # type: ignore[attr-defined]
         taken.append(key)
         return shared

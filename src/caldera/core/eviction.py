@@ -165,9 +165,22 @@ class VictimPools:
         """What an undecided phase of this cycle made under `key`, while still undecided."""
         return self._undecided.get(key) if self.cycle.undecided else None
 
-    def _share(self, key: PoolKey | tuple[str, int], value: object, undecided: bool) -> None:
-        if undecided:
+    def _share(self, key: PoolKey | tuple[str, int], value: object) -> None:
+        """Keep what was just made for the cycle's other phases, if nothing is decided yet
+        (making it decides nothing)."""
+        if self.cycle.undecided:
             self._undecided.setdefault(key, value)
+
+    def _pool(self, key: PoolKey, build: Callable[[], VictimIndex]) -> VictimIndex:
+        """This phase's pool under `key`: made before in this phase, shared by an undecided
+        one, or `build()` now."""
+        index = self._indexes.get(key)
+        if index is None:
+            shared = self._shared(key)
+            index = shared if isinstance(shared, VictimIndex) else build()
+            self._indexes[key] = index
+            self._share(key, index)
+        return index
 
     def own(self, job: JobView) -> VictimIndex:
         return self._index("own", job)
@@ -176,19 +189,13 @@ class VictimPools:
         return self._index("borrowers", job)
 
     def combined(self, job: JobView) -> VictimIndex:
-        key = ("combined", job.spec.queue, job.spec.priority)
-        index = self._indexes.get(key)
-        if index is None:
-            shared = self._shared(key)
-            if isinstance(shared, VictimIndex):
-                index = self._indexes[key] = shared
-                return index
-            queue = job.spec.queue
-            undecided = self.cycle.undecided
+        queue = job.spec.queue
+
+        def build() -> VictimIndex:
             units = [*self.own(job).units, *self.borrowers(job).units]
-            index = self._indexes[key] = VictimIndex(units, lambda u: int(u.queue == queue))
-            self._share(key, index, undecided)
-        return index
+            return VictimIndex(units, lambda u: int(u.queue == queue))
+
+        return self._pool(("combined", queue, job.spec.priority), build)
 
     def own_never_fits(self, job: JobView) -> bool:
         """Would every search among `own(job)` fail, even taking all of it? `victims.never_fits`
@@ -216,30 +223,22 @@ class VictimPools:
         shared = self._shared(key)
         if isinstance(shared, list):
             return shared
-        undecided = self.cycle.undecided
         chosen = self._own_jobs(job)
-        self._share(key, chosen, undecided)
+        self._share(key, chosen)
         return chosen
 
     def _index(self, kind: str, job: JobView) -> VictimIndex:
         key = (kind, job.spec.queue, job.spec.priority)
-        index = self._indexes.get(key)
-        if index is None:
-            shared = self._shared(key)
-            if isinstance(shared, VictimIndex):
-                index = self._indexes[key] = shared
-                return index
-            undecided = self.cycle.undecided
+
+        def build() -> VictimIndex:
             if kind == "own":
                 chosen = self._chosen.pop(key[1:], None)
                 jobs = self._own_candidates(job) if chosen is None else chosen
             else:
                 jobs = self._borrowed_jobs(job)
-            index = self._indexes[key] = VictimIndex(
-                [unit for victim in jobs for unit in self._units(victim)]
-            )
-            self._share(key, index, undecided)
-        return index
+            return VictimIndex([unit for victim in jobs for unit in self._units(victim)])
+
+        return self._pool(key, build)
 
     def _own_jobs(self, job: JobView) -> list[JobView]:
         """`_free_to_go` and `weight` written out: a large job's queue holds ~1,600 lower

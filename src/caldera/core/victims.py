@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from caldera.core.config import PolicyConfig
+from caldera.core.decisions import release_timing
 from caldera.core.jobindex import _never_a_victim
 from caldera.core.packing import spread
 from caldera.core.placement import can_host, place_job, whole_slots
@@ -98,8 +99,7 @@ def expected_loss(
 ) -> float:
     """GPU-seconds of work an eviction would lose now (0 if an emergency checkpoint fits)."""
     spec = job.spec
-    ckpt = spec.checkpoint
-    if config.emergency_checkpoint and ckpt.on_sigterm and ckpt.cost <= config.grace_period:
+    if release_timing(spec, config)[1]:
         return 0.0
     count = len(job.placement) if tasks is None else tasks
     return spec.gpu * count / GPU_MILLI * (job.work_done(now) - job.saved_at(now))
@@ -145,15 +145,8 @@ def victim_units(
     newest = -(since if since is not None else 0.0)
     running = len(job.placement)
     spec = job.spec
-    ckpt = spec.checkpoint
-    # release_delay and expected_loss written out (one test of the emergency checkpoint):
-    # asked for every candidate victim of every pool a cycle builds.
-    if config.emergency_checkpoint and ckpt.on_sigterm and ckpt.cost <= config.grace_period:
-        delay, lost = ckpt.cost, 0.0
-    else:
-        work = job.work_done(now)
-        delay = config.grace_period
-        lost = spec.gpu * running / GPU_MILLI * (work - ckpt.resume_point(work, job.saved_work))
+    delay, saves = release_timing(spec, config)
+    lost = 0.0 if saves else expected_loss(job, config, now)
     placement, queue = job.placement, spec.queue
     units = (
         [
@@ -176,15 +169,6 @@ def victim_units(
     key = VictimKey(lost, 1, weight, newest, job.id, 0)
     units.append(Unit(job, tuple(range(running)), True, weight, lost, key, delay, placement, queue))
     return units
-
-
-def release_delay(job: JobView, config: PolicyConfig) -> float:
-    """Seconds from the signal until an evicted job's GPUs are free: its emergency checkpoint
-    when it takes one within the grace period, else the whole grace period."""
-    ckpt = job.spec.checkpoint
-    if config.emergency_checkpoint and ckpt.on_sigterm and ckpt.cost <= config.grace_period:
-        return ckpt.cost
-    return config.grace_period
 
 
 class PlanCost(NamedTuple):
