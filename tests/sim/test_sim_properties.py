@@ -355,6 +355,23 @@ def test_every_invariant_holds_in_crowded_clusters(data: dict[str, Any]) -> None
     check_whole_run(data)
 
 
+def test_an_own_queue_victim_of_a_reclaim_waits_for_its_preemptor() -> None:
+    """The case hypothesis found (tests/sim/found/reclaim-own-victim-returns.yaml): a
+    reclaimer's own-queue victim, released at once, may not start again beside it while the
+    plan that counted it gone waits for its reclaim victim (CycleContext.may_return)."""
+    import yaml
+
+    path = Path(__file__).resolve().parent / "found" / "reclaim-own-victim-returns.yaml"
+    data = yaml.safe_load(path.read_text())
+    check_whole_run(data)
+    events = Simulator(parse_scenario(data)).run().result()["events"]
+    evicted = next(e["t"] for e in events if e["kind"] == "evict" and e["job"] == "j22")
+    preemptor = next(e["t"] for e in events if e["kind"] == "start" and e["job"] == "j9")
+    restarts = [e["t"] for e in events if e["kind"] == "start" and e["job"] == "j22"]
+    assert evicted < preemptor
+    assert restarts[-1] > preemptor
+
+
 def check_whole_run(data: dict[str, Any]) -> None:
     scenario = parse_scenario(data)
     sim = CheckedSimulator(scenario)

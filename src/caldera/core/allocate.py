@@ -179,7 +179,7 @@ def _band(rank: tuple[int, float, str]) -> int:
 def _try_allocate(cycle: CycleContext, room: Room, job: JobView, failed: set[int]) -> int:
     """Place one job if it fits: _STARTED, _WAITING (did not fit) or _CAPPED (quota)."""
     usage = cycle.usage[job.spec.queue]
-    if not usage.within_capability(job.spec.gang_request):
+    if not usage.within_capability(job.spec.gang_request) or not cycle.may_return(job):
         return _CAPPED
     shape = job.spec.shape
     if shape in failed:

@@ -21,6 +21,7 @@ from caldera.core.config import PolicyConfig
 from caldera.core.decisions import (
     Decisions,
     Evict,
+    EvictReason,
     Hold,
     Nominate,
     Release,
@@ -188,6 +189,9 @@ class CycleContext:
     evicted_gpu: int = 0
     missed: set[str] = field(default_factory=set)  # searched for victims, found none
     claimed: set[str] = field(default_factory=set)  # victims a live plan has yet to signal
+    # Own-queue victims of a non-critical reclaimer still waiting for its room: they may start
+    # again only within their queue's deserved share (`may_return`).
+    made_way: set[str] = field(default_factory=set)
     # Which pending groups the current pass of allocate/preempt/reclaim serves (None: all).
     pass_filter: Callable[[GroupKey], bool] | None = None
     waiting_seen: dict[str, int] = field(default_factory=dict)  # per phase: entries done
@@ -228,6 +232,15 @@ class CycleContext:
             self.promise(job, 1)
             assert job.nomination is not None
             self.claimed.update(victim.job for victim in job.nomination.pending)
+            if (
+                job.nomination.reason == EvictReason.RECLAIM.value
+                and job.spec.priority < CRITICAL_PRIORITY
+            ):
+                self.made_way.update(
+                    victim
+                    for victim in job.nomination.victims
+                    if (v := self.jobs.get(victim)) is not None and v.spec.queue == job.spec.queue
+                )
         self.stamp = Stamp.of(
             snapshot.free_room,
             snapshot.job_index,
@@ -317,6 +330,15 @@ class CycleContext:
         limit = max(self.config.eviction_budget * room.capacity_gpus, room.max_gpus)
         slices = room.capacity_milli - room.capacity_gpus * GPU_MILLI  # MIG slices' share
         return int(limit * GPU_MILLI) + int(self.config.eviction_budget * slices)
+
+    def may_return(self, job: JobView) -> bool:
+        """May `job`, pending again, start now? A reclaim keeps its preemptor's queue within
+        its deserved share (DESIGN §4.1 step 1) counting the queue's own victims of the plan
+        as gone: one released at once (nothing to lose) must not start again beside the
+        preemptor while that plan waits, unless the share still holds with it."""
+        if job.id not in self.made_way:
+            return True
+        return self.usage[job.spec.queue].within_deserved(job.spec.gang_request)
 
     def promise(self, job: JobView, sign: int) -> None:
         """Count (+1) or stop counting (-1) a nominated preemptor's gang in its queue."""

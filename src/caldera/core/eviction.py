@@ -452,6 +452,8 @@ def fits_on_free_room(cycle: CycleContext, job: JobView) -> tuple[TaskPlacement,
     spec = job.spec
     if not cycle.usage[spec.queue].within_capability(spec.gang_request):
         return None
+    if not cycle.may_return(job):
+        return None
     return place_job(cycle.room, spec, maximum=spec.min_available)
 
 

@@ -64,6 +64,8 @@ def reserve_for_starving(cycle: CycleContext) -> set[str]:
         spec = job.spec
         if not cycle.usage[spec.queue].within_capability(spec.gang_request):
             continue
+        if not cycle.may_return(job):
+            continue
         placement = place_job(cycle.room, spec, maximum=spec.min_available)
         if placement is not None:
             cycle.start(job, placement)
