@@ -508,6 +508,47 @@ def test_room_reserved_for_a_preemptor_is_not_given_to_others() -> None:
     assert decided_starts(snap, decisions) == {}
 
 
+@pytest.mark.parametrize(
+    ("lender_gpus", "signalled"),
+    [
+        (12, True),  # the lender still holds 12 > 8 deserved: its pending victim goes
+        (8, False),  # a job of it finished since the plan: at its deserved share, it keeps v
+    ],
+)
+def test_a_pending_reclaim_victim_goes_only_while_its_queue_lends(
+    lender_gpus: int, signalled: bool
+) -> None:
+    """Reclaim's floor holds when a plan's pending victim is signalled, not only when the
+    plan was made (DESIGN §4.1 step 1, docs/bugs.md B17): a queue at its deserved share
+    lends nothing, so the plan is given up and made afresh later."""
+    nodes = cluster().group("n", count=3).build()
+    reserved = (TaskPlacement(0, tuple(range(8)), 1000),)
+    jobs = [
+        job("v").queue("lender").gpus(8).running(since=0).on("n-0"),
+        job("x").gpus(8).protected().running().on("n-2"),
+        job("p")
+        .critical()
+        .queue("team")
+        .gpus(8)
+        .submitted(NOW)
+        .nominated(Nomination(reserved, ("v",), (PendingVictim("v"),), NOW, "reclaim")),
+    ]
+    if lender_gpus > 8:
+        jobs.append(job("w").queue("lender").gpus(lender_gpus - 8).running(since=0).on("n-1"))
+    snap = snapshot(
+        nodes,
+        queues=[queue("lender").deserved(gpu=8).reclaimable(), queue("team").deserved(gpu=8)],
+        jobs=jobs,
+        now=NOW + 1,
+    )
+    decisions = run(snap, CALDERA)
+    assert ("v" in decided_evictions(decisions)) is signalled
+    assert any(n.job == "p" and n.nomination is None for n in decisions.nominations) is not (
+        signalled
+    )
+    assert violations(snap, decisions) == []
+
+
 def test_a_nominated_preemptor_starts_on_its_room_when_free() -> None:
     nodes = cluster().group("n", count=2).build()
     reserved = (TaskPlacement(1, tuple(range(8)), 1000),)

@@ -372,6 +372,21 @@ def test_an_own_queue_victim_of_a_reclaim_waits_for_its_preemptor() -> None:
     assert restarts[-1] > preemptor
 
 
+def test_a_victim_a_plan_has_yet_to_signal_no_longer_counts_as_its_queues() -> None:
+    """The case hypothesis found (tests/sim/found/reclaim-floor-pending-victim.yaml): a
+    later reclaim in the same cycle must count the pending victim as gone from its queue
+    (QueueUsage.kept), so it does not take the queue below its deserved share; j30 then
+    waits for the room j17 leaves instead of reclaiming j21."""
+    import yaml
+
+    path = Path(__file__).resolve().parent / "found" / "reclaim-floor-pending-victim.yaml"
+    data = yaml.safe_load(path.read_text())
+    check_whole_run(data)
+    events = Simulator(parse_scenario(data)).run().result()["events"]
+    assert not any(e["kind"] == "evict" and e["job"] == "j21" for e in events)
+    assert any(e["kind"] == "evict" and e["job"] == "j17" for e in events)
+
+
 def check_whole_run(data: dict[str, Any]) -> None:
     scenario = parse_scenario(data)
     sim = CheckedSimulator(scenario)

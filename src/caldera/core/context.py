@@ -33,8 +33,16 @@ from caldera.core.decisions import (
 from caldera.core.jobindex import GroupKey
 from caldera.core.memo import FailedSearch, SearchKey, SearchMemo, Stamp
 from caldera.core.room import Room, TaskPlacement
-from caldera.core.snapshot import JobView, Snapshot
-from caldera.model import CRITICAL_PRIORITY, GPU_MILLI, JobSpec, JobType, Queue, Resources
+from caldera.core.snapshot import JobView, PendingVictim, Snapshot
+from caldera.model import (
+    CRITICAL_PRIORITY,
+    GPU_MILLI,
+    JobSpec,
+    JobState,
+    JobType,
+    Queue,
+    Resources,
+)
 
 if TYPE_CHECKING:
     from caldera.core.victims import Plan
@@ -80,6 +88,9 @@ class QueueUsage:
     releasing: Resources = field(default_factory=Resources)  # of `allocated`, signalled to leave
     held_at_start: Resources = field(default_factory=Resources)  # when the cycle began
     promised: Resources = field(default_factory=Resources)  # room nominated to preemptors
+    # Of `allocated - releasing`, what victims a live plan has yet to signal will give back:
+    # committed to leave, so no later plan counts it as the queue's.
+    committed: Resources = field(default_factory=Resources)
 
     @property
     def share(self) -> float:
@@ -96,9 +107,10 @@ class QueueUsage:
 
     @property
     def kept(self) -> Resources:
-        """What the queue keeps once everything signalled has left, not counting jobs started
-        in this cycle: room is not taken back from one job to start another."""
-        return self.held_at_start - self.releasing
+        """What the queue keeps once everything signalled, or committed to a live plan, has
+        left, not counting jobs started in this cycle: room is not taken back from one job to
+        start another."""
+        return self.held_at_start - self.releasing - self.committed
 
     def holds(self, extra: Resources) -> Resources:
         """What the queue will hold once `extra` starts: everything running or started this
@@ -141,6 +153,14 @@ class QueueUsage:
         if self.queue.capability is None:
             return True
         return (self.allocated + self.promised + extra).fits_in(self.queue.capability)
+
+
+def pending_tasks(victim: JobView, pending: PendingVictim) -> int:
+    """How many of `victim`'s running tasks a plan's pending entry still takes."""
+    if not pending.tasks:
+        return len(victim.placement)
+    wanted = set(pending.tasks)
+    return sum(1 for task in victim.placement if task in wanted)
 
 
 def starving_from(spec: JobSpec, config: PolicyConfig) -> float | None:
@@ -189,6 +209,8 @@ class CycleContext:
     evicted_gpu: int = 0
     missed: set[str] = field(default_factory=set)  # searched for victims, found none
     claimed: set[str] = field(default_factory=set)  # victims a live plan has yet to signal
+    # Of those, the ones still running: their queue and what they will give back (`commit`).
+    committed_by: dict[str, tuple[str, Resources]] = field(default_factory=dict)
     # Own-queue victims of a non-critical reclaimer still waiting for its room: they may start
     # again only within their queue's deserved share (`may_return`).
     made_way: set[str] = field(default_factory=set)
@@ -232,6 +254,10 @@ class CycleContext:
             self.promise(job, 1)
             assert job.nomination is not None
             self.claimed.update(victim.job for victim in job.nomination.pending)
+            for pending in job.nomination.pending:
+                victim = self.jobs.get(pending.job)
+                if victim is not None and victim.state is JobState.RUNNING:
+                    self.commit(victim, pending)
             if (
                 job.nomination.reason == EvictReason.RECLAIM.value
                 and job.spec.priority < CRITICAL_PRIORITY
@@ -330,6 +356,28 @@ class CycleContext:
         limit = max(self.config.eviction_budget * room.capacity_gpus, room.max_gpus)
         slices = room.capacity_milli - room.capacity_gpus * GPU_MILLI  # MIG slices' share
         return int(limit * GPU_MILLI) + int(self.config.eviction_budget * slices)
+
+    def commit(self, victim: JobView, pending: PendingVictim) -> None:
+        """Count what a victim a live plan has yet to signal will give back as leaving its
+        queue (`QueueUsage.kept`): a reclaim decided later in the cycle, or in a later one
+        before that victim is signalled, must not count it as the queue's (DESIGN §4.1 step 1:
+        a victim queue loses a job only while above its deserved share)."""
+        count = pending_tasks(victim, pending)
+        usage = self.usage.get(victim.spec.queue)
+        if count == 0 or usage is None or victim.id in self.committed_by:
+            return
+        resources = victim.spec.task_request.scaled(count)
+        self.committed_by[victim.id] = (victim.spec.queue, resources)
+        usage.committed = usage.committed + resources
+        self.usage_generation += 1
+
+    def uncommit(self, victim_id: str) -> None:
+        """The victim is signalled (it then counts as releasing) or left out of its plan."""
+        entry = self.committed_by.pop(victim_id, None)
+        if entry is not None:
+            usage = self.usage[entry[0]]
+            usage.committed = usage.committed - entry[1]
+            self.usage_generation += 1
 
     def may_return(self, job: JobView) -> bool:
         """May `job`, pending again, start now? A reclaim keeps its preemptor's queue within

@@ -507,6 +507,7 @@ def _execute(cycle: CycleContext, job: JobView, plan: Plan) -> None:
         else:
             placements = tuple(victim.placement[i] for i in tasks)
             pending.append(PendingVictim(victim.id, placements))
+            cycle.commit(victim, pending[-1])
     victims = tuple(dict.fromkeys(unit.job.id for unit in plan.units))
     reclaims = any(unit.queue != job.spec.queue for unit in plan.units)
     reason = EvictReason.RECLAIM if reclaims else EvictReason.PREEMPT
@@ -535,6 +536,32 @@ def _no_longer_a_victim(cycle: CycleContext, holder: JobView, pending: PendingVi
     )
 
 
+def _below_the_floor(
+    cycle: CycleContext, holder: JobView, pending: tuple[PendingVictim, ...]
+) -> bool:
+    """Would signalling a pending victim of another queue now take that queue from at or
+    below its deserved share, or below its guarantee (reclaim's floor, `FloorVeto`)? Its
+    queue may have shrunk since the plan was made (jobs finished, other victims signalled).
+    As when the plan was made, the plan's victims before it count as gone and those after it
+    as still there; so do other plans' pending victims (`QueueUsage.kept`)."""
+    own = holder.spec.queue
+    for number, entry in enumerate(pending):
+        committed = cycle.committed_by.get(entry.job)
+        if committed is None or committed[0] == own:
+            continue
+        queue = committed[0]
+        later = Resources()
+        for after in pending[number:]:
+            other = cycle.committed_by.get(after.job)
+            if other is not None and other[0] == queue:
+                later = later + other[1]
+        usage = cycle.usage[queue]
+        before = usage.kept + later
+        if not usage.over_deserved(before) or usage.below_guarantee(before - committed[1]):
+            return True
+    return False
+
+
 def continue_nominations(cycle: CycleContext) -> None:
     """Signal victims a nomination still waits for, as far as this cycle's budget allows."""
     eligible = {key[0] for key, _ in cycle.eligible_groups}
@@ -548,12 +575,17 @@ def continue_nominations(cycle: CycleContext) -> None:
         if job.id not in cycle.blocked:
             continue  # the nomination was dropped this cycle
         still: list[PendingVictim] = []
-        if any(_no_longer_a_victim(cycle, job, pending) for pending in nomination.pending):
-            # The plan no longer holds (a victim gained protection or was evicted since):
-            # give the promise up and plan afresh in a later cycle.
+        if any(
+            _no_longer_a_victim(cycle, job, pending) for pending in nomination.pending
+        ) or _below_the_floor(cycle, job, nomination.pending):
+            # The plan no longer holds (a victim gained protection or was evicted since, or
+            # its queue no longer lends what the plan takes): give the promise up and plan
+            # afresh in a later cycle.
             cycle.promise(job, -1)
             cycle.nominations.append(Nominate(job.id, None))
             cycle.notes.append(f"{job.id}: a pending victim changed, re-planning")
+            for pending in nomination.pending:
+                cycle.uncommit(pending.job)
             continue
         for pending in nomination.pending:
             victim = cycle.jobs.get(pending.job)
@@ -571,9 +603,13 @@ def continue_nominations(cycle: CycleContext) -> None:
             count = len(tasks) if tasks else len(victim.placement)
             gpu = victim.spec.gpu * count
             if gpu <= cycle.eviction_budget or cycle.evicted_gpu == 0:
+                cycle.uncommit(victim.id)  # from committed to releasing: its queue keeps as much
                 cycle.evict(Evict(victim.id, _reason(job, victim), job.id, tasks, gpu), victim)
             else:
                 still.append(pending)
+        for pending in nomination.pending:
+            if pending not in still:
+                cycle.uncommit(pending.job)  # signalled, gone by itself, or left out
         if tuple(still) != nomination.pending:
             updated = Nomination(
                 nomination.placement,
