@@ -17,8 +17,11 @@ queue) are checked on every cycle by `invariant_checks.violations` in the simula
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -119,7 +122,10 @@ def _reclaim_problems(data: dict[str, Any], result: dict[str, Any]) -> list[str]
 
     for event in result["events"]:
         kind, name, t = event["kind"], event["job"], event["t"]
-        if kind != "evict" or any(when != t for when in reclaimers.values()):
+        # A plan's evict lines may have other lines between them (a victim's checkpoint, its
+        # queue's throttle): the plan is over at the next line that changes what runs.
+        changes = kind in ("start", "finish", "fail", "cancel")
+        if changes or any(when != t for when in reclaimers.values()):
             check_shares()
         if kind == "start":
             running[name] = running.get(name, 0.0) + event["gpus"]
@@ -148,4 +154,28 @@ def _reclaim_problems(data: dict[str, Any], result: dict[str, Any]) -> list[str]
 @given(contended())
 def test_reclaim_never_ping_pongs_or_breaks_a_floor(data: dict[str, Any]) -> None:
     result = simulate(parse_scenario(data))
+    assert _reclaim_problems(data, result) == []
+
+
+@pytest.mark.parametrize(
+    ("found", "between"),
+    [
+        ("reclaim-checkpoint-between-evicts.yaml", [("checkpoint", "j0")]),
+        ("reclaim-throttle-between-evicts.yaml", [("checkpoint", "j0"), ("throttle_on", None)]),
+    ],
+)
+def test_lines_between_a_plans_evictions_keep_the_plan_whole(
+    found: str, between: list[tuple[str, str | None]]
+) -> None:
+    """Cases the thorough profile found (tests/sim/found/): j3's plan reclaims j0 and preempts
+    its own queue's 1-GPU job at the same moment, with j0's checkpoint line (and q0's throttle,
+    j0 being a large job) between the two evictions. The share check must wait for both, or
+    it sees q2 holding the 1-GPU job beside j3 and reports a breach the plan never made."""
+    path = Path(__file__).resolve().parents[1] / "sim" / "found" / found
+    data = yaml.safe_load(path.read_text())
+    result = simulate(parse_scenario(data))
+    evicts = [i for i, e in enumerate(result["events"]) if e["kind"] == "evict"]
+    assert len(evicts) == 2 and result["events"][evicts[0]]["reason"] == "reclaim"
+    lines = result["events"][evicts[0] + 1 : evicts[1]]
+    assert [(e["kind"], e["job"]) for e in lines] == between
     assert _reclaim_problems(data, result) == []
