@@ -549,6 +549,46 @@ def test_a_pending_reclaim_victim_goes_only_while_its_queue_lends(
     assert violations(snap, decisions) == []
 
 
+@pytest.mark.parametrize(
+    ("since_plan", "preemptor", "signalled"),
+    [
+        (0, "large", True),  # team holds only p's 8 promised GPUs: within its 8 deserved
+        (2, "large", False),  # a critical job of team started since: 10 > 8, p re-plans
+        (2, "critical", True),  # a critical preemptor asks no share (only its capability)
+    ],
+)
+def test_a_pending_reclaim_victim_goes_only_while_the_reclaimers_queue_is_within_its_share(
+    since_plan: int, preemptor: str, signalled: bool
+) -> None:
+    """Reclaim's own condition holds when a plan's pending victim is signalled, not only when
+    the plan was made (DESIGN §4.1, docs/bugs.md B18): work that started in the reclaimer's
+    queue since — a critical job, which asks no share — can leave it over its deserved share,
+    and then nothing more is reclaimed for it; the plan is given up and made afresh later."""
+    nodes = cluster().group("n", count=3).build()
+    reserved = (TaskPlacement(0, tuple(range(8)), 1000),)
+    p = job("p").queue("team").gpus(8).submitted(NOW)
+    p = p.critical() if preemptor == "critical" else p.large()
+    jobs = [
+        job("v").queue("lender").gpus(8).running(since=0).on("n-0"),
+        job("w").queue("lender").gpus(8).running(since=0).on("n-1"),
+        p.nominated(Nomination(reserved, ("v",), (PendingVictim("v"),), NOW, "reclaim")),
+    ]
+    if since_plan:
+        jobs.append(job("c").critical().queue("team").gpus(since_plan).running().on("n-2"))
+    snap = snapshot(
+        nodes,
+        queues=[queue("lender").deserved(gpu=8).reclaimable(), queue("team").deserved(gpu=8)],
+        jobs=jobs,
+        now=NOW + 1,
+    )
+    decisions = run(snap, CALDERA)
+    assert ("v" in decided_evictions(decisions)) is signalled
+    assert any(n.job == "p" and n.nomination is None for n in decisions.nominations) is not (
+        signalled
+    )
+    assert violations(snap, decisions) == []
+
+
 def test_a_nominated_preemptor_starts_on_its_room_when_free() -> None:
     nodes = cluster().group("n", count=2).build()
     reserved = (TaskPlacement(1, tuple(range(8)), 1000),)

@@ -387,6 +387,23 @@ def test_a_victim_a_plan_has_yet_to_signal_no_longer_counts_as_its_queues() -> N
     assert any(e["kind"] == "evict" and e["job"] == "j17" for e in events)
 
 
+def test_a_reclaim_waits_no_more_for_a_victim_once_its_queue_is_over_its_share() -> None:
+    """The case hypothesis found (tests/sim/found/reclaim-own-queue-grows.yaml): j2's plan
+    keeps q0 within its deserved share when it is made, but the critical j8 starts in q0 before
+    the budget lets the reclaim victim j0 go; signalling j0 then would reclaim for a queue over
+    its share, so the plan is given up and j2 waits for room instead."""
+    import yaml
+
+    path = Path(__file__).resolve().parent / "found" / "reclaim-own-queue-grows.yaml"
+    data = yaml.safe_load(path.read_text())
+    check_whole_run(data)
+    events = Simulator(parse_scenario(data)).run().result()["events"]
+    assert any(e["kind"] == "evict" and e["job"] == "j3" for e in events)
+    assert not any(e["kind"] == "evict" and e["job"] == "j0" for e in events)
+    j0_done = next(e["t"] for e in events if e["kind"] == "finish" and e["job"] == "j0")
+    assert next(e["t"] for e in events if e["kind"] == "start" and e["job"] == "j2") >= j0_done
+
+
 def check_whole_run(data: dict[str, Any]) -> None:
     scenario = parse_scenario(data)
     sim = CheckedSimulator(scenario)

@@ -562,6 +562,33 @@ def _below_the_floor(
     return False
 
 
+def _over_its_share(
+    cycle: CycleContext, holder: JobView, pending: tuple[PendingVictim, ...]
+) -> bool:
+    """Would signalling a pending victim of another queue now reclaim for a queue above its
+    deserved share? Reclaim asks a non-critical preemptor's queue to stay within its share,
+    with the preemptor's gang and less the plan's own-queue victims, when the plan is made
+    (DESIGN §4.1); work that started in that queue since — a critical job, which asks no
+    share — can break it before the budget lets the last victims go."""
+    if holder.spec.priority >= CRITICAL_PRIORITY:
+        return False
+    own = holder.spec.queue
+    leaving = Resources()
+    reclaims = False
+    for entry in pending:
+        committed = cycle.committed_by.get(entry.job)
+        if committed is None:
+            continue
+        if committed[0] == own:
+            leaving = leaving + committed[1]
+        else:
+            reclaims = True
+    if not reclaims:
+        return False
+    usage = cycle.usage[own]  # the holder's gang is in `promised`
+    return usage.over_deserved(usage.holds(Resources()) - leaving)
+
+
 def continue_nominations(cycle: CycleContext) -> None:
     """Signal victims a nomination still waits for, as far as this cycle's budget allows."""
     eligible = {key[0] for key, _ in cycle.eligible_groups}
@@ -575,12 +602,14 @@ def continue_nominations(cycle: CycleContext) -> None:
         if job.id not in cycle.blocked:
             continue  # the nomination was dropped this cycle
         still: list[PendingVictim] = []
-        if any(
-            _no_longer_a_victim(cycle, job, pending) for pending in nomination.pending
-        ) or _below_the_floor(cycle, job, nomination.pending):
-            # The plan no longer holds (a victim gained protection or was evicted since, or
-            # its queue no longer lends what the plan takes): give the promise up and plan
-            # afresh in a later cycle.
+        if (
+            any(_no_longer_a_victim(cycle, job, pending) for pending in nomination.pending)
+            or _below_the_floor(cycle, job, nomination.pending)
+            or _over_its_share(cycle, job, nomination.pending)
+        ):
+            # The plan no longer holds (a victim gained protection or was evicted since, its
+            # queue no longer lends what the plan takes, or the preemptor's own queue is no
+            # longer within its share): give the promise up and plan afresh in a later cycle.
             cycle.promise(job, -1)
             cycle.nominations.append(Nominate(job.id, None))
             cycle.notes.append(f"{job.id}: a pending victim changed, re-planning")
