@@ -404,6 +404,23 @@ def test_a_reclaim_waits_no_more_for_a_victim_once_its_queue_is_over_its_share()
     assert next(e["t"] for e in events if e["kind"] == "start" and e["job"] == "j2") >= j0_done
 
 
+def test_a_non_critical_plan_signals_its_pending_victims_after_its_pass_allocates() -> None:
+    """The case hypothesis found (tests/sim/found/reclaim-own-queue-starts-after-signal.yaml):
+    j9's pending reclaim victim j0 was signalled in the critical pass, and q0's j8 started
+    after it on the room j9's own-queue victim left, so q0 reclaimed while over its share. A
+    non-critical plan now goes on in the non-critical pass, after that pass's allocate: j8
+    starts first, q0 is over its share, and the plan is given up (B18) instead of taking j0."""
+    import yaml
+
+    path = Path(__file__).resolve().parent / "found" / "reclaim-own-queue-starts-after-signal.yaml"
+    data = yaml.safe_load(path.read_text())
+    check_whole_run(data)
+    events = Simulator(parse_scenario(data)).run().result()["events"]
+    assert any(e["kind"] == "evict" and e["job"] == "j5" for e in events)
+    assert any(e["kind"] == "start" and e["job"] == "j8" and e["t"] == 2880 for e in events)
+    assert not any(e["kind"] == "evict" and e["job"] == "j0" and e["t"] == 2880 for e in events)
+
+
 def check_whole_run(data: dict[str, Any]) -> None:
     scenario = parse_scenario(data)
     sim = CheckedSimulator(scenario)

@@ -590,10 +590,15 @@ def _over_its_share(
 
 
 def continue_nominations(cycle: CycleContext) -> None:
-    """Signal victims a nomination still waits for, as far as this cycle's budget allows."""
+    """Signal victims a nomination still waits for, as far as this cycle's budget allows —
+    in its holder's pass: a non-critical plan's after the non-critical allocate, so that what
+    that pass started in the holder's queue counts when its share is checked (B19)."""
     eligible = {key[0] for key, _ in cycle.eligible_groups}
     nominated = [
-        job for job in cycle.snapshot.job_index.nominated.values() if job.spec.queue in eligible
+        job
+        for job in cycle.snapshot.job_index.nominated.values()
+        if job.spec.queue in eligible
+        and cycle.in_pass((job.spec.queue, job.spec.priority, job.spec.shape))
     ]
     for job in sorted(nominated, key=job_order):
         nomination = job.nomination

@@ -31,7 +31,10 @@ __all__ = ["preempt"]
 
 
 def preempt(cycle: CycleContext) -> None:
-    cycle.memo("nominations_continued", lambda: continue_nominations(cycle))
+    # Once per pass: a non-critical plan's pending victims are signalled after the
+    # non-critical allocate, so its queue's share is judged with what that pass started.
+    in_pass = getattr(cycle.pass_filter, "__name__", "every job")
+    cycle.memo(f"nominations continued: {in_pass}", lambda: continue_nominations(cycle))
     deferred: set[str] = cycle.memo("borrowers_first", set)
 
     def may_try(job: JobView) -> bool:
