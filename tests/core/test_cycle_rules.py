@@ -4,11 +4,20 @@ throttle, reservations and the budget's one-unit exception (DESIGN §2-§4)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import pytest
 from invariant_checks import violations
 
-from builders import cluster, decided_evictions, decided_starts, job, queue, snapshot
+from builders import (
+    JobBuilder,
+    cluster,
+    decided_evictions,
+    decided_starts,
+    job,
+    queue,
+    snapshot,
+)
 from caldera.core import (
     CALDERA,
     Hold,
@@ -30,6 +39,7 @@ from caldera.model import (
     IllegalTransition,
     JobState,
     JobType,
+    Node,
     PreemptionPolicy,
     PriorityClass,
     check_transition,
@@ -535,18 +545,7 @@ def test_a_pending_reclaim_victim_goes_only_while_its_queue_lends(
     ]
     if lender_gpus > 8:
         jobs.append(job("w").queue("lender").gpus(lender_gpus - 8).running(since=0).on("n-1"))
-    snap = snapshot(
-        nodes,
-        queues=[queue("lender").deserved(gpu=8).reclaimable(), queue("team").deserved(gpu=8)],
-        jobs=jobs,
-        now=NOW + 1,
-    )
-    decisions = run(snap, CALDERA)
-    assert ("v" in decided_evictions(decisions)) is signalled
-    assert any(n.job == "p" and n.nomination is None for n in decisions.nominations) is not (
-        signalled
-    )
-    assert violations(snap, decisions) == []
+    assert_pending_victim_v_goes(nodes, jobs, signalled)
 
 
 @pytest.mark.parametrize(
@@ -575,6 +574,14 @@ def test_a_pending_reclaim_victim_goes_only_while_the_reclaimers_queue_is_within
     ]
     if since_plan:
         jobs.append(job("c").critical().queue("team").gpus(since_plan).running().on("n-2"))
+    assert_pending_victim_v_goes(nodes, jobs, signalled)
+
+
+def assert_pending_victim_v_goes(
+    nodes: Sequence[Node], jobs: Sequence[JobBuilder], signalled: bool
+) -> None:
+    """One cycle with "lender" and "team" (8 deserved GPUs each), a second after p's plan was
+    made: is its pending victim v signalled, or is the plan given up instead?"""
     snap = snapshot(
         nodes,
         queues=[queue("lender").deserved(gpu=8).reclaimable(), queue("team").deserved(gpu=8)],
