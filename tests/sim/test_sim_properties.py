@@ -359,12 +359,7 @@ def test_an_own_queue_victim_of_a_reclaim_waits_for_its_preemptor() -> None:
     """The case hypothesis found (tests/sim/found/reclaim-own-victim-returns.yaml): a
     reclaimer's own-queue victim, released at once, may not start again beside it while the
     plan that counted it gone waits for its reclaim victim (CycleContext.may_return)."""
-    import yaml
-
-    path = Path(__file__).resolve().parent / "found" / "reclaim-own-victim-returns.yaml"
-    data = yaml.safe_load(path.read_text())
-    check_whole_run(data)
-    events = Simulator(parse_scenario(data)).run().result()["events"]
+    events = found_run("reclaim-own-victim-returns.yaml")
     evicted = next(e["t"] for e in events if e["kind"] == "evict" and e["job"] == "j22")
     preemptor = next(e["t"] for e in events if e["kind"] == "start" and e["job"] == "j9")
     restarts = [e["t"] for e in events if e["kind"] == "start" and e["job"] == "j22"]
@@ -377,12 +372,7 @@ def test_a_victim_a_plan_has_yet_to_signal_no_longer_counts_as_its_queues() -> N
     later reclaim in the same cycle must count the pending victim as gone from its queue
     (QueueUsage.kept), so it does not take the queue below its deserved share; j30 then
     waits for the room j17 leaves instead of reclaiming j21."""
-    import yaml
-
-    path = Path(__file__).resolve().parent / "found" / "reclaim-floor-pending-victim.yaml"
-    data = yaml.safe_load(path.read_text())
-    check_whole_run(data)
-    events = Simulator(parse_scenario(data)).run().result()["events"]
+    events = found_run("reclaim-floor-pending-victim.yaml")
     assert not any(e["kind"] == "evict" and e["job"] == "j21" for e in events)
     assert any(e["kind"] == "evict" and e["job"] == "j17" for e in events)
 
@@ -392,12 +382,7 @@ def test_a_reclaim_waits_no_more_for_a_victim_once_its_queue_is_over_its_share()
     keeps q0 within its deserved share when it is made, but the critical j8 starts in q0 before
     the budget lets the reclaim victim j0 go; signalling j0 then would reclaim for a queue over
     its share, so the plan is given up and j2 waits for room instead."""
-    import yaml
-
-    path = Path(__file__).resolve().parent / "found" / "reclaim-own-queue-grows.yaml"
-    data = yaml.safe_load(path.read_text())
-    check_whole_run(data)
-    events = Simulator(parse_scenario(data)).run().result()["events"]
+    events = found_run("reclaim-own-queue-grows.yaml")
     assert any(e["kind"] == "evict" and e["job"] == "j3" for e in events)
     assert not any(e["kind"] == "evict" and e["job"] == "j0" for e in events)
     j0_done = next(e["t"] for e in events if e["kind"] == "finish" and e["job"] == "j0")
@@ -410,18 +395,22 @@ def test_a_non_critical_plan_signals_its_pending_victims_after_its_pass_allocate
     after it on the room j9's own-queue victim left, so q0 reclaimed while over its share. A
     non-critical plan now goes on in the non-critical pass, after that pass's allocate: j8
     starts first, q0 is over its share, and the plan is given up (B18) instead of taking j0."""
-    import yaml
-
-    path = Path(__file__).resolve().parent / "found" / "reclaim-own-queue-starts-after-signal.yaml"
-    data = yaml.safe_load(path.read_text())
-    check_whole_run(data)
-    events = Simulator(parse_scenario(data)).run().result()["events"]
+    events = found_run("reclaim-own-queue-starts-after-signal.yaml")
     assert any(e["kind"] == "evict" and e["job"] == "j5" for e in events)
     assert any(e["kind"] == "start" and e["job"] == "j8" and e["t"] == 2880 for e in events)
     assert not any(e["kind"] == "evict" and e["job"] == "j0" and e["t"] == 2880 for e in events)
 
 
-def check_whole_run(data: dict[str, Any]) -> None:
+def found_run(name: str) -> list[dict[str, Any]]:
+    """The events of a case hypothesis found (tests/sim/found/NAME), every check passed."""
+    import yaml
+
+    path = Path(__file__).resolve().parent / "found" / name
+    return check_whole_run(yaml.safe_load(path.read_text()))["events"]
+
+
+def check_whole_run(data: dict[str, Any]) -> dict[str, Any]:
+    """Simulate `data` with every invariant checked; its §6 result when all hold."""
     scenario = parse_scenario(data)
     sim = CheckedSimulator(scenario)
     result = sim.run().result()
@@ -436,6 +425,7 @@ def check_whole_run(data: dict[str, Any]) -> None:
     schema = output_schema()
     if schema is not None:  # ../shared beside the checkout
         jsonschema.validate(result, schema)
+    return result
 
 
 @given(scenarios())

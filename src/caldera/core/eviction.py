@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from caldera.core.allocate import job_order
 from caldera.core.context import CycleContext, QueueUsage
 from caldera.core.decisions import Evict, EvictReason, Nominate
+from caldera.core.jobindex import group_key
 from caldera.core.packing import count_non_evictable, leaf_load, never_evicted
 from caldera.core.placement import place_job
 from caldera.core.room import TaskPlacement
@@ -592,14 +593,18 @@ def _over_its_share(
 def continue_nominations(cycle: CycleContext) -> None:
     """Signal victims a nomination still waits for, as far as this cycle's budget allows —
     in its holder's pass: a non-critical plan's after the non-critical allocate, so that what
-    that pass started in the holder's queue counts when its share is checked (B19)."""
+    that pass started in the holder's queue counts when its share is checked (B19). Each
+    nomination goes on once a cycle."""
+    continued: set[str] = cycle.memo("nominations continued", set)
     eligible = {key[0] for key, _ in cycle.eligible_groups}
     nominated = [
         job
         for job in cycle.snapshot.job_index.nominated.values()
         if job.spec.queue in eligible
-        and cycle.in_pass((job.spec.queue, job.spec.priority, job.spec.shape))
+        and job.id not in continued
+        and cycle.in_pass(group_key(job.spec))
     ]
+    continued.update(job.id for job in nominated)
     for job in sorted(nominated, key=job_order):
         nomination = job.nomination
         if nomination is None or not nomination.pending or job.id in cycle.started:

@@ -25,14 +25,20 @@ from itertools import count
 from typing import TypeVar, cast
 
 from caldera.core.views import JobView
-from caldera.model import CRITICAL_PRIORITY, JobState, JobType
+from caldera.model import CRITICAL_PRIORITY, JobSpec, JobState, JobType
 
-__all__ = ["GroupKey", "JobIndex"]
+__all__ = ["GroupKey", "JobIndex", "group_key"]
 
 T = TypeVar("T")
 
 GroupKey = tuple[str, int, int]
 """(queue, priority, shape) of a pending group."""
+
+
+def group_key(spec: JobSpec) -> GroupKey:
+    """The pending group a job of `spec` belongs to."""
+    return (spec.queue, spec.priority, spec.shape)
+
 
 _TOKENS = count(1)
 
@@ -125,7 +131,7 @@ class JobIndex:
         self.by_state[job.state][job.id] = job
         spec = job.spec
         if job.state is JobState.PENDING:
-            group = self.pending.setdefault((spec.queue, spec.priority, spec.shape), [])
+            group = self.pending.setdefault(group_key(spec), [])
             bisect.insort(group, job, key=_rank)
             if job.nomination is not None:
                 self.nominated[job.id] = job
@@ -149,7 +155,7 @@ class JobIndex:
         del self.by_state[job.state][job.id]
         spec = job.spec
         if job.state is JobState.PENDING:
-            key = (spec.queue, spec.priority, spec.shape)
+            key = group_key(spec)
             group = self.pending[key]
             del group[bisect.bisect_left(group, spec.rank, key=_rank)]
             if not group:

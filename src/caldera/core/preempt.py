@@ -31,10 +31,7 @@ __all__ = ["preempt"]
 
 
 def preempt(cycle: CycleContext) -> None:
-    # Once per pass: a non-critical plan's pending victims are signalled after the
-    # non-critical allocate, so its queue's share is judged with what that pass started.
-    in_pass = getattr(cycle.pass_filter, "__name__", "every job")
-    cycle.memo(f"nominations continued: {in_pass}", lambda: continue_nominations(cycle))
+    continue_nominations(cycle)  # this pass's nominations, each once a cycle
     deferred: set[str] = cycle.memo("borrowers_first", set)
 
     def may_try(job: JobView) -> bool:

@@ -33,6 +33,7 @@ from caldera.core.eviction import (
     over_capability,
     search,
 )
+from caldera.core.jobindex import group_key
 from caldera.core.snapshot import JobView
 from caldera.core.victims import Plan, Unit
 from caldera.model import CRITICAL_PRIORITY
@@ -75,7 +76,7 @@ def borrowers_first(cycle: CycleContext, job: JobView) -> bool:
     priority and on the queues' usage: kept per pending group until a usage changes."""
     spec = job.spec
     answers: dict[tuple[str, int, int], bool] = cycle.usage_memo("borrowers_first answers", dict)
-    key = (spec.queue, spec.priority, spec.shape)  # its group: same gang, same class
+    key = group_key(spec)  # its group: same gang, same class
     answer = answers.get(key)
     if answer is None:
         # (both only read the usages: the cheaper one first)

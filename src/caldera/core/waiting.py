@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from caldera.core.context import CycleContext
 from caldera.core.decisions import Waiting, WaitReason
-from caldera.core.jobindex import GroupKey
+from caldera.core.jobindex import GroupKey, group_key
 from caldera.core.snapshot import JobView, Nomination
 from caldera.model import CRITICAL_PRIORITY, GPU_MILLI, JobSpec, QueueState, TopologyMode
 
@@ -59,7 +59,7 @@ class WaitingReasons:
         own = self.by_job.get(spec.id)
         if own is not None:
             return own
-        return self.by_group.get((spec.queue, spec.priority, spec.shape))
+        return self.by_group.get(group_key(spec))
 
 
 def waiting_reasons(cycle: CycleContext) -> tuple[Waiting, ...]:
@@ -84,13 +84,8 @@ def waiting_reasons(cycle: CycleContext) -> tuple[Waiting, ...]:
         if nomination is None or preemptor is None or job_id in cycle.started:
             continue
         detail = _victims(cycle, nomination)
-        found.append(Waiting(_key(preemptor), WaitReason.VICTIMS, detail, job_id))
+        found.append(Waiting(group_key(preemptor.spec), WaitReason.VICTIMS, detail, job_id))
     return tuple(found)
-
-
-def _key(job: JobView) -> GroupKey:
-    spec = job.spec
-    return (spec.queue, spec.priority, spec.shape)
 
 
 def _nominations(cycle: CycleContext) -> dict[str, Nomination | None]:
