@@ -7,6 +7,7 @@ running job that could ever be a victim as a candidate (the largest pool any pha
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 from test_cycle_properties import NOW, World, worlds
@@ -71,13 +72,22 @@ def test_whole_slots_bounds_what_placement_finds(world: World, data: st.DataObje
     assert placed is None or len(placed) <= slots
 
 
-@given(st.one_of(worlds(), worlds(contended=True)), st.data())
-def test_own_count_settles_only_searches_of_its_pool_that_fail(
-    world: World, data: st.DataObject
+_COUNTS = {  # pool -> the count that settles its searches without building it
+    "own": VictimPools.own_never_fits,
+    "borrowers": VictimPools.borrowers_never_fit,
+    "combined": VictimPools.combined_never_fits,
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_COUNTS))
+@given(world=st.one_of(worlds(), worlds(contended=True)), data=st.data())
+def test_a_pool_count_settles_only_searches_of_its_pool_that_fail(
+    kind: str, world: World, data: st.DataObject
 ) -> None:
-    """`VictimPools.own_never_fits` counts the preempt pool's candidates without building it:
-    when it says "never", the search over the pool it then builds fails; and the pool built
-    after the count is the one built without it (the same units in the same order)."""
+    """`VictimPools.own_never_fits` (preempt), `borrowers_never_fit` and
+    `combined_never_fits` (reclaim) count a pool's candidates without building it: when one
+    says "never", the search over the pool it then builds fails; and the pool built after
+    the count is the one built without it (the same units in the same order)."""
     pending = [view for view in world.jobs if view.state is JobState.PENDING]
     if not pending:
         return
@@ -85,12 +95,16 @@ def test_own_count_settles_only_searches_of_its_pool_that_fail(
     snap = world.snapshot()
     with snap.free_room.scratch() as room:
         counted = VictimPools(CycleContext(snap, room))
-        settled = counted.own_never_fits(job)
-        built = counted.own(job)
-        plain = VictimPools(CycleContext(snap, room)).own(job)
+        settled = _COUNTS[kind](counted, job)
+        empty = kind != "combined" and counted.empty(kind, job)
+        built = counted.combined(job) if kind == "combined" else counted._index(kind, job)
+        fresh = VictimPools(CycleContext(snap, room))
+        plain = fresh.combined(job) if kind == "combined" else fresh._index(kind, job)
         assert [unit.key for unit in built.units] == [unit.key for unit in plain.units]
+        if kind != "combined":
+            assert empty == (not built.units)
         if not settled:
-            event("the count cannot tell")
+            event(f"{kind}: the count cannot tell")
             return
-        event("never fits, with candidates" if built.units else "never fits, no candidates")
+        event(f"{kind}: never fits, with candidates" if built.units else f"{kind}: no candidates")
         assert find_plan(room, job.spec, built) is None

@@ -172,7 +172,7 @@ def test_searches_of_a_quiet_check_that_found_a_plan_are_handed_to_the_phases(
 def test_pools_shared_while_undecided_are_the_pools_built_afresh(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A victim pool (or an own-queue candidate list) made while the cycle had decided nothing
+    """A victim pool (or a pool's candidate list) made while the cycle had decided nothing
     is taken by later phases of the cycle, and by the phases after a quiet check, while they
     too decided nothing (eviction.VictimPools): every time one is taken here, the pool built
     afresh at that point holds the same units in the same order."""
@@ -188,7 +188,7 @@ def test_pools_shared_while_undecided_are_the_pools_built_afresh(
             return None
         fresh = VictimPools(self.cycle)
         fresh._undecided = {}  # nothing to take: everything built again now
-        queue, priority = key[-2:]  # a pool's key starts with its kind, a candidate list's not
+        queue, priority = key[-2:]  # (kind, queue, priority); ("chosen", kind, queue, priority)
         job = next(
             j
             for j in self.cycle.jobs.values()
@@ -201,14 +201,16 @@ def test_pools_shared_while_undecided_are_the_pools_built_afresh(
                 (u.job.id, u.tasks, u.key) for u in shared.units
             ]
         else:
-            assert [v.id for v in fresh._own_jobs(job)] == [v.id for v in shared]  # type: ignore[attr-defined]
+            chose = fresh._own_jobs if key[1] == "own" else fresh._borrowed_jobs
+            assert [v.id for v in chose(job)] == [v.id for v in shared]  # type: ignore[attr-defined]
         taken.append(key)
         return shared
 
     monkeypatch.setattr(VictimPools, "_shared", checked)
     burst = {"kind": "burst", "seed": 5, "jobs": 80, "nodes": 3}
     _simulate({"workload": {"generators": [burst]}}, memoize=True)
-    assert taken
+    kinds = {key[1] if key[0] == "chosen" else key[0] for key in taken}  # type: ignore[index]
+    assert {"own", "borrowers", "combined"} <= kinds  # both lists and every kind of pool
 
 
 def test_a_window_edge_unsettles_failed_searches() -> None:

@@ -63,6 +63,9 @@ had decided nothing): another cycle on the same snapshot may start from them (co
 PoolKey = tuple[str, str, int]
 """(own, borrowers or combined; the preemptor's queue; its priority)."""
 
+SharedKey = PoolKey | tuple[str, str, str, int]
+"""A pool, or ("chosen", own or borrowers, queue, priority): the candidates picked for it."""
+
 Planner = Callable[[JobView, "VictimPools"], Plan | None]
 """(preemptor, the phase's pools) -> the phase's best plan for it, or None."""
 
@@ -148,9 +151,9 @@ class VictimPools:
     def __init__(self, cycle: CycleContext) -> None:
         self.cycle = cycle
         self._indexes: dict[PoolKey, VictimIndex] = {}
-        # Own candidates chosen (for a count) before their index was needed: the index is
-        # built from this list later, so it holds what it would have held if built then.
-        self._chosen: dict[tuple[str, int], list[JobView]] = {}
+        # Candidates chosen (for a count) before their index was needed: the index is built
+        # from this list later, so it holds what it would have held if built then.
+        self._chosen: dict[PoolKey, list[JobView]] = {}
         # Per cycle (the clock is the cycle's): each running job's weight and units.
         self._weights: dict[str, float] = cycle.memo(SNAPSHOT_MEMOS[0], dict)
         self._units_of: dict[str, list[Unit]] = cycle.memo(SNAPSHOT_MEMOS[1], dict)
@@ -158,15 +161,13 @@ class VictimPools:
         # of the snapshot alone (nothing signalled, claimed, started or promised yet changes
         # candidacy or a queue's usage), so every phase of the cycle — and the phases after a
         # quiet check on the same snapshot — may take them while they too decided nothing.
-        self._undecided: dict[PoolKey | tuple[str, int], object] = cycle.memo(
-            SNAPSHOT_MEMOS[2], dict
-        )
+        self._undecided: dict[SharedKey, object] = cycle.memo(SNAPSHOT_MEMOS[2], dict)
 
-    def _shared(self, key: PoolKey | tuple[str, int]) -> object | None:
+    def _shared(self, key: SharedKey) -> object | None:
         """What an undecided phase of this cycle made under `key`, while still undecided."""
         return self._undecided.get(key) if self.cycle.undecided else None
 
-    def _share(self, key: PoolKey | tuple[str, int], value: object) -> None:
+    def _share(self, key: SharedKey, value: object) -> None:
         """Keep what was just made for the cycle's other phases, if nothing is decided yet
         (making it decides nothing)."""
         if self.cycle.undecided:
@@ -205,26 +206,61 @@ class VictimPools:
         which counts every lower-priority job: a large preemptor's queue is full of normal
         jobs of which those escalated to the ceiling, in their cooldown or promised to another
         plan are no candidates. False when it cannot tell."""
-        spec = job.spec
-        key = ("own", spec.queue, spec.priority)
-        index = self._indexes.get(key)
-        if index is not None:
-            return never_fits(self.cycle.room, spec, index.devices(self.cycle.evicted))
-        shared = self._shared(key)
-        if isinstance(shared, VictimIndex):
-            return never_fits(self.cycle.room, spec, shared.devices(self.cycle.evicted))
-        chosen = self._chosen.get(key[1:])
-        if chosen is None:
-            chosen = self._chosen[key[1:]] = self._own_candidates(job)
-        return never_fits(self.cycle.room, spec, devices_held(chosen, self.cycle.evicted))
+        return never_fits(self.cycle.room, job.spec, self.devices("own", job))
 
-    def _own_candidates(self, job: JobView) -> list[JobView]:
-        """`_own_jobs`, or the list an undecided phase of this cycle chose."""
-        key = (job.spec.queue, job.spec.priority)
+    def borrowers_never_fit(self, job: JobView) -> bool:
+        """`own_never_fits` for `borrowers(job)`. Under a backlog most reclaim searches fail
+        this way: the borrowers' jobs not escalated to the ceiling nor in their cooldown hold
+        too few devices beside the free room (95 % of the 5k burst's reclaim searches)."""
+        return never_fits(self.cycle.room, job.spec, self.devices("borrowers", job))
+
+    def combined_never_fits(self, job: JobView) -> bool:
+        """`own_never_fits` for `combined(job)`: both candidate sets' devices, added up."""
+        devices = dict(self.devices("own", job))
+        for node, count in self.devices("borrowers", job).items():
+            devices[node] = devices.get(node, 0) + count
+        return never_fits(self.cycle.room, job.spec, devices)
+
+    def empty(self, kind: str, job: JobView) -> bool:
+        """Has `kind`'s pool for `job` no candidate (every job gives at least one unit)?"""
+        index = self._built(kind, job)
+        if index is not None:
+            return not index.units
+        return not self._chosen_for(kind, job)
+
+    def devices(self, kind: str, job: JobView) -> dict[int, int]:
+        """Node -> GPU devices the live candidates of `kind`'s pool for `job` use there."""
+        index = self._built(kind, job)
+        if index is not None:
+            return index.devices(self.cycle.evicted)
+        return devices_held(self._chosen_for(kind, job), self.cycle.evicted)
+
+    def _built(self, kind: str, job: JobView) -> VictimIndex | None:
+        """`kind`'s pool for `job` if this phase or an undecided one has built it."""
+        key = (kind, job.spec.queue, job.spec.priority)
+        index = self._indexes.get(key)
+        if index is None:
+            shared = self._shared(key)
+            index = shared if isinstance(shared, VictimIndex) else None
+        return index
+
+    def _chosen_for(self, kind: str, job: JobView) -> list[JobView]:
+        """The candidates of `kind`'s pool for `job`, chosen now if not before (kept for the
+        index)."""
+        key = (kind, job.spec.queue, job.spec.priority)
+        chosen = self._chosen.get(key)
+        if chosen is None:
+            chosen = self._chosen[key] = self._candidates(kind, job)
+        return chosen
+
+    def _candidates(self, kind: str, job: JobView) -> list[JobView]:
+        """`_own_jobs` or `_borrowed_jobs`, or the list an undecided phase of this cycle
+        chose."""
+        key = ("chosen", kind, job.spec.queue, job.spec.priority)
         shared = self._shared(key)
         if isinstance(shared, list):
             return shared
-        chosen = self._own_jobs(job)
+        chosen = self._own_jobs(job) if kind == "own" else self._borrowed_jobs(job)
         self._share(key, chosen)
         return chosen
 
@@ -232,11 +268,8 @@ class VictimPools:
         key = (kind, job.spec.queue, job.spec.priority)
 
         def build() -> VictimIndex:
-            if kind == "own":
-                chosen = self._chosen.pop(key[1:], None)
-                jobs = self._own_candidates(job) if chosen is None else chosen
-            else:
-                jobs = self._borrowed_jobs(job)
+            chosen = self._chosen.pop(key, None)
+            jobs = self._candidates(kind, job) if chosen is None else chosen
             return VictimIndex([unit for victim in jobs for unit in self._units(victim)])
 
         return self._pool(key, build)

@@ -93,7 +93,7 @@ def reclaim(cycle: CycleContext) -> None:
         gang = job.spec.gang_request
         over = over_capability(usage, gang)
         best = None
-        if may_reclaim(cycle, job):
+        if may_reclaim(cycle, job) and not pools.borrowers_never_fit(job):
             best = search(cycle, job, pools.borrowers(job), pools.floor_veto(queue))
             if best is not None and best.cost.lost == 0 and not best.cost.late:
                 return best
@@ -105,7 +105,9 @@ def reclaim(cycle: CycleContext) -> None:
                 best = own
         if best is not None:
             return best
-        if not pools.borrowers(job).units or not pools.own(job).units:
+        if pools.empty("borrowers", job) or pools.empty("own", job):
+            return None
+        if pools.combined_never_fits(job):
             return None
         critical = job.spec.priority >= CRITICAL_PRIORITY
 
