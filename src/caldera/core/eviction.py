@@ -301,9 +301,13 @@ class VictimPools:
         return found
 
     def _borrowed_jobs(self, job: JobView) -> list[JobView]:
+        """The borrowers' candidates, written out as `_own_jobs`: every reclaim search under a
+        backlog looks at each running job of every queue above its share (thousands)."""
         cycle = self.cycle
         critical = job.spec.priority >= CRITICAL_PRIORITY
-        ceiling = cycle.config.ceiling
+        config, now, weights = cycle.config, cycle.now, self._weights
+        ceiling, cooldown = config.ceiling, config.cooldown
+        evicted, claimed = cycle.evicted, cycle.claimed
         found: list[JobView] = []
         for queue, by_priority in cycle.snapshot.job_index.victims.items():
             usage = cycle.usage.get(queue)
@@ -311,26 +315,25 @@ class VictimPools:
                 continue
             if not usage.over_deserved(usage.kept):
                 continue
-            for jobs in by_priority.values():
+            for value, jobs in by_priority.items():
                 for victim in jobs.values():
-                    if not self._free_to_go(job, victim):
+                    victim_id = victim.id
+                    if victim_id in evicted or victim_id in claimed:
+                        continue  # signalled, or promised to another plan
+                    if critical:
+                        found.append(victim)
                         continue
-                    if not critical and victim.spec.priority < ceiling <= self.weight(victim):
-                        continue  # escalated to the ceiling: nearly done or long running
+                    last = victim.last_evicted_at
+                    if last is not None and now - last < cooldown:
+                        continue  # in its cooldown
+                    if value < ceiling:
+                        weight = weights.get(victim_id)
+                        if weight is None:
+                            weight = weights[victim_id] = effective_weight(victim, config, now)
+                        if ceiling <= weight:
+                            continue  # escalated to the ceiling: nearly done or long running
                     found.append(victim)
         return found
-
-    def _free_to_go(self, preemptor: JobView, victim: JobView) -> bool:
-        """Not signalled or promised to another plan already, not in its cooldown."""
-        cycle = self.cycle
-        if victim.id in cycle.evicted or victim.id in cycle.claimed:
-            return False
-        last = victim.last_evicted_at
-        return (
-            last is None
-            or cycle.now - last >= cycle.config.cooldown
-            or preemptor.spec.priority >= CRITICAL_PRIORITY
-        )
 
     def weight(self, victim: JobView) -> float:
         weights = self._weights
