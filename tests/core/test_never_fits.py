@@ -72,22 +72,16 @@ def test_whole_slots_bounds_what_placement_finds(world: World, data: st.DataObje
     assert placed is None or len(placed) <= slots
 
 
-_COUNTS = {  # pool -> the count that settles its searches without building it
-    "own": VictimPools.own_never_fits,
-    "borrowers": VictimPools.borrowers_never_fit,
-    "combined": VictimPools.combined_never_fits,
-}
-
-
-@pytest.mark.parametrize("kind", sorted(_COUNTS))
+@pytest.mark.parametrize("kind", ["own", "borrowers"])
 @given(world=st.one_of(worlds(), worlds(contended=True)), data=st.data())
-def test_a_pool_count_settles_only_searches_of_its_pool_that_fail(
+def test_a_pool_told_without_building_it_is_the_pool_built(
     kind: str, world: World, data: st.DataObject
 ) -> None:
-    """`VictimPools.own_never_fits` (preempt), `borrowers_never_fit` and
-    `combined_never_fits` (reclaim) count a pool's candidates without building it: when one
-    says "never", the search over the pool it then builds fails; and the pool built after
-    the count is the one built without it (the same units in the same order)."""
+    """`VictimPools.own_never_fits` (preempt) counts the own pool's candidates, and
+    `VictimPools.empty` (reclaim, both pools) looks at a pool's candidate list, without
+    building the pool: when the count says "never", the search over the pool it then builds
+    fails; `empty` says whether that pool has units; and the pool built after either is the
+    one built without them (the same units in the same order)."""
     pending = [view for view in world.jobs if view.state is JobState.PENDING]
     if not pending:
         return
@@ -95,16 +89,14 @@ def test_a_pool_count_settles_only_searches_of_its_pool_that_fail(
     snap = world.snapshot()
     with snap.free_room.scratch() as room:
         counted = VictimPools(CycleContext(snap, room))
-        settled = _COUNTS[kind](counted, job)
-        empty = kind != "combined" and counted.empty(kind, job)
-        built = counted.combined(job) if kind == "combined" else counted._index(kind, job)
-        fresh = VictimPools(CycleContext(snap, room))
-        plain = fresh.combined(job) if kind == "combined" else fresh._index(kind, job)
+        settled = kind == "own" and counted.own_never_fits(job)
+        empty = counted.empty(kind, job)
+        built = counted._index(kind, job)
+        plain = VictimPools(CycleContext(snap, room))._index(kind, job)
         assert [unit.key for unit in built.units] == [unit.key for unit in plain.units]
-        if kind != "combined":
-            assert empty == (not built.units)
+        assert empty == (not built.units)
         if not settled:
-            event(f"{kind}: the count cannot tell")
+            event(f"{kind}: the count cannot tell" if kind == "own" else f"{kind}: not counted")
             return
-        event(f"{kind}: never fits, with candidates" if built.units else f"{kind}: no candidates")
+        event("own: never fits, with candidates" if built.units else "own: no candidates")
         assert find_plan(room, job.spec, built) is None

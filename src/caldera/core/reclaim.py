@@ -93,7 +93,7 @@ def reclaim(cycle: CycleContext) -> None:
         gang = job.spec.gang_request
         over = over_capability(usage, gang)
         best = None
-        if may_reclaim(cycle, job) and not pools.borrowers_never_fit(job):
+        if may_reclaim(cycle, job) and not pools.empty("borrowers", job):
             best = search(cycle, job, pools.borrowers(job), pools.floor_veto(queue))
             if best is not None and best.cost.lost == 0 and not best.cost.late:
                 return best
@@ -106,8 +106,6 @@ def reclaim(cycle: CycleContext) -> None:
         if best is not None:
             return best
         if pools.empty("borrowers", job) or pools.empty("own", job):
-            return None
-        if pools.combined_never_fits(job):
             return None
         critical = job.spec.priority >= CRITICAL_PRIORITY
 
