@@ -266,8 +266,9 @@ class VictimPools:
         return self._pool(key, build)
 
     def _own_jobs(self, job: JobView) -> list[JobView]:
-        """`_free_to_go` and `weight` written out: a large job's queue holds ~1,600 lower
-        priority jobs in a 6,500-GPU backlog, each looked at whenever this pool is made."""
+        """The candidate rules (not signalled or promised, not cooling down) and `weight`
+        written out: a large job's queue holds ~1,600 lower priority jobs in a 6,500-GPU
+        backlog, each looked at whenever this pool is made."""
         cycle, priority = self.cycle, job.spec.priority
         by_priority = cycle.snapshot.job_index.victims.get(job.spec.queue, {})
         evicted, claimed, weights = cycle.evicted, cycle.claimed, self._weights
@@ -292,8 +293,8 @@ class VictimPools:
         return found
 
     def _borrowed_jobs(self, job: JobView) -> list[JobView]:
-        """The borrowers' candidates, written out as `_own_jobs`: every reclaim search under a
-        backlog looks at each running job of every queue above its share (thousands)."""
+        """The borrowers' candidates, written out as `_own_jobs`: a reclaim search looks at
+        each running job of every other queue above its share (thousands in a backlog)."""
         cycle = self.cycle
         critical = job.spec.priority >= CRITICAL_PRIORITY
         config, now, weights = cycle.config, cycle.now, self._weights
