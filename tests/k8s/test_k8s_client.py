@@ -42,7 +42,7 @@ from caldera.k8s.admission import (
     CONTROLLER_STATE_RULES,
     CONTROLLER_WRITE_RULES,
 )
-from caldera.k8s.client import KubeClusterAPI, load_api_client
+from caldera.k8s.client import QUEUE_CONFLICT_TRIES, KubeClusterAPI, load_api_client
 from caldera.k8s.controller import sync_cluster_objects
 from caldera.k8s.events import JobEvent, Reason, event_body
 from caldera.model import Queue
@@ -308,6 +308,26 @@ def test_queues_are_created_then_replaced_keeping_what_others_wrote(
     assert put.body["metadata"]["resourceVersion"]  # optimistic concurrency kept
     assert put.body["metadata"]["annotations"]["owner"] == "platform-team"
     assert [q["metadata"]["name"] for q in api.list_queues()] == ["team"]
+
+
+def test_a_queue_replace_refused_for_a_stale_version_is_read_and_made_again(
+    stub: StubAPIServer, api: KubeClusterAPI
+) -> None:
+    """Volcano's queue controller writes a Queue's status right after it is created, so a
+    replace made from the read before is refused (409): apply_queue reads again and replaces,
+    a bounded number of times (the real-Volcano admission test met it in a clean-clone run)."""
+    api.apply_queue(volcano_queue(Queue("team", weight=3), SETTINGS))
+    path = "/apis/scheduling.volcano.sh/v1beta1/queues/team"
+    stale = "the object has been modified; please apply your changes to the latest version"
+    stub.fail("PUT", path, 409, stale, times=2)
+    reads = len(stub.calls("GET", path))  # the create's read (404)
+    api.apply_queue(volcano_queue(Queue("team", weight=5), SETTINGS))
+    assert len(stub.calls("PUT", path)) == 3 and len(stub.calls("GET", path)) == reads + 3
+    assert last(stub, "PUT").body["spec"]["weight"] == 5
+    stub.fail("PUT", path, 409, stale)  # refused for good: the conflict surfaces
+    with pytest.raises(ClusterConflict, match="has been modified"):
+        api.apply_queue(volcano_queue(Queue("team", weight=7), SETTINGS))
+    assert len(stub.calls("PUT", path)) == 3 + QUEUE_CONFLICT_TRIES
 
 
 def test_priority_classes_are_created_once_and_never_silently_changed(

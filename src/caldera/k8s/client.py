@@ -56,6 +56,7 @@ VOLCANO_VERSION = "v1beta1"
 _MERGE_PATCH = "application/merge-patch+json"
 _T = TypeVar("_T")
 _BUSY = frozenset({429, 500, 502, 503, 504})
+QUEUE_CONFLICT_TRIES = 5  # read-merge-replace rounds of apply_queue against a concurrent writer
 POOL = 32  # connections per client: watches (one per informer) + writers + the Lease
 
 # The client's signatures name its model classes (V1Pod, V1DeleteOptions, …); caldera sends
@@ -603,6 +604,16 @@ class KubeClusterAPI:
         return found
 
     def apply_queue(self, body: Object) -> None:
+        # Volcano's queue controller writes the Queue too (its status, right after it is
+        # created): a replace made from an older read is refused with 409, so read again.
+        for _ in range(QUEUE_CONFLICT_TRIES - 1):
+            try:
+                return self._apply_queue_once(body)
+            except ClusterConflict:
+                continue
+        return self._apply_queue_once(body)
+
+    def _apply_queue_once(self, body: Object) -> None:
         name = body["metadata"]["name"]
         what = f"queue {name}"
         try:
