@@ -22,7 +22,6 @@ condition), stops and clean-ups are plain deletes with the grace period.
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import threading
@@ -49,6 +48,7 @@ from caldera.k8s.guard import Purpose, refusal
 from caldera.k8s.jobs import KubeJob, KubeTask
 from caldera.k8s.render import Owner, RenderError, render_start
 from caldera.k8s.settings import KubeSettings
+from caldera.k8s.statemap import write_throttles
 from caldera.k8s.status import rejected_status, status_body
 from caldera.model import GPU_MILLI, Node
 from caldera.runtime import EventKind
@@ -412,29 +412,7 @@ class KubeActuator:
             log.warning("cannot update the status of %s: %s", job_id, error)
 
     def _write_throttles(self) -> None:
-        data = {q: {"job": t.job, "since": t.since} for q, t in sorted(self.throttles.items())}
-        patch = {"data": {"throttles": json.dumps(data, sort_keys=True)}}
-        namespace = self.settings.state_namespace
-        try:
-            self.api.patch_config_map(namespace, names.STATE_CONFIG_MAP, patch)
-        except ClusterUnavailable:
-            raise
-        except ClusterError:
-            body = {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": names.STATE_CONFIG_MAP, "labels": {names.MANAGED: "true"}},
-                **patch,
-            }
-            try:
-                self.api.create_config_map(namespace, body)
-            except ClusterConflict:
-                pass
-            except NotFound:
-                raise ClusterError(
-                    f"namespace {namespace} (kubernetes.state_namespace) does not exist: "
-                    "create it (caldera k8s render --rbac)"
-                ) from None
+        write_throttles(self.api, self.settings.state_namespace, self.throttles)
 
     def _carry_out_pending(self) -> None:
         """Carry out what is queued now: one group after another per job, groups at once.

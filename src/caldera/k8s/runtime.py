@@ -46,10 +46,9 @@ from caldera.core import (
     Throttle,
     run,
 )
-from caldera.errors import NotFound
 from caldera.k8s import names
 from caldera.k8s.actuator import KubeActuator
-from caldera.k8s.api import ClusterAPI, ClusterConflict, ClusterError, Object
+from caldera.k8s.api import ClusterAPI, ClusterError, Object
 from caldera.k8s.cache import ClusterReads, Listing
 from caldera.k8s.events import Reason
 from caldera.k8s.guard import Purpose
@@ -58,6 +57,7 @@ from caldera.k8s.jobs import KubeJob, KubeTask
 from caldera.k8s.nodes import Blocked, NodeState, foreign_usage, read_nodes
 from caldera.k8s.pods import PodWatcher
 from caldera.k8s.settings import KubeSettings
+from caldera.k8s.statemap import read_throttles
 from caldera.model import GPU_MILLI, JobState, Node, Queue, QueueState
 from caldera.policies import get_policy
 from caldera.runtime import MAX_CYCLES_AT_ONCE, Kernel, Outcome, run_again
@@ -431,33 +431,9 @@ class KubeRuntime:
             self.settle(job)
 
     def _load_throttles(self) -> None:
-        namespace = self.settings.state_namespace
-        found = self.api.read_config_map(namespace, names.STATE_CONFIG_MAP)
-        if found is None:
-            body = {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": names.STATE_CONFIG_MAP, "labels": {names.MANAGED: "true"}},
-                "data": {"throttles": "{}"},
-            }
-            try:
-                self.api.create_config_map(namespace, body)
-            except ClusterConflict:
-                pass
-            except NotFound:
-                raise ClusterError(
-                    f"namespace {namespace} (kubernetes.state_namespace) does not exist: "
-                    "create it (caldera k8s render --rbac)"
-                ) from None
-            return
-        data = json.loads((found.get("data") or {}).get("throttles") or "{}")
+        loaded = read_throttles(self.api, self.settings.state_namespace)
         self.throttles.clear()
-        self.throttles.update(
-            {
-                queue: Throttle(queue, str(row["job"]), float(row["since"]))
-                for queue, row in data.items()
-            }
-        )
+        self.throttles.update(loaded)
 
     def _block(self, pods: list[Object]) -> None:
         """Keep room caldera does not own out of the index: foreign pods' requests, and all
