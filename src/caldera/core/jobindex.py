@@ -27,7 +27,7 @@ from typing import TypeVar, cast
 from caldera.core.views import JobView
 from caldera.model import CRITICAL_PRIORITY, JobSpec, JobState, JobType
 
-__all__ = ["GroupKey", "JobIndex", "group_key"]
+__all__ = ["GroupKey", "JobIndex", "group_key", "may_throttle"]
 
 T = TypeVar("T")
 
@@ -58,6 +58,12 @@ def _may_reserve(job: JobView) -> bool:
     return job.state is JobState.PENDING and job.spec.type is JobType.LARGE
 
 
+def may_throttle(job: JobView) -> bool:
+    """Would this waiting job put its queue in waiting mode? A large job, the first time
+    (core/throttle.py)."""
+    return job.spec.type is JobType.LARGE and not job.throttled_once
+
+
 def _leaves_reserving(old: JobView, new: JobView) -> bool:
     return _may_reserve(old) and new.state is not JobState.PENDING
 
@@ -77,6 +83,10 @@ class JobIndex:
         self.views: dict[str, JobView] = {}
         self.by_state: dict[JobState, dict[str, JobView]] = {state: {} for state in JobState}
         self.pending: dict[GroupKey, list[JobView]] = {}
+        # Pending jobs per group that `may_throttle`: throttle and the quiet check look for
+        # one only in a group that has any, instead of scanning a backlog's large groups
+        # (thousands of jobs, every one throttled once already) cycle after cycle.
+        self.throttling: dict[GroupKey, int] = {}
         # queue -> [milli-GPUs, millicores, MiB held (running + releasing),
         #           milli-GPUs, millicores, MiB releasing]
         self.usage: dict[str, list[int]] = {}
@@ -131,8 +141,11 @@ class JobIndex:
         self.by_state[job.state][job.id] = job
         spec = job.spec
         if job.state is JobState.PENDING:
-            group = self.pending.setdefault(group_key(spec), [])
+            key = group_key(spec)
+            group = self.pending.setdefault(key, [])
             bisect.insort(group, job, key=_rank)
+            if may_throttle(job):
+                self.throttling[key] = self.throttling.get(key, 0) + 1
             if job.nomination is not None:
                 self.nominated[job.id] = job
         elif job.placement or job.releasing:
@@ -160,6 +173,12 @@ class JobIndex:
             del group[bisect.bisect_left(group, spec.rank, key=_rank)]
             if not group:
                 del self.pending[key]
+            if may_throttle(job):
+                left = self.throttling[key] - 1
+                if left:
+                    self.throttling[key] = left
+                else:
+                    del self.throttling[key]
             self.nominated.pop(job.id, None)
         elif job.placement or job.releasing:
             self._count(job, -1)

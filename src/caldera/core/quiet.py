@@ -317,7 +317,7 @@ def _starts_to_starve(job: JobView, config: PolicyConfig, since: float, now: flo
 
 def _would_throttle(snapshot: Snapshot, head: QuietHead, jobs: Sequence[JobView]) -> bool:
     """Would throttle put the head's queue in waiting mode (a large job joined its group)?"""
-    if head.key[0] in snapshot.throttles:
+    if head.key[0] in snapshot.throttles or head.key not in snapshot.job_index.throttling:
         return False
     return any(may_throttle(job) for job in jobs[head.position :])
 

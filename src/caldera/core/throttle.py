@@ -13,15 +13,11 @@ from collections.abc import Collection
 from caldera.core.config import PolicyConfig
 from caldera.core.context import CycleContext
 from caldera.core.decisions import Release, ThrottleOff, ThrottleOn
+from caldera.core.jobindex import may_throttle
 from caldera.core.snapshot import JobView, Throttle
 from caldera.model import PRIORITY_CLASSES, JobState, JobType
 
 __all__ = ["may_throttle", "throttle", "waiting_mode_ends"]
-
-
-def may_throttle(job: JobView) -> bool:
-    """Would this waiting job put its queue in waiting mode? A large job, the first time."""
-    return job.spec.type is JobType.LARGE and not job.throttled_once
 
 
 def waiting_mode_ends(
@@ -68,8 +64,10 @@ def throttle(cycle: CycleContext) -> None:
         return
     waiting_queues = set(cycle.snapshot.throttles) - set(ending)
     large = PRIORITY_CLASSES[JobType.LARGE].value
-    for ((queue, priority, _), jobs), first in cycle.waiting:
-        if priority != large or queue in waiting_queues:
+    throttling = cycle.snapshot.job_index.throttling
+    for (key, jobs), first in cycle.waiting:
+        queue, priority, _ = key
+        if priority != large or queue in waiting_queues or key not in throttling:
             continue
         for job in jobs[first:]:
             if may_throttle(job) and job.id not in cycle.started:
