@@ -256,6 +256,7 @@ def _back_off_checks(
     starts to starve or would throttle, or a head would start on its own reserved room."""
     pending = snapshot.job_index.pending
     config, now = snapshot.config, snapshot.now
+    backoff = config.preempt_backoff
     for head in record.heads:
         jobs = pending[head.key]
         position = _first_waiting(jobs)
@@ -264,11 +265,19 @@ def _back_off_checks(
             return None
         if job is None:
             continue
-        if head.key[1] == LARGE and (
+        priority = head.key[1]
+        if priority == LARGE and (
             _starts_to_starve(job, config, record.at, now)
             or (config.throttle and _would_throttle(snapshot, head, jobs))
         ):
             return None
+        failed_at = job.preempt_failed_at
+        if failed_at is not None and priority < CRITICAL_PRIORITY and now - failed_at < backoff:
+            # Backing off in every phase it reaches, as `_check_head` would find phase by
+            # phase: most heads of a backlog, every quiet cycle. One wake-up stands for all.
+            if head.phases:
+                tally.wakeups.append(failed_at + backoff)
+            continue
         if not _check_head(head, jobs, failed, config, now, tally):
             return None
     return tally
