@@ -178,11 +178,17 @@ class VictimPools:
         one, or `build()` now."""
         index = self._indexes.get(key)
         if index is None:
-            shared = self._shared(key)
-            index = shared if isinstance(shared, VictimIndex) else build()
+            index = self._shared_index(key)
+            if index is None:
+                index = build()
             self._indexes[key] = index
             self._share(key, index)
         return index
+
+    def _shared_index(self, key: PoolKey) -> VictimIndex | None:
+        """The pool an undecided phase of this cycle built under `key`, if any."""
+        shared = self._shared(key)
+        return shared if isinstance(shared, VictimIndex) else None
 
     def own(self, job: JobView) -> VictimIndex:
         return self._index("own", job)
@@ -230,10 +236,7 @@ class VictimPools:
         """`kind`'s pool for `job` if this phase or an undecided one has built it."""
         key = (kind, job.spec.queue, job.spec.priority)
         index = self._indexes.get(key)
-        if index is None:
-            shared = self._shared(key)
-            index = shared if isinstance(shared, VictimIndex) else None
-        return index
+        return index if index is not None else self._shared_index(key)
 
     def _chosen_for(self, kind: str, job: JobView) -> list[JobView]:
         """The candidates of `kind`'s pool for `job`, chosen now if not before (kept for the

@@ -273,8 +273,8 @@ def _back_off_checks(
             return None
         failed_at = job.preempt_failed_at
         if failed_at is not None and priority < CRITICAL_PRIORITY and now - failed_at < backoff:
-            # Backing off in every phase it reaches, as `_check_head` would find phase by
-            # phase: most heads of a backlog, every quiet cycle. One wake-up stands for all.
+            # Backing off: the same in every phase it reaches (most heads of a backlog, every
+            # quiet cycle), so one wake-up stands for all of them.
             if head.phases:
                 tally.wakeups.append(failed_at + backoff)
             continue
@@ -291,17 +291,15 @@ def _check_head(
     now: float,
     tally: _Tally,
 ) -> bool:
-    """One head through its phases' back-off checks; False if it would start."""
+    """One head that does not back off (`_back_off_checks` answers those) through the phases
+    whose back-off check it reaches: settled by the memo, left to search, or — False — it
+    would start."""
     job = jobs[head.position]
     critical = head.key[1] >= CRITICAL_PRIORITY
-    failed_at = job.preempt_failed_at
     backoff = config.preempt_backoff
     wakeups: list[float] = []
     hits = 0
     for phase in head.phases:
-        if failed_at is not None and not critical and now - failed_at < backoff:
-            wakeups.append(failed_at + backoff)
-            continue
         if head.fits_alone:
             return False
         entry = failed.get((phase, head.key))
