@@ -12,11 +12,18 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 from test_cycle_properties import NOW, World, worlds
 
-from caldera.core import PolicyConfig
+from caldera.core import PolicyConfig, Snapshot
 from caldera.core.context import CycleContext
 from caldera.core.eviction import VictimPools
 from caldera.core.placement import place_job, whole_slots
-from caldera.core.victims import VictimIndex, find_plan, is_protected, never_fits, victim_units
+from caldera.core.victims import (
+    VictimIndex,
+    devices_held,
+    find_plan,
+    is_protected,
+    never_fits,
+    victim_units,
+)
 from caldera.model import GPU_MILLI, JobState
 
 
@@ -100,3 +107,30 @@ def test_a_pool_told_without_building_it_is_the_pool_built(
             return
         event("own: never fits, with candidates" if built.units else "own: no candidates")
         assert find_plan(room, job.spec, built) is None
+
+
+@given(world=st.one_of(worlds(), worlds(contended=True)), data=st.data())
+def test_own_devices_from_the_index_are_the_candidates_devices(
+    world: World, data: st.DataObject
+) -> None:
+    """The own pool's devices (`own_never_fits`) come from the job index's per-node count of
+    the queue's lower-priority jobs, less those passed over and those evicted after the
+    candidates were chosen: always the count over the live candidates themselves."""
+    pending = [view for view in world.jobs if view.state is JobState.PENDING]
+    if not pending:
+        return
+    job = data.draw(st.sampled_from(pending))
+    # Later on, running jobs have escalated (weight) and left their cooldowns.
+    later = data.draw(st.sampled_from([0.0, 3600.0, 86_400.0, 30 * 86_400.0]))
+    snap = Snapshot(NOW + later, world.nodes, dict(world.queues), world.jobs, world.config)
+    with snap.free_room.scratch() as room:
+        pools = VictimPools(CycleContext(snap, room))
+        chosen, passed_over = pools._chosen_for("own", job)
+        weights = pools._weights
+        escalated = [v for v in passed_over if weights.get(v.id, 0.0) >= job.spec.priority]
+        event("own: escalated jobs passed over" if escalated else "own: none escalated")
+        ids = [victim.id for victim in chosen]
+        gone = data.draw(st.lists(st.sampled_from(ids), unique=True)) if ids else []
+        pools.cycle.evicted.update(gone)  # signalled since
+        event("own: candidates evicted since" if gone else "own: none evicted since")
+        assert pools.devices("own", job) == devices_held(chosen, pools.cycle.evicted)

@@ -66,6 +66,9 @@ PoolKey = tuple[str, str, int]
 SharedKey = PoolKey | tuple[str, str, str, int]
 """A pool, or ("chosen", own or borrowers, queue, priority): the candidates picked for it."""
 
+Candidates = tuple[list[JobView], list[JobView]]
+"""A pool's candidates, and (own pools) its queue's lower-priority jobs passed over."""
+
 Planner = Callable[[JobView, "VictimPools"], Plan | None]
 """(preemptor, the phase's pools) -> the phase's best plan for it, or None."""
 
@@ -153,7 +156,7 @@ class VictimPools:
         self._indexes: dict[PoolKey, VictimIndex] = {}
         # Candidates chosen (for a count) before their index was needed: the index is built
         # from this list later, so it holds what it would have held if built then.
-        self._chosen: dict[PoolKey, list[JobView]] = {}
+        self._chosen: dict[PoolKey, Candidates] = {}
         # Per cycle (the clock is the cycle's): each running job's weight and units.
         self._weights: dict[str, float] = cycle.memo(SNAPSHOT_MEMOS[0], dict)
         self._units_of: dict[str, list[Unit]] = cycle.memo(SNAPSHOT_MEMOS[1], dict)
@@ -223,14 +226,41 @@ class VictimPools:
         index = self._built(kind, job)
         if index is not None:
             return not index.units
-        return not self._chosen_for(kind, job)
+        return not self._chosen_for(kind, job)[0]
 
     def devices(self, kind: str, job: JobView) -> dict[int, int]:
         """Node -> GPU devices the live candidates of `kind`'s pool for `job` use there."""
         index = self._built(kind, job)
         if index is not None:
             return index.devices(self.cycle.evicted)
-        return devices_held(self._chosen_for(kind, job), self.cycle.evicted)
+        chosen, passed_over = self._chosen_for(kind, job)
+        if kind == "own":
+            return self._own_devices(job, passed_over)
+        return devices_held(chosen, self.cycle.evicted)
+
+    def _own_devices(self, job: JobView, passed_over: list[JobView]) -> dict[int, int]:
+        """`devices` of the own pool, from the job index's count of every lower-priority job
+        of the queue (kept across cycles) less the few not chosen or evicted since: a
+        large preemptor's queue holds ~1,600 candidates and passes over a handful."""
+        spec, cycle = job.spec, self.cycle
+        index = cycle.snapshot.job_index
+        gone = {victim.id: victim for victim in passed_over}
+        by_priority = index.victims.get(spec.queue, {})
+        for victim_id in cycle.evicted:  # chosen, then evicted: no longer a candidate
+            victim = cycle.jobs.get(victim_id)
+            if victim is None or victim_id in gone or victim.spec.priority >= spec.priority:
+                continue
+            held = by_priority.get(victim.spec.priority, {}).get(victim_id)
+            if held is not None:
+                gone[victim_id] = held
+        devices = dict(index.lower_devices(spec.queue, spec.priority))
+        for node, count in devices_held(gone.values(), set()).items():
+            left = devices[node] - count
+            if left:
+                devices[node] = left
+            else:
+                del devices[node]
+        return devices
 
     def _built(self, kind: str, job: JobView) -> VictimIndex | None:
         """`kind`'s pool for `job` if this phase or an undecided one has built it."""
@@ -238,23 +268,22 @@ class VictimPools:
         index = self._indexes.get(key)
         return index if index is not None else self._shared_index(key)
 
-    def _chosen_for(self, kind: str, job: JobView) -> list[JobView]:
+    def _chosen_for(self, kind: str, job: JobView) -> Candidates:
         """The candidates of `kind`'s pool for `job`, chosen now if not before (kept for the
-        index)."""
+        index), with those passed over."""
         key = (kind, job.spec.queue, job.spec.priority)
         chosen = self._chosen.get(key)
         if chosen is None:
             chosen = self._chosen[key] = self._candidates(kind, job)
         return chosen
 
-    def _candidates(self, kind: str, job: JobView) -> list[JobView]:
-        """`_own_jobs` or `_borrowed_jobs`, or the list an undecided phase of this cycle
-        chose."""
+    def _candidates(self, kind: str, job: JobView) -> Candidates:
+        """`_own_jobs` or `_borrowed_jobs`, or what an undecided phase of this cycle chose."""
         key = ("chosen", kind, job.spec.queue, job.spec.priority)
         shared = self._shared(key)
-        if isinstance(shared, list):
+        if isinstance(shared, tuple):
             return shared
-        chosen = self._own_jobs(job) if kind == "own" else self._borrowed_jobs(job)
+        chosen = self._own_jobs(job) if kind == "own" else (self._borrowed_jobs(job), [])
         self._share(key, chosen)
         return chosen
 
@@ -263,37 +292,42 @@ class VictimPools:
 
         def build() -> VictimIndex:
             chosen = self._chosen.pop(key, None)
-            jobs = self._candidates(kind, job) if chosen is None else chosen
+            jobs = (self._candidates(kind, job) if chosen is None else chosen)[0]
             return VictimIndex([unit for victim in jobs for unit in self._units(victim)])
 
         return self._pool(key, build)
 
-    def _own_jobs(self, job: JobView) -> list[JobView]:
+    def _own_jobs(self, job: JobView) -> Candidates:
         """The candidate rules (not signalled or promised, not cooling down) and `weight`
         written out: a large job's queue holds ~1,600 lower priority jobs in a 6,500-GPU
-        backlog, each looked at whenever this pool is made."""
+        backlog, each looked at whenever this pool is made. The jobs passed over too."""
         cycle, priority = self.cycle, job.spec.priority
         by_priority = cycle.snapshot.job_index.victims.get(job.spec.queue, {})
         evicted, claimed, weights = cycle.evicted, cycle.claimed, self._weights
         config, now = cycle.config, cycle.now
         cooldown, critical = config.cooldown, priority >= CRITICAL_PRIORITY
         found: list[JobView] = []
+        passed_over: list[JobView] = []
         for value, jobs in by_priority.items():
             if value >= priority:
                 continue
             for victim in jobs.values():
                 victim_id = victim.id
                 if victim_id in evicted or victim_id in claimed:
+                    passed_over.append(victim)
                     continue
                 last = victim.last_evicted_at
                 if last is not None and not critical and now - last < cooldown:
+                    passed_over.append(victim)
                     continue  # in its cooldown
                 weight = weights.get(victim_id)
                 if weight is None:
                     weight = weights[victim_id] = effective_weight(victim, config, now)
                 if weight < priority:
                     found.append(victim)
-        return found
+                else:
+                    passed_over.append(victim)
+        return found, passed_over
 
     def _borrowed_jobs(self, job: JobView) -> list[JobView]:
         """The borrowers' candidates, written out as `_own_jobs`: a reclaim search looks at

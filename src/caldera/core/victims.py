@@ -98,11 +98,16 @@ def expected_loss(
     job: JobView, config: PolicyConfig, now: float, tasks: int | None = None
 ) -> float:
     """GPU-seconds of work an eviction would lose now (0 if an emergency checkpoint fits)."""
-    spec = job.spec
-    if release_timing(spec, config)[1]:
+    if release_timing(job.spec, config)[1]:
         return 0.0
-    count = len(job.placement) if tasks is None else tasks
-    return spec.gpu * count / GPU_MILLI * (job.work_done(now) - job.saved_at(now))
+    return _work_at_risk(job, now, len(job.placement) if tasks is None else tasks)
+
+
+def _work_at_risk(job: JobView, now: float, tasks: int) -> float:
+    """GPU-seconds of `tasks` tasks' work since the point a restart would resume from."""
+    work = job.work_done(now)
+    saved = job.spec.checkpoint.resume_point(work, job.saved_work)
+    return job.spec.gpu * tasks / GPU_MILLI * (work - saved)
 
 
 class Unit(NamedTuple):
@@ -146,29 +151,39 @@ def victim_units(
     running = len(job.placement)
     spec = job.spec
     delay, saves = release_timing(spec, config)
-    lost = 0.0 if saves else expected_loss(job, config, now)
-    placement, queue = job.placement, spec.queue
+    lost = 0.0 if saves else _work_at_risk(job, now, running)
+    placement, queue, name = job.placement, spec.queue, job.id
+    # tuple.__new__ straight: a named tuple's own constructor is a Python-level call, and
+    # a backlog's pools make about a million units (two tuples each) per 10,000 jobs.
     units = (
         [
-            Unit(
-                job,
-                (task,),
-                False,
-                weight,
-                0.0,
-                VictimKey(0.0, 0, weight, newest, job.id, -task),
-                delay,
-                (placement[task],),
-                queue,
+            _new(
+                Unit,
+                (
+                    job,
+                    (task,),
+                    False,
+                    weight,
+                    0.0,
+                    _new(VictimKey, (0.0, 0, weight, newest, name, -task)),
+                    delay,
+                    (placement[task],),
+                    queue,
+                ),
             )
             for task in range(running - 1, spec.min_available - 1, -1)
         ]
         if running > spec.min_available
         else []
     )
-    key = VictimKey(lost, 1, weight, newest, job.id, 0)
-    units.append(Unit(job, tuple(range(running)), True, weight, lost, key, delay, placement, queue))
+    key = _new(VictimKey, (lost, 1, weight, newest, name, 0))
+    units.append(
+        _new(Unit, (job, tuple(range(running)), True, weight, lost, key, delay, placement, queue))
+    )
     return units
+
+
+_new = tuple.__new__
 
 
 class PlanCost(NamedTuple):
