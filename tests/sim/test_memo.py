@@ -220,6 +220,42 @@ def test_pools_shared_while_undecided_are_the_pools_built_afresh(
     assert {"own", "borrowers", "combined"} <= kinds  # both lists and every kind of pool
 
 
+def test_a_start_in_the_cycle_unsettles_failed_searches() -> None:
+    """The case hypothesis found (tests/sim/found/memo-start-frees-reservation.yaml): nothing
+    changed since a search failed, but a critical job submitted now starts in the critical
+    pass, its queue can no longer hold a starving large job's reservation within its
+    capability, and the room reserved for that job is free: the search now finds a plan. A
+    cycle that has decided something takes no answer from the memo
+    (`CycleContext.known_failure`)."""
+    import yaml
+
+    path = Path(__file__).resolve().parent / "found" / "memo-start-frees-reservation.yaml"
+    data = yaml.safe_load(path.read_text())
+    cached, hits, _ = _simulate(data, memoize=True)
+    plain, _, _ = _simulate(data, memoize=False)
+    assert hits > 0
+    assert cached == plain
+    evicted_by_j13 = [e for e in plain["events"] if e.get("preemptor") == "j13"]
+    assert [e["t"] for e in evicted_by_j13] == [3000.0, 3000.0]
+
+
+def test_a_search_a_veto_made_order_dependent_is_not_settled() -> None:
+    """The case hypothesis found (tests/sim/found/memo-veto-order.yaml): a reclaim search
+    fails because the floor veto turns away a unit once earlier units of its queue took the
+    queue down to its share; later, with nothing else changed, the candidates' order has moved
+    (lost work, weights) and the same search finds a plan. Such a failure is not settled
+    (`CycleContext.order_mattered`)."""
+    import yaml
+
+    path = Path(__file__).resolve().parent / "found" / "memo-veto-order.yaml"
+    data = yaml.safe_load(path.read_text())
+    cached, _, _ = _simulate(data, memoize=True)
+    plain, _, _ = _simulate(data, memoize=False)
+    assert cached == plain
+    reclaimed = [(e["t"], e["job"]) for e in plain["events"] if e.get("preemptor") == "j14"]
+    assert reclaimed == [(2580.0, "j8")]
+
+
 def test_a_window_edge_unsettles_failed_searches() -> None:
     """The case hypothesis found (tests/sim/found/memo-window-reservation.yaml): a queue's
     window closes, its starving large job is held and the room reserved for it is free, so a
@@ -229,9 +265,10 @@ def test_a_window_edge_unsettles_failed_searches() -> None:
 
     path = Path(__file__).resolve().parent / "found" / "memo-window-reservation.yaml"
     data = yaml.safe_load(path.read_text())
-    cached, hits, _ = _simulate(data, memoize=True)
+    cached, _, _ = _simulate(data, memoize=True)
     plain, _, _ = _simulate(data, memoize=False)
-    assert hits > 0
+    # (No memo hit is asked for: since a cycle that decided something takes none, this
+    # case's hits are gone, but a memo entry that outlived the edge still changed the run.)
     assert cached == plain
 
 

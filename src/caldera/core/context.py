@@ -49,8 +49,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CycleContext", "Handover", "KnownSearch", "PendingGroup", "QueueUsage", "shape_key"]
 
-KnownSearch = tuple[str, int, "Plan | None"]
-"""A victim search already run on a cycle's state: (preemptor, its pool's units, the plan)."""
+KnownSearch = tuple[str, int, "Plan | None", bool]
+"""A victim search already run on a cycle's state: (preemptor, its pool's units, the plan,
+whether a failure may depend on the candidates' order: `CycleContext.order_mattered`)."""
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,11 @@ class CycleContext:
     # the cycle has decided nothing. `search_log`: where a quiet check keeps its own.
     known_searches: list[KnownSearch] = field(default_factory=list)
     search_log: list[KnownSearch] | None = None
+    # A search since the flag was last cleared failed only after a veto turned a candidate
+    # away for what earlier candidates of its queue took: the candidates' order, which time
+    # alone changes (their lost work and weights), may decide it, so its failure is not
+    # settled in the memo (give_way clears and reads it around each planner call).
+    order_mattered: bool = False
     _memo: dict[str, object] = field(default_factory=dict)
     _usage_memo: dict[str, tuple[int, object]] = field(default_factory=dict)
     # Failed victim searches still settled (core/memo.py), and the state they hold for.
@@ -285,22 +291,23 @@ class CycleContext:
         """Nothing started, signalled or nominated yet: the state the cycle began with."""
         return not (self.starts or self.evictions or self.nominations)
 
-    def known_search(self, job: JobView, units: int) -> tuple[bool, Plan | None]:
-        """(True, its plan) when this search is the next a quiet check ran on this state."""
+    def known_search(self, job: JobView, units: int) -> tuple[bool, Plan | None, bool]:
+        """(True, its plan, whether the order mattered) when this search is the next a quiet
+        check ran on this state."""
         known = self.known_searches
         if not known or not self.undecided:
-            return False, None
-        preemptor, size, plan = known[0]
+            return False, None, False
+        preemptor, size, plan, order_mattered = known[0]
         if preemptor != job.id or size != units:  # not the same search: forget them all
             known.clear()
-            return False, None
+            return False, None, False
         del known[0]
-        return True, plan
+        return True, plan, order_mattered
 
-    def log_search(self, job: JobView, units: int, plan: Plan | None) -> None:
+    def log_search(self, job: JobView, units: int, plan: Plan | None, order: bool) -> None:
         """Keep a search run while the cycle has decided nothing (for `known_searches`)."""
         if self.search_log is not None and self.undecided:
-            self.search_log.append((job.id, units, plan))
+            self.search_log.append((job.id, units, plan, order))
 
     def hand_over(self, names: tuple[str, ...]) -> Handover:
         """This cycle's searches so far and its memos `names` (those it has), for the phases
@@ -479,7 +486,10 @@ class CycleContext:
 
     def known_failure(self, key: SearchKey, head: JobView) -> bool:
         """Did this search fail in an earlier cycle, with nothing since that could change
-        its answer (core/memo.py)?"""
+        its answer (core/memo.py)? Never once this cycle has decided something: a start
+        before the search may have freed reserved room or put a queue above its share."""
+        if not self.undecided:
+            return False
         failed = self.failed.get(key)
         if failed is not None and failed.head == head.id and self.now < failed.until:
             self.memo_hits += 1

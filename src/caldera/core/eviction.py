@@ -395,13 +395,21 @@ class FloorVeto:
     def __init__(self, usage: Mapping[str, QueueUsage], own: str) -> None:
         self.usage = usage
         self.own = own
+        # Turned a unit away for what was taken from its queue before it: which units join
+        # then depends on their order (`CycleContext.order_mattered`).
+        self.order_mattered = False
 
     def __call__(self, unit: Unit, taken: Mapping[str, Resources]) -> bool:
-        if unit.queue == self.own:
+        queue = unit.queue
+        if queue == self.own:
             return True
-        entry = self.usage[unit.queue]
-        before = entry.kept - taken.get(unit.queue, Resources())
-        return entry.over_deserved(before) and not entry.below_guarantee(before - unit.resources)
+        entry = self.usage[queue]
+        before = entry.kept - taken.get(queue, Resources())
+        if entry.over_deserved(before) and not entry.below_guarantee(before - unit.resources):
+            return True
+        if queue in taken:
+            self.order_mattered = True
+        return False
 
     def closed(self, queue: str, taken: Mapping[str, Resources]) -> bool:
         """No longer above its deserved share with what is taken: more taken never puts it
@@ -483,9 +491,11 @@ def give_way(
         else:
             if pools is None:
                 pools = VictimPools(cycle)
+            cycle.order_mattered = False
             plan = planner(job, pools)
             if plan is None:
-                cycle.record_failure(key, job)
+                if not cycle.order_mattered:  # else time alone may change the answer
+                    cycle.record_failure(key, job)
             elif _wait_for_a_cheaper_plan(cycle, job, plan):
                 # Not a failure: a victim's next checkpoint may make a lossless plan, with
                 # nothing else changing, so this search is not settled (core/memo.py).
@@ -534,14 +544,16 @@ def search(
     if not index.units:
         return None
     units = len(index.units)
-    known, plan = cycle.known_search(job, units)
-    if known:
-        return plan
-    load = leaf_load(cycle) if never_evicted(job.spec) else None
-    plan = find_plan(
-        cycle.room, job.spec, index, cycle.evicted, allow, patience(cycle, job), enough, load
-    )
-    cycle.log_search(job, units, plan)
+    known, plan, order_mattered = cycle.known_search(job, units)
+    if not known:
+        load = leaf_load(cycle) if never_evicted(job.spec) else None
+        plan = find_plan(
+            cycle.room, job.spec, index, cycle.evicted, allow, patience(cycle, job), enough, load
+        )
+        order_mattered = plan is None and isinstance(allow, FloorVeto) and allow.order_mattered
+        cycle.log_search(job, units, plan, order_mattered)
+    if order_mattered:
+        cycle.order_mattered = True
     return plan
 
 

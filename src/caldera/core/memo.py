@@ -22,7 +22,15 @@ settled until one of these happens:
 
 Only searches that found no plan are settled: a plan the preemptor declined because every
 plan loses work (`lossy_patience`) is searched again next time, since a victim's next
-periodic checkpoint can make it lossless with nothing else changing.
+periodic checkpoint can make it lossless with nothing else changing. Nor is a failure in
+which reclaim's floor turned a unit away for what earlier units of its queue took
+(`FloorVeto.order_mattered`): which units join then depends on the candidates' order, and
+time alone moves it (their lost work and weights), so the same search may succeed later.
+
+A settled search is taken only while the cycle has decided nothing: a start earlier in the
+cycle (a critical job placed in its own pass) may put its queue above its deserved share —
+its running jobs become borrowers to reclaim — or leave a starving job's queue unable to
+hold its reservation, whose room is then free (tests/sim/found/memo-*.yaml).
 
 Before a search is even built, a count can settle it in the same cycle: `victims.never_fits`
 counts the whole GPUs each node could have if every candidate were gone (from the job
