@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from caldera.core.allocate import job_order
 from caldera.core.context import CycleContext, QueueUsage
 from caldera.core.decisions import Evict, EvictReason, Nominate
-from caldera.core.jobindex import group_key
+from caldera.core.jobindex import GroupKey, group_key
 from caldera.core.packing import count_non_evictable, leaf_load, never_evicted
 from caldera.core.placement import place_job
 from caldera.core.room import TaskPlacement
@@ -433,7 +433,7 @@ def give_way(
     cycle: CycleContext,
     reason: EvictReason,
     planner: Planner,
-    may_try: Callable[[JobView], bool] | None = None,
+    may_try: Callable[[JobView, GroupKey], bool] | None = None,
 ) -> None:
     """Work through the waiting groups in rank order; a group whose head finds no plan is
     settled for this phase (its jobs would search the same victims for the same shape), and
@@ -465,7 +465,7 @@ def give_way(
             if position + 1 < len(jobs):
                 heapq.heappush(heads, (jobs[position + 1].spec.rank, number, position + 1))
             continue
-        if queue not in usage or (may_try is not None and not may_try(job)):
+        if queue not in usage or (may_try is not None and not may_try(job, group[0])):
             continue  # the whole group asks the same of the same queue
         cycle.reached.setdefault(job.id, []).append(phase)
         failed_at = job.preempt_failed_at

@@ -23,6 +23,7 @@ from caldera.core.eviction import (
     over_capability,
     search,
 )
+from caldera.core.jobindex import GroupKey
 from caldera.core.reclaim import borrowers_first
 from caldera.core.snapshot import JobView
 from caldera.core.victims import Plan
@@ -34,8 +35,8 @@ def preempt(cycle: CycleContext) -> None:
     continue_nominations(cycle)  # this pass's nominations, each once a cycle
     deferred: set[str] = cycle.memo("borrowers_first", set)
 
-    def may_try(job: JobView) -> bool:
-        if borrowers_first(cycle, job):
+    def may_try(job: JobView, key: GroupKey) -> bool:
+        if borrowers_first(cycle, job, key):
             deferred.add(job.id)
             return False
         return True

@@ -33,7 +33,7 @@ from caldera.core.eviction import (
     over_capability,
     search,
 )
-from caldera.core.jobindex import group_key
+from caldera.core.jobindex import GroupKey, group_key
 from caldera.core.snapshot import JobView
 from caldera.core.victims import Plan, Unit
 from caldera.model import CRITICAL_PRIORITY
@@ -70,17 +70,18 @@ def _others_borrow(cycle: CycleContext, queue: str) -> bool:
     return len(borrowing) > (queue in borrowing)
 
 
-def borrowers_first(cycle: CycleContext, job: JobView) -> bool:
+def borrowers_first(cycle: CycleContext, job: JobView, key: GroupKey | None = None) -> bool:
     """Should `job` reclaim before it preempts its own queue's lower-priority work? (Kueue's
     candidate order: borrowers first.) The answer depends on the job's queue, gang and
-    priority and on the queues' usage: kept per pending group until a usage changes."""
-    spec = job.spec
-    answers: dict[tuple[str, int, int], bool] = cycle.usage_memo("borrowers_first answers", dict)
-    key = group_key(spec)  # its group: same gang, same class
+    priority and on the queues' usage: kept per pending group (`key`, when the caller has it)
+    until a usage changes."""
+    answers: dict[GroupKey, bool] = cycle.usage_memo("borrowers_first answers", dict)
+    if key is None:
+        key = group_key(job.spec)  # its group: same gang, same class
     answer = answers.get(key)
     if answer is None:
         # (both only read the usages: the cheaper one first)
-        answer = answers[key] = _others_borrow(cycle, spec.queue) and may_reclaim(cycle, job)
+        answer = answers[key] = _others_borrow(cycle, key[0]) and may_reclaim(cycle, job)
     return answer
 
 
