@@ -256,6 +256,43 @@ def test_a_search_a_veto_made_order_dependent_is_not_settled() -> None:
     assert reclaimed == [(2580.0, "j8")]
 
 
+def test_a_quiet_check_stops_searching_once_it_found_a_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When a quiet check's searches decide something, the phases run instead and take only
+    the searches before that decision (core/quiet.py, 5): the check runs none after it. (This
+    workload's checks ran 117 searches after a plan before they stopped there.)"""
+    from caldera.core import preempt, quiet, reclaim
+    from caldera.core.context import Handover
+
+    seen = {"in a check": False, "after a decision": 0, "handed over": 0}
+    for module in (preempt, reclaim):
+        original = module.search
+
+        def counted(cycle: CycleContext, *args: Any, _search: Any = original, **kw: Any) -> Any:
+            if seen["in a check"] and not cycle.undecided:
+                seen["after a decision"] += 1
+            return _search(cycle, *args, **kw)
+
+        monkeypatch.setattr(module, "search", counted)
+    search_unsettled = quiet._search_unsettled
+
+    def watched(*args: Any) -> Any:
+        seen["in a check"] = True
+        try:
+            answer = search_unsettled(*args)
+        finally:
+            seen["in a check"] = False
+        seen["handed over"] += isinstance(answer, Handover)
+        return answer
+
+    monkeypatch.setattr(quiet, "_search_unsettled", watched)
+    burst = {"kind": "burst", "seed": 7, "jobs": 600, "nodes": 40}
+    _simulate({"workload": {"generators": [burst]}}, memoize=True)
+    assert seen["handed over"] > 0
+    assert seen["after a decision"] == 0
+
+
 def test_a_window_edge_unsettles_failed_searches() -> None:
     """The case hypothesis found (tests/sim/found/memo-window-reservation.yaml): a queue's
     window closes, its starving large job is held and the room reserved for it is free, so a

@@ -228,6 +228,9 @@ class CycleContext:
     # the cycle has decided nothing. `search_log`: where a quiet check keeps its own.
     known_searches: list[KnownSearch] = field(default_factory=list)
     search_log: list[KnownSearch] | None = None
+    # A quiet check's searches (core/quiet.py, 5): once one decides something, the phases
+    # run instead and take only the searches before it, so give_way stops there.
+    until_decided: bool = False
     # A search since the flag was last cleared failed only after a veto turned a candidate
     # away for what earlier candidates of its queue took: the candidates' order, which time
     # alone changes (their lost work and weights), may decide it, so its failure is not

@@ -201,9 +201,13 @@ class VictimPools:
 
     def combined(self, job: JobView) -> VictimIndex:
         queue = job.spec.queue
+        # Both parts are this phase's pools even when the combined one is shared: a phase
+        # after a quiet check then holds the same pools, once it has decided something, as
+        # the phases without the check (core/quiet.py, 5).
+        own, borrowers = self.own(job), self.borrowers(job)
 
         def build() -> VictimIndex:
-            units = [*self.own(job).units, *self.borrowers(job).units]
+            units = [*own.units, *borrowers.units]
             return VictimIndex(units, lambda u: int(u.queue == queue))
 
         return self._pool(("combined", queue, job.spec.priority), build)
@@ -457,6 +461,8 @@ def give_way(
     while heads:
         if cycle.evicted_gpu > 0 and cycle.eviction_budget <= 0:
             break
+        if cycle.until_decided and not cycle.undecided:
+            break  # a quiet check that found a plan: the phases take over (core/quiet.py)
         _, number, position = heapq.heappop(heads)
         group = waiting[number][0]
         (queue, priority, _shape), jobs = group

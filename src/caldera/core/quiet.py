@@ -47,7 +47,8 @@ Why C1 then decides what C0 did, when `replay` answers:
    `CycleContext` of C1 and runs preempt and reclaim over those heads alone, critical ones
    first without the reservations, as the phases would. Nothing else in the cycle depends on
    which heads searched (3), so if every such search fails, its misses, wake-ups, hits and
-   new memo entries are the phases'; if one finds a plan or fits, the phases run instead.
+   new memo entries are the phases'; if one finds a plan or fits, the check stops there
+   (what follows a decision is not used) and the phases run instead.
    They run the same searches first, on the same state and in the same order, up to the one
    that found the plan: those searches' answers are handed to them (`known_searches`) and
    taken in order while the cycle has decided nothing — each must name the same preemptor
@@ -341,6 +342,7 @@ def _search_unsettled(
         for job_id, parts in record.blocked:
             cycle.hold_again(job_id, parts, reservation=False)
         cycle.search_log = []
+        cycle.until_decided = True  # what follows a decision is the phases' to work out
         for critical in (True, False):
             if not critical:
                 for job_id, parts in record.reserved:
@@ -351,7 +353,10 @@ def _search_unsettled(
                 if (head.key[1] >= CRITICAL_PRIORITY) == critical
             )
             preempt(cycle)
-            reclaim(cycle)
+            if cycle.undecided:
+                reclaim(cycle)
+            if not cycle.undecided:
+                break
         if cycle.starts or cycle.evictions or cycle.nominations or cycle.notes:
             return cycle.hand_over(SNAPSHOT_MEMOS)
         searched = cycle.decisions()
