@@ -556,7 +556,7 @@ def search(
         plan = find_plan(
             cycle.room, job.spec, index, cycle.evicted, allow, patience(cycle, job), enough, load
         )
-        order_mattered = plan is None and isinstance(allow, FloorVeto) and allow.order_mattered
+        order_mattered = plan is None and allow is not None and allow.order_mattered
         cycle.log_search(job, units, plan, order_mattered)
     if order_mattered:
         cycle.order_mattered = True

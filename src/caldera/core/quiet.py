@@ -353,8 +353,7 @@ def _search_unsettled(
                 if (head.key[1] >= CRITICAL_PRIORITY) == critical
             )
             preempt(cycle)
-            if cycle.undecided:
-                reclaim(cycle)
+            reclaim(cycle)  # (give_way searches nothing once the check decided something)
             if not cycle.undecided:
                 break
         if cycle.starts or cycle.evictions or cycle.nominations or cycle.notes:

@@ -76,6 +76,11 @@ class VictimKey(NamedTuple):
 class Veto(Protocol):
     """(unit, resources already chosen per queue) -> may this unit join the plan?"""
 
+    # Set once it turned a unit away for what was taken from the unit's queue before it:
+    # which units join then depends on their order, so a search that fails is not settled
+    # by its failure (core/memo.py).
+    order_mattered: bool
+
     def __call__(self, unit: Unit, taken: Mapping[str, Resources]) -> bool: ...
 
     def closed(self, queue: str, taken: Mapping[str, Resources]) -> bool:
