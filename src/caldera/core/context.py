@@ -79,19 +79,24 @@ def shape_key(job: JobView) -> int:
     return job.spec.shape
 
 
+NOTHING = Resources()
+
+
 @dataclass(slots=True)
 class QueueUsage:
     """A queue's quotas and what it holds during this cycle (running + releasing + started)."""
 
     queue: Queue
     deserved: Resources
-    allocated: Resources = field(default_factory=Resources)
-    releasing: Resources = field(default_factory=Resources)  # of `allocated`, signalled to leave
-    held_at_start: Resources = field(default_factory=Resources)  # when the cycle began
-    promised: Resources = field(default_factory=Resources)  # room nominated to preemptors
+    # Resources are immutable: one shared zero serves every default (a cycle makes a usage
+    # per queue, and the quiet check's searches a cycle of their own).
+    allocated: Resources = NOTHING
+    releasing: Resources = NOTHING  # of `allocated`, signalled to leave
+    held_at_start: Resources = NOTHING  # when the cycle began
+    promised: Resources = NOTHING  # room nominated to preemptors
     # Of `allocated - releasing`, what victims a live plan has yet to signal will give back:
     # committed to leave, so no later plan counts it as the queue's.
-    committed: Resources = field(default_factory=Resources)
+    committed: Resources = NOTHING
 
     @property
     def share(self) -> float:
@@ -111,7 +116,14 @@ class QueueUsage:
         """What the queue keeps once everything signalled, or committed to a live plan, has
         left, not counting jobs started in this cycle: room is not taken back from one job to
         start another."""
-        return self.held_at_start - self.releasing - self.committed
+        kept = self.held_at_start
+        # Most queues have nothing leaving: no new Resources then (asked for every queue
+        # whenever a usage changes, and for every borrower a reclaim search looks at).
+        if self.releasing is not NOTHING:
+            kept = kept - self.releasing
+        if self.committed is not NOTHING:
+            kept = kept - self.committed
+        return kept
 
     def holds(self, extra: Resources) -> Resources:
         """What the queue will hold once `extra` starts: everything running or started this
@@ -188,7 +200,7 @@ def _default_deserved(snapshot: Snapshot) -> dict[str, Resources]:
     return result
 
 
-@dataclass
+@dataclass(slots=True)
 class CycleContext:
     snapshot: Snapshot
     room: Room
@@ -257,7 +269,11 @@ class CycleContext:
         for name, queue in snapshot.queues.items():
             gpu, cpu, memory, gpu_out, cpu_out, memory_out = held.get(name, (0, 0, 0, 0, 0, 0))
             holding = Resources(gpu, cpu, memory)
-            leaving = Resources(gpu_out, cpu_out, memory_out)
+            leaving = (
+                Resources(gpu_out, cpu_out, memory_out)
+                if gpu_out or cpu_out or memory_out
+                else NOTHING
+            )
             self.usage[name] = QueueUsage(queue, deserved[name], holding, leaving, holding)
         for job in snapshot.job_index.nominated.values():
             self.promise(job, 1)
@@ -482,7 +498,10 @@ class CycleContext:
             whole = len(devices) == len(task.devices)
             cpu = task.cpu if whole and room.cpu[task.node] >= task.cpu else 0
             memory = task.memory if whole and room.memory[task.node] >= task.memory else 0
-            part = TaskPlacement(task.node, devices, task.milli, cpu, memory)
+            if whole and cpu == task.cpu and memory == task.memory:
+                part = task  # all of it is free: the task itself (immutable), not a copy
+            else:
+                part = TaskPlacement(task.node, devices, task.milli, cpu, memory)
             room.take(part)
             held.append(part)
         return held

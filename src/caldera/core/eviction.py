@@ -118,14 +118,17 @@ def over_capability(usage: QueueUsage, extra: Resources) -> Resources | None:
 def freed_by(units: Sequence[Unit], queue: str) -> Resources:
     """What the units of `queue` give back to its quotas. A job's units overlap (its whole
     gang and each task above `min_available`): a task counts once."""
-    freed = Resources()
+    gpu = cpu = memory = 0  # summed as integers: asked for every prefix a search tries
     counted: set[tuple[str, int]] = set()
     for unit in units:
         if unit.queue == queue:
             new = [(unit.job.id, i) for i in unit.tasks if (unit.job.id, i) not in counted]
             counted.update(new)
-            freed = freed + unit.job.spec.task_request.scaled(len(new))
-    return freed
+            request, tasks = unit.job.spec.task_request, len(new)
+            gpu += request.gpu * tasks
+            cpu += request.cpu * tasks
+            memory += request.memory * tasks
+    return Resources(gpu, cpu, memory)
 
 
 def frees(queue: str, need: Resources) -> Enough:

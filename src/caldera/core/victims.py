@@ -836,9 +836,10 @@ def _plan_in_domain(
             # A whole gang after some of its extras gives back only the rest.
             tasks = len(unit.tasks) - (counted.get(unit.job.id, 0) if unit.whole else 0)
             counted[unit.job.id] = counted.get(unit.job.id, 0) + tasks
-            taken[unit.queue] = taken.get(unit.queue, Resources()) + (
-                unit.job.spec.task_request.scaled(tasks)
-            )
+            if allow is not None:  # what each queue gave so far: only the veto reads it
+                given = unit.job.spec.task_request.scaled(tasks)
+                before = taken.get(unit.queue)
+                taken[unit.queue] = given if before is None else before + given
             if unit.whole:
                 whole_jobs.add(unit.job.id)
         at_least = _counted_prefix(room, spec, nodes, chosen)
