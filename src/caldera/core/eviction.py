@@ -457,22 +457,33 @@ def give_way(
             heads.append((spec.rank, number, first))
     if not heads:
         return
-    heapq.heapify(heads)
+    # In rank order: the heads sorted once, and the group-mates taken up after a head
+    # (rarely: it started, holds room or a nomination, or found a plan) in a heap beside
+    # them; the next head is the smaller of the two fronts. Popping a heap of every head was
+    # a third of give_way's own time in the 10k burst.
+    heads.sort()
+    later: list[tuple[tuple[int, float, str], int, int]] = []
+    ahead = 0
     pools: VictimPools | None = None  # made at the first search: most heads back off
     started, blocked, usage, wakeups = cycle.started, cycle.blocked, cycle.usage, cycle.wakeups
     now, backoff = cycle.now, cycle.config.preempt_backoff
-    while heads:
+    count = len(heads)
+    while ahead < count or later:
         if cycle.evicted_gpu > 0 and cycle.eviction_budget <= 0:
             break
         if cycle.until_decided and not cycle.undecided:
             break  # a quiet check that found a plan: the phases take over (core/quiet.py)
-        _, number, position = heapq.heappop(heads)
+        if later and (ahead == count or later[0] < heads[ahead]):
+            _, number, position = heapq.heappop(later)
+        else:
+            _, number, position = heads[ahead]
+            ahead += 1
         group = waiting[number][0]
         (queue, priority, _shape), jobs = group
         job = jobs[position]
         if job.id in started or job.id in blocked or job.nomination is not None:
             if position + 1 < len(jobs):
-                heapq.heappush(heads, (jobs[position + 1].spec.rank, number, position + 1))
+                heapq.heappush(later, (jobs[position + 1].spec.rank, number, position + 1))
             continue
         if queue not in usage or (may_try is not None and not may_try(job, group[0])):
             continue  # the whole group asks the same of the same queue
@@ -518,7 +529,7 @@ def give_way(
             continue
         _execute(cycle, job, plan)
         if following is not None:
-            heapq.heappush(heads, following)
+            heapq.heappush(later, following)
 
 
 def _start_on_free_room(cycle: CycleContext, job: JobView) -> bool:
