@@ -181,8 +181,11 @@ def starving_from(spec: JobSpec, config: PolicyConfig) -> float | None:
     (core/reservation.py). None: never (not a large job, or no SLO)."""
     if spec.type is not JobType.LARGE:
         return None
-    slo = config.slo.get(JobType.LARGE.value)
+    slo = config.slo.get(_LARGE_TYPE)
     return None if slo is None else spec.submit + slo / 4
+
+
+_LARGE_TYPE = JobType.LARGE.value  # an enum's `.value` is a Python-level property
 
 
 def _default_deserved(snapshot: Snapshot) -> dict[str, Resources]:

@@ -119,6 +119,11 @@ class QuietCycle:
     blocked: Held  # the free part of nominations' room, blocked by allocate
     reserved: Held  # the room reserved for starving large jobs
 
+    def moved_to(self, now: float) -> QuietCycle:
+        """The same record at `now`, for the next cycle of a quiet chain (made directly:
+        `dataclasses.replace` costs several times more, once per quiet cycle)."""
+        return QuietCycle(now, self.groups, self.heads, self.throttles, self.blocked, self.reserved)
+
 
 def remember(cycle: CycleContext, decisions: Decisions) -> Decisions:
     """`decisions` with a `QuietCycle` in its memo when the cycle decided nothing and the next
@@ -215,7 +220,7 @@ def replay(snapshot: Snapshot) -> Decisions | Handover | None:
         preempt_misses=tuple(sorted(tally.misses)),
         wakeup=min(later) if later else None,
         memo=SearchMemo(
-            stamp, MappingProxyType(failed), tally.hits, replace(record, at=now), replayed=True
+            stamp, MappingProxyType(failed), tally.hits, record.moved_to(now), replayed=True
         ),
     )
 
@@ -265,7 +270,8 @@ def _back_off_checks(
     backoff = config.preempt_backoff
     for head in record.heads:
         jobs = pending[head.key]
-        position = _first_waiting(jobs)
+        # (most groups' first job holds no nomination)
+        position = _first_waiting(jobs) if jobs[0].nomination is not None else 0
         job = jobs[position] if position < len(jobs) else None
         if position != head.position or (job.id if job is not None else None) != head.job:
             return None
@@ -373,7 +379,7 @@ def _search_unsettled(
     memo = replace(
         searched.memo,
         hits=searched.memo.hits + tally.hits,
-        quiet=replace(record, at=now),
+        quiet=record.moved_to(now),
         replayed=True,
     )
     return Decisions(
