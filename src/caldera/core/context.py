@@ -176,6 +176,9 @@ def pending_tasks(victim: JobView, pending: PendingVictim) -> int:
     return sum(1 for task in victim.placement if task in wanted)
 
 
+_LARGE_TYPE = JobType.LARGE.value  # an enum's `.value` is a Python-level property
+
+
 def starving_from(spec: JobSpec, config: PolicyConfig) -> float | None:
     """When a large job starts to starve: a quarter of its start SLO after its submission
     (core/reservation.py). None: never (not a large job, or no SLO)."""
@@ -183,9 +186,6 @@ def starving_from(spec: JobSpec, config: PolicyConfig) -> float | None:
         return None
     slo = config.slo.get(_LARGE_TYPE)
     return None if slo is None else spec.submit + slo / 4
-
-
-_LARGE_TYPE = JobType.LARGE.value  # an enum's `.value` is a Python-level property
 
 
 def _default_deserved(snapshot: Snapshot) -> dict[str, Resources]:
