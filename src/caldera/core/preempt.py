@@ -24,7 +24,7 @@ from caldera.core.eviction import (
     search,
 )
 from caldera.core.jobindex import GroupKey
-from caldera.core.reclaim import borrowers_first, borrowers_first_answers
+from caldera.core.reclaim import borrowers_first
 from caldera.core.snapshot import JobView
 from caldera.core.victims import Plan
 
@@ -34,19 +34,9 @@ __all__ = ["preempt"]
 def preempt(cycle: CycleContext) -> None:
     continue_nominations(cycle)  # this pass's nominations, each once a cycle
     deferred: set[str] = cycle.memo("borrowers_first", set)
-    # borrowers_first's answers, by group, for the usages of `generation`: asked for every
-    # waiting head the phase reaches, nearly always answered from this dict.
-    generation = -1
-    answers: dict[GroupKey, bool] = {}
 
     def may_try(job: JobView, key: GroupKey) -> bool:
-        nonlocal generation, answers
-        if generation != cycle.usage_generation:
-            generation, answers = cycle.usage_generation, borrowers_first_answers(cycle)
-        answer = answers.get(key)
-        if answer is None:
-            answer = borrowers_first(cycle, job, key)
-        if answer:
+        if borrowers_first(cycle, job, key):
             deferred.add(job.id)
             return False
         return True

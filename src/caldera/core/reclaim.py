@@ -38,7 +38,7 @@ from caldera.core.snapshot import JobView
 from caldera.core.victims import Plan, Unit
 from caldera.model import CRITICAL_PRIORITY
 
-__all__ = ["borrowers_first", "borrowers_first_answers", "may_reclaim", "reclaim"]
+__all__ = ["borrowers_first", "may_reclaim", "reclaim"]
 
 
 def may_reclaim(cycle: CycleContext, job: JobView) -> bool:
@@ -70,17 +70,12 @@ def _others_borrow(cycle: CycleContext, queue: str) -> bool:
     return len(borrowing) > (queue in borrowing)
 
 
-def borrowers_first_answers(cycle: CycleContext) -> dict[GroupKey, bool]:
-    """`borrowers_first`'s answers so far, by pending group, for the queues' usage now."""
-    return cycle.usage_memo("borrowers_first answers", dict)
-
-
 def borrowers_first(cycle: CycleContext, job: JobView, key: GroupKey | None = None) -> bool:
     """Should `job` reclaim before it preempts its own queue's lower-priority work? (Kueue's
     candidate order: borrowers first.) The answer depends on the job's queue, gang and
     priority and on the queues' usage: kept per pending group (`key`, when the caller has it)
     until a usage changes."""
-    answers = borrowers_first_answers(cycle)
+    answers: dict[GroupKey, bool] = cycle.usage_memo("borrowers_first answers", dict)
     if key is None:
         key = group_key(job.spec)  # its group: same gang, same class
     answer = answers.get(key)
