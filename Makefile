@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 HTMX := src/caldera/service/ui/static/vendor/htmx.min.js
 
-.PHONY: demo test lint typecheck unit install clean bench system-deps ui-assets cluster-bins cluster-bins-if-go replay replay-volcano
+.PHONY: demo test lint typecheck unit install clean bench fast pure system-deps ui-assets cluster-bins cluster-bins-if-go replay replay-volcano
 
 # The dashboard's front-end files, from the npm registry (ui/package-lock.json pins them).
 $(HTMX): ui/package.json ui/package-lock.json scripts/ui-assets.sh
@@ -34,15 +34,25 @@ typecheck: $(STAMP)
 system-deps:
 	./scripts/system-deps.sh
 
-unit: $(STAMP) system-deps cluster-bins-if-go
+# The compiled decision core (src/caldera/compiled.py): mypyc builds caldera.core and
+# caldera.model in place, once per change of their sources; `make pure` removes it. The suite
+# runs the sources (tests/conftest.py) and checks the compiled build against them
+# (tests/sim/test_compiled.py).
+fast: $(STAMP)
+	./scripts/build-core.sh
+
+pure:
+	rm -f src/caldera_core__mypyc*.so src/caldera/core/*.so src/caldera/model/*.so src/caldera/_compiled.digest
+
+unit: $(STAMP) system-deps cluster-bins-if-go fast
 	$(BIN)/pytest
 
 test: lint typecheck unit
 
-bench: $(STAMP)
+bench: $(STAMP) fast
 	$(BIN)/caldera bench cycle --nodes 1024 --gpus-per-node 8 --pending 10000 --running 4000
 
-clean:
+clean: pure
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache ui/node_modules src/caldera/service/ui/static/vendor
 
 # The real control plane of tests/k8s_real and `caldera k8s dev-cluster`: kube-apiserver,

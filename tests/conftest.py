@@ -1,9 +1,14 @@
-"""Shared test configuration: where ../shared lives, hypothesis profiles."""
+"""Shared test configuration: where ../shared lives, hypothesis profiles, the core as source."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+# The suite runs the core's Python sources even where `make fast` compiled it (caldera/compiled.py):
+# tests wrap and replace functions of the core, which a compiled module calls directly.
+# tests/sim/test_compiled.py checks the compiled build against the sources in subprocesses.
+os.environ.setdefault("CALDERA_PURE", "1")
 
 import pytest
 from hypothesis import HealthCheck, settings

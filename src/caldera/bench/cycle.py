@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
+from caldera.compiled import status
 from caldera.core import CALDERA, JobView, PolicyConfig, Room, Snapshot, run
 from caldera.core.placement import fit_on_node, place_job
 from caldera.metrics_util import percentile
@@ -293,6 +294,7 @@ class CycleBenchResult:
             "snapshot_build_ms": round(self.snapshot_build_ms, 3),
             "cold_ms": round(self.cold_ms, 3),
             "memo_hits": self.memo_hits,
+            "core": status(),  # compiled or interpreted (caldera/compiled.py)
         }
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from caldera.bench.cycles import ObservedSimulator
+from caldera.compiled import status
 from caldera.sim import Scenario, Simulator, parse_scenario
 from caldera.sim.production import find_shared_file
 
@@ -127,6 +128,7 @@ class SimBenchResult:
             "events": self.events,
             "simulated_days": round(self.simulated_days, 2),
             "jobs_per_s": round(self.jobs / self.run_seconds, 1) if self.run_seconds else None,
+            "core": status(),  # compiled or interpreted (caldera/compiled.py)
             **extra,
         }
 

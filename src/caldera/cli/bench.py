@@ -57,7 +57,7 @@ def cycle_command(
         f"{result['evictions_per_cycle']} evictions per cycle); building the snapshot's "
         f"indexes from scratch: {result['snapshot_build_ms']:.1f} ms; the first cycle, "
         f"with no memo of failed searches: {result['cold_ms']:.1f} ms; searches the memo "
-        f"saved: {result['memo_hits']}"
+        f"saved: {result['memo_hits']}; core {result['core']}"
     )
 
 

@@ -84,7 +84,9 @@ def sim_command(
             sys.stdout.write(json.dumps(results[-1]) + "\n")
     if json_output:
         return
-    table = Table(title=f"simulator throughput (policy {policy})", title_justify="left")
+    core = results[0]["core"] if results else "interpreted"
+    title = f"simulator throughput (policy {policy}, core {core})"
+    table = Table(title=title, title_justify="left")
     for column in (
         "workload",
         "jobs",
