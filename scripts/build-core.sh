@@ -7,7 +7,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-if CALDERA_PURE=1 "$PY" -m caldera.compiled; then
+if CALDERA_PURE=1 "$PY" -c 'import sys, caldera.compiled as c; sys.exit(not c.current())'; then
   echo "build-core: the compiled core matches its sources"
   exit 0
 fi

@@ -131,7 +131,3 @@ def install_guard() -> None:
             file=sys.stderr,
         )
     sys.meta_path.insert(0, _SourcesOnly())
-
-
-if __name__ == "__main__":  # scripts/build-core.sh: exit 0 when the compiled core is current
-    sys.exit(0 if current() else 1)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, TypeVar, cast
 
@@ -203,67 +203,103 @@ def _default_deserved(snapshot: Snapshot) -> dict[str, Resources]:
     return result
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class CycleContext:
+    """What one cycle decided so far and the working state its phases share. Built by hand
+    (`__init__`): a dataclass's generated one stays interpreted in the compiled core
+    (caldera/compiled.py) and was a twentieth of a backlog's run there."""
+
     snapshot: Snapshot
     room: Room
-    jobs: Mapping[str, JobView] = field(init=False)
-    usage: dict[str, QueueUsage] = field(init=False)
-    eligible_groups: list[PendingGroup] = field(default_factory=list)
-    waiting: list[tuple[PendingGroup, int]] = field(default_factory=list)
-    unplaced: list[JobView] = field(default_factory=list)
-    starts: list[Start] = field(default_factory=list)
-    evictions: list[Evict] = field(default_factory=list)
-    nominations: list[Nominate] = field(default_factory=list)
-    holds: list[Hold] = field(default_factory=list)
-    releases: list[Release] = field(default_factory=list)
-    throttles: list[ThrottleOn | ThrottleOff] = field(default_factory=list)
-    started: set[str] = field(default_factory=set)
-    evicted: set[str] = field(default_factory=set)
-    blocked: dict[str, list[TaskPlacement]] = field(default_factory=dict)
-    reservations: dict[str, list[TaskPlacement]] = field(default_factory=dict)
-    evicted_gpu: int = 0
-    missed: set[str] = field(default_factory=set)  # searched for victims, found none
-    claimed: set[str] = field(default_factory=set)  # victims a live plan has yet to signal
+    jobs: Mapping[str, JobView]
+    usage: dict[str, QueueUsage]
+    eligible_groups: list[PendingGroup]
+    waiting: list[tuple[PendingGroup, int]]
+    unplaced: list[JobView]
+    starts: list[Start]
+    evictions: list[Evict]
+    nominations: list[Nominate]
+    holds: list[Hold]
+    releases: list[Release]
+    throttles: list[ThrottleOn | ThrottleOff]
+    started: set[str]
+    evicted: set[str]
+    blocked: dict[str, list[TaskPlacement]]
+    reservations: dict[str, list[TaskPlacement]]
+    evicted_gpu: int
+    missed: set[str]  # searched for victims, found none
+    claimed: set[str]  # victims a live plan has yet to signal
     # Of those, the ones still running: their queue and what they will give back (`commit`).
-    committed_by: dict[str, tuple[str, Resources]] = field(default_factory=dict)
+    committed_by: dict[str, tuple[str, Resources]]
     # Own-queue victims of a non-critical reclaimer still waiting for its room: they may start
     # again only within their queue's deserved share (`may_return`).
-    made_way: set[str] = field(default_factory=set)
+    made_way: set[str]
     # Which pending groups the current pass of allocate/preempt/reclaim serves (None: all).
-    pass_filter: Callable[[GroupKey], bool] | None = None
-    waiting_seen: dict[str, int] = field(default_factory=dict)  # per phase: entries done
-    wakeups: list[float] = field(default_factory=list)
+    pass_filter: Callable[[GroupKey], bool] | None
+    waiting_seen: dict[str, int]  # per phase: entries done
+    wakeups: list[float]
     # Waiting heads that reached a give_way phase's back-off check -> those phases, in order
     # (what a record of a quiet cycle needs, core/quiet.py).
-    reached: dict[str, list[str]] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
+    reached: dict[str, list[str]]
+    notes: list[str]
     # The victim searches a quiet check ran on this same state before the phases, in order
     # (core/quiet.py, 5): the phases take their answers instead of searching again, while
     # the cycle has decided nothing. `search_log`: where a quiet check keeps its own.
-    known_searches: list[KnownSearch] = field(default_factory=list)
-    search_log: list[KnownSearch] | None = None
+    known_searches: list[KnownSearch]
+    search_log: list[KnownSearch] | None
     # A quiet check's searches (core/quiet.py, 5): once one decides something, the phases
     # run instead and take only the searches before it, so give_way stops there.
-    until_decided: bool = False
+    until_decided: bool
     # A search since the flag was last cleared failed only after a veto turned a candidate
     # away for what earlier candidates of its queue took: the candidates' order, which time
     # alone changes (their lost work and weights), may decide it, so its failure is not
     # settled in the memo (give_way clears and reads it around each planner call).
-    order_mattered: bool = False
-    _memo: dict[str, object] = field(default_factory=dict)
-    _usage_memo: dict[str, tuple[int, object]] = field(default_factory=dict)
+    order_mattered: bool
+    _memo: dict[str, object]
+    _usage_memo: dict[str, tuple[int, object]]
     # Failed victim searches still settled (core/memo.py), and the state they hold for.
-    stamp: Stamp = field(init=False)
-    failed: dict[SearchKey, FailedSearch] = field(init=False)
-    memo_hits: int = 0
+    stamp: Stamp
+    failed: dict[SearchKey, FailedSearch]
+    memo_hits: int
     # Bumped whenever a queue's usage changes (a start, an eviction, a promise): answers that
     # depend only on the usages can be kept until then.
-    usage_generation: int = 0
-    _budget: int = field(init=False)  # milli-GPUs a cycle may signal (config × capacity)
+    usage_generation: int
+    _budget: int  # milli-GPUs a cycle may signal (config × capacity)
 
-    def __post_init__(self) -> None:
-        snapshot = self.snapshot
+    def __init__(self, snapshot: Snapshot, room: Room) -> None:
+        self.snapshot = snapshot
+        self.room = room
+        self.eligible_groups = []
+        self.waiting = []
+        self.unplaced = []
+        self.starts = []
+        self.evictions = []
+        self.nominations = []
+        self.holds = []
+        self.releases = []
+        self.throttles = []
+        self.started = set()
+        self.evicted = set()
+        self.blocked = {}
+        self.reservations = {}
+        self.evicted_gpu = 0
+        self.missed = set()
+        self.claimed = set()
+        self.committed_by = {}
+        self.made_way = set()
+        self.pass_filter = None
+        self.waiting_seen = {}
+        self.wakeups = []
+        self.reached = {}
+        self.notes = []
+        self.known_searches = []
+        self.search_log = None
+        self.until_decided = False
+        self.order_mattered = False
+        self._memo = {}
+        self._usage_memo = {}
+        self.memo_hits = 0
+        self.usage_generation = 0
         self._budget = self._whole_budget()
         self.jobs = snapshot.by_id
         deserved = _default_deserved(snapshot)
