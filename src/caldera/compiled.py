@@ -45,6 +45,7 @@ DIGEST_FILE = "_compiled.digest"
 
 _HERE = Path(__file__).resolve().parent
 _NAMES = tuple(f"caldera.{package}" for package in PACKAGES)
+_INSIDE = tuple(f"{name}." for name in _NAMES)
 
 
 def compiled_sources(root: Path = _HERE) -> list[Path]:
@@ -101,9 +102,7 @@ class _SourcesOnly(importlib.abc.MetaPathFinder):
         path: Sequence[str] | None,
         target: ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
-        if not fullname.startswith(_NAMES) or path is None:
-            return None
-        if fullname not in _NAMES and not fullname.startswith(tuple(f"{n}." for n in _NAMES)):
+        if path is None or (fullname not in _NAMES and not fullname.startswith(_INSIDE)):
             return None
         loaders = [(importlib.machinery.SourceFileLoader, importlib.machinery.SOURCE_SUFFIXES)]
         for entry in path:
