@@ -24,10 +24,13 @@ class BuildCore(build_ext):
     """build_ext that stamps what it compiled once it has built it: a failed build leaves no
     stamp, so modules left from an earlier build are not taken for current."""
 
-    def run(self) -> None:
-        from caldera.compiled import DIGEST_FILE, digest
+    built = ""  # the sources' digest, taken before mypyc read them (an edit during the build
+    # then leaves a stamp that does not match, and the sources run)
 
-        built = digest(PACKAGE)
+    def run(self) -> None:
+        from caldera.compiled import DIGEST_FILE
+
+        built = self.built
         stamp = (PACKAGE if self.inplace else Path(self.build_lib) / "caldera") / DIGEST_FILE
         stamp.unlink(missing_ok=True)
         super().run()
@@ -41,8 +44,9 @@ if os.environ.get("CALDERA_COMPILE") == "1":
     from mypyc.build import mypycify
 
     sys.path.insert(0, str(ROOT / "src"))
-    from caldera.compiled import compiled_sources
+    from caldera.compiled import compiled_sources, digest
 
+    BuildCore.built = digest(PACKAGE)
     sources = [str(path.relative_to(ROOT)) for path in compiled_sources(PACKAGE)]
     ext_modules = mypycify(sources, opt_level="3", group_name="caldera_core")
     cmdclass = {"build_ext": BuildCore}
