@@ -14,6 +14,11 @@ core is loaded from its `.py` file instead, with a one-line note on stderr when 
 test suite runs interpreted (tests/conftest.py sets CALDERA_PURE, since tests wrap internals
 of the core), and tests/sim/test_compiled.py checks in subprocesses that the compiled build
 gives byte-identical simulator output.
+
+One difference a reader of caldera's documents may see: a compiled class stores a field typed
+`float` as a float, so a whole number given to it reads back as 9.0 where the sources keep 9.
+Decisions do not change (9 == 9.0, and they hash alike); where such a field is written out
+as text for a machine, it is written canonically (k8s/render.py, a queue's time windows).
 """
 
 from __future__ import annotations

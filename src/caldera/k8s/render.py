@@ -178,9 +178,18 @@ def priority_classes() -> list[dict[str, Any]]:
 
 def _windows_json(windows: Sequence[TimeWindow]) -> str:
     return json.dumps(
-        [{"days": sorted(w.days), "hours": [w.start_hour, w.end_hour]} for w in windows],
+        [
+            {"days": sorted(w.days), "hours": [_hour(w.start_hour), _hour(w.end_hour)]}
+            for w in windows
+        ],
         separators=(",", ":"),
     )
+
+
+def _hour(hour: float) -> float:
+    """A whole hour as an integer: the annotation reads the same whether the model holds 9 or
+    9.0 (the compiled core stores every float field as a float, caldera/compiled.py)."""
+    return int(hour) if float(hour).is_integer() else hour
 
 
 def volcano_queue(queue: Queue, settings: KubeSettings) -> dict[str, Any]:
