@@ -42,7 +42,7 @@ fast: $(STAMP)
 	./scripts/build-core.sh
 
 pure:
-	rm -f src/caldera_core__mypyc*.so src/caldera/core/*.so src/caldera/model/*.so src/caldera/_compiled.digest
+	./scripts/build-core.sh --remove
 
 unit: $(STAMP) system-deps cluster-bins-if-go fast
 	$(BIN)/pytest

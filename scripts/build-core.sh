@@ -4,8 +4,17 @@
 # the modules there were built from exactly these sources. Without a C compiler (or Python's
 # headers) it says so in one line and the sources run interpreted — except under CI=true,
 # where the compiled build is tested (tests/sim/test_compiled.py) and must exist.
+# `build-core.sh --remove` (make pure) removes a build.
 set -eu
 cd "$(dirname "$0")/.."
+remove() {
+  rm -f src/caldera_core__mypyc*.so src/caldera/core/*.so src/caldera/model/*.so \
+    src/caldera/_compiled.digest
+}
+if [ "${1:-}" = "--remove" ]; then
+  remove
+  exit 0
+fi
 PY=${PYTHON:-.venv/bin/python}
 if CALDERA_PURE=1 "$PY" -c 'import sys, caldera.compiled as c; sys.exit(not c.current())'; then
   echo "build-core: the compiled core matches its sources"
@@ -28,7 +37,7 @@ if ! CALDERA_COMPILE=1 CALDERA_PURE=1 "$PY" setup.py -q build_ext --inplace >"$l
     echo "build-core: the compiled core did not build (log: $log)" >&2
     exit 1
   fi
-  rm -f src/caldera_core__mypyc*.so src/caldera/core/*.so src/caldera/model/*.so
+  remove
   echo "build-core: the compiled core did not build (log: $log); the core runs interpreted" >&2
   exit 0
 fi

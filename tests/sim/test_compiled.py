@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import os
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -110,8 +111,6 @@ def test_a_build_counts_only_while_its_sources_are_unchanged(tmp_path: Path) -> 
 
 def test_a_stale_build_runs_the_sources_and_says_so(built: None, tmp_path: Path) -> None:
     """The real package, copied with its compiled modules; one source edited after."""
-    import shutil
-
     import caldera
 
     package = Path(caldera.__file__).resolve().parent
