@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from caldera.bench.cycles import ObservedSimulator
+from caldera.bench.floor import RecordsDecisions, replay_floor
 from caldera.compiled import status
 from caldera.sim import Scenario, Simulator, parse_scenario
 from caldera.sim.production import find_shared_file
@@ -108,6 +109,9 @@ class SimBenchResult:
     policy: str
     # With `breakdown`: the cycles by trigger, decision and change (caldera.bench.cycles).
     cycles: list[dict[str, Any]] | None = None
+    # With `floor`: the same run with a core that costs nothing (caldera.bench.floor).
+    floor_seconds: float | None = None
+    floor_cpu_seconds: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         extra: dict[str, Any] = {}
@@ -116,6 +120,9 @@ class SimBenchResult:
                 "cycle_count": sum(row["cycles"] for row in self.cycles),
                 "cycles": self.cycles,
             }
+        if self.floor_cpu_seconds is not None and self.floor_seconds is not None:
+            extra["floor_s"] = round(self.floor_seconds, 3)
+            extra["floor_cpu_s"] = round(self.floor_cpu_seconds, 3)
         return {
             "workload": self.workload,
             "policy": self.policy,
@@ -140,10 +147,13 @@ def bench_scenario(
     watch: Callable[[Scenario], AbstractContextManager[Callable[[float], None] | None]]
     | None = None,
     breakdown: bool = False,
+    floor: bool = False,
 ) -> SimBenchResult:
     """Build the scenario (timed apart), then time one full simulation and its result.
     `watch(scenario)`: a context giving a progress callback (simulated time), or None.
-    `breakdown`: also classify and time every cycle (caldera.bench.cycles; a little slower)."""
+    `breakdown`: also classify and time every cycle (caldera.bench.cycles; a little slower).
+    `floor`: then time the same run again with the recorded decisions handed back instead of
+    the core's (caldera.bench.floor): what the simulator costs around any core."""
     began = time.perf_counter()
     scenario = build()
     if policy is not None:
@@ -151,11 +161,16 @@ def bench_scenario(
     loaded = time.perf_counter()
     with nullcontext(None) if watch is None else watch(scenario) as progress:
         cpu = time.process_time()
-        kind = ObservedSimulator if breakdown else Simulator
+        kind: type[Simulator] = ObservedSimulator if breakdown else Simulator
+        if floor:
+            kind = _ObservedAndRecorded if breakdown else _Recorded
         simulator = kind(scenario, progress=progress).run()
         result = simulator.result()
         done = time.perf_counter()
         cpu_done = time.process_time()
+    floor_wall = floor_cpu = None
+    if isinstance(simulator, RecordsDecisions):
+        floor_wall, floor_cpu = replay_floor(scenario, simulator.decided, result)
     return SimBenchResult(
         workload=name,
         jobs=len(scenario.submissions),
@@ -168,4 +183,14 @@ def bench_scenario(
         simulated_days=simulator.now / 86_400,
         policy=scenario.config.name,
         cycles=simulator.breakdown.as_list() if isinstance(simulator, ObservedSimulator) else None,
+        floor_seconds=floor_wall,
+        floor_cpu_seconds=floor_cpu,
     )
+
+
+class _Recorded(RecordsDecisions, Simulator):
+    """The timed run of `--floor`."""
+
+
+class _ObservedAndRecorded(RecordsDecisions, ObservedSimulator):
+    """The timed run of `--floor --breakdown`."""

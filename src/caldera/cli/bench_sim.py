@@ -49,6 +49,13 @@ def sim_command(
         bool,
         typer.Option(help="Also count and time the cycles by what woke them (a little slower)."),
     ] = False,
+    floor: Annotated[
+        bool,
+        typer.Option(
+            help="Then run it again on the recorded decisions, without the core: what the "
+            "simulator itself costs (the floor of any core)."
+        ),
+    ] = False,
 ) -> None:
     """Time whole simulations: 20,000 jobs on 6,504 GPUs, a backlog burst, the OpenB trace."""
     if workload not in ("all", *_WORKLOADS):
@@ -63,20 +70,14 @@ def sim_command(
     def watch(scenario: Scenario) -> AbstractContextManager[Callable[[float], None] | None]:
         return sim_progress(scenario, quiet)
 
+    builders: dict[str, Callable[[], Scenario]] = {
+        "synthetic": lambda: synthetic_scenario(jobs, nodes, seed),
+        "burst": lambda: burst_scenario(jobs, nodes, seed),
+        "openb": lambda: openb_scenario(pods, folder=traces),
+    }
     for name in chosen:
         try:
-            if name == "synthetic":
-                result = bench_scenario(
-                    name, lambda: synthetic_scenario(jobs, nodes, seed), policy, watch, breakdown
-                )
-            elif name == "burst":
-                result = bench_scenario(
-                    name, lambda: burst_scenario(jobs, nodes, seed), policy, watch, breakdown
-                )
-            else:
-                result = bench_scenario(
-                    name, lambda: openb_scenario(pods, folder=traces), policy, watch, breakdown
-                )
+            result = bench_scenario(name, builders[name], policy, watch, breakdown, floor)
         except ValueError as error:
             fail(str(error), EXIT_BAD_INPUT)
         results.append(result.as_dict())
@@ -97,6 +98,7 @@ def sim_command(
         "load",
         "run (wall)",
         "run (CPU)",
+        *(("floor (CPU)",) if floor else ()),
     ):
         table.add_column(column, justify="left" if column == "workload" else "right")
     for row in results:
@@ -110,6 +112,7 @@ def sim_command(
             f"{row['load_s']:.2f} s",
             f"{row['run_s']:.2f} s",
             f"{row['run_cpu_s']:.2f} s",
+            *((f"{row['floor_cpu_s']:.2f} s",) if floor else ()),
         )
     console = Console() if sys.stdout.isatty() else Console(width=120)
     console.print(table)

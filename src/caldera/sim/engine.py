@@ -279,13 +279,18 @@ class Simulator:
     def _cycles(self) -> None:
         for _ in range(MAX_CYCLES_AT_ONCE):
             snapshot = self.snapshot()
-            decisions = run(snapshot, self.policy)
+            decisions = self._decide(snapshot)
             self._apply(decisions, snapshot)
             if decisions.wakeup is not None and decisions.wakeup not in self._wakeups:
                 self._wakeups.add(decisions.wakeup)
                 self._push(decisions.wakeup, _WAKEUP, "")
             if not run_again(decisions):
                 break
+
+    def _decide(self, snapshot: Snapshot) -> Decisions:
+        """One cycle of the core (a benchmark may hand back recorded decisions instead:
+        caldera.bench.floor)."""
+        return run(snapshot, self.policy)
 
     def _apply(self, decisions: Decisions, snapshot: Snapshot) -> None:
         self.kernel.apply(decisions, snapshot)
