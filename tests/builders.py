@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from caldera.core import (
@@ -49,6 +50,7 @@ from caldera.model import (
     expand_node_groups,
     slice_milli,
 )
+from caldera.sim import parse_scenario
 
 __all__ = [
     "ClusterBuilder",
@@ -57,6 +59,7 @@ __all__ = [
     "cluster",
     "decided_evictions",
     "decided_starts",
+    "evict_and_release_scenario",
     "job",
     "milli",
     "queue",
@@ -482,3 +485,22 @@ def decided_starts(
 def decided_evictions(decisions: Decisions) -> dict[str, tuple[str, str | None, tuple[int, ...]]]:
     """{victim: (reason, preemptor, tasks)} (tasks () = all)."""
     return {e.job: (e.reason.value, e.preemptor, e.tasks) for e in decisions.evictions}
+
+
+def evict_and_release_scenario(later_submit: float = 90) -> Any:
+    """One 8-GPU node: a normal job fills it, a critical job arrives at 60 s and takes one
+    GPU back (an eviction, then its release after the grace period), a second normal job
+    (arriving at `later_submit`) waits for the node: every kind of simulator event."""
+    data = {
+        "cluster": {"nodes": [{"prefix": "n", "count": 1, "gpus": 8}]},
+        "queues": [{"name": "team", "weight": 1}],
+        "jobs": [
+            {"name": "fill", "queue": "team", "type": "normal", "submit": 0, "duration": 600,
+             "gpus_per_task": 8},
+            {"name": "serve", "queue": "team", "type": "critical", "submit": 60,
+             "duration": 300, "gpus_per_task": 1},
+            {"name": "later", "queue": "team", "type": "normal", "submit": later_submit,
+             "duration": 60, "gpus_per_task": 8},
+        ],
+    }  # fmt: skip
+    return parse_scenario(data, Path.cwd(), "evict-and-release")

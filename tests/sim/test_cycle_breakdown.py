@@ -4,35 +4,17 @@ the right trigger, and watching changes no decision."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from typer.testing import CliRunner
 
 import caldera.sim.engine as engine
+from builders import evict_and_release_scenario
 from caldera.bench.cycles import ObservedSimulator
 from caldera.cli.main import app
-from caldera.sim import Simulator, parse_scenario
+from caldera.sim import Simulator
 
 runner = CliRunner()
-
-
-def _scenario() -> Any:
-    """One 8-GPU node: a normal job fills it, a critical job arrives and takes one GPU back
-    (an eviction, then its release after the grace period), a second normal job waits."""
-    data = {
-        "cluster": {"nodes": [{"prefix": "n", "count": 1, "gpus": 8}]},
-        "queues": [{"name": "team", "weight": 1}],
-        "jobs": [
-            {"name": "fill", "queue": "team", "type": "normal", "submit": 0, "duration": 600,
-             "gpus_per_task": 8},
-            {"name": "serve", "queue": "team", "type": "critical", "submit": 60,
-             "duration": 300, "gpus_per_task": 1},
-            {"name": "later", "queue": "team", "type": "normal", "submit": 90, "duration": 60,
-             "gpus_per_task": 8},
-        ],
-    }  # fmt: skip
-    return parse_scenario(data, Path.cwd(), "breakdown")
 
 
 def test_watching_changes_nothing_and_counts_every_cycle(monkeypatch: Any) -> None:
@@ -43,9 +25,9 @@ def test_watching_changes_nothing_and_counts_every_cycle(monkeypatch: Any) -> No
         runs.append(snapshot.now)
         return real(snapshot, policy)
 
-    plain = Simulator(_scenario()).run().result()
+    plain = Simulator(evict_and_release_scenario()).run().result()
     monkeypatch.setattr(engine, "run", counted)
-    observed = ObservedSimulator(_scenario(), clock=lambda: float(len(runs)))
+    observed = ObservedSimulator(evict_and_release_scenario(), clock=lambda: float(len(runs)))
     assert observed.run().result() == plain
     rows = observed.breakdown.as_list()
     assert sum(row["cycles"] for row in rows) == len(runs)

@@ -4,17 +4,17 @@ decisions, without the core, applies exactly what the core decided — or is ref
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 import caldera.sim.engine as engine
+from builders import evict_and_release_scenario
 from caldera.bench.floor import RecordsDecisions, ReplayedSimulator, replay_floor
 from caldera.bench.sim import burst_scenario
 from caldera.cli.main import app
-from caldera.sim import Simulator, parse_scenario
+from caldera.sim import Simulator
 
 runner = CliRunner()
 
@@ -23,27 +23,9 @@ class _Recorded(RecordsDecisions, Simulator):
     pass
 
 
-def _scenario(later_submit: float = 90) -> Any:
-    """One 8-GPU node: a normal job fills it, a critical job takes one GPU back (an
-    eviction and its release), a second normal job waits for the node."""
-    data = {
-        "cluster": {"nodes": [{"prefix": "n", "count": 1, "gpus": 8}]},
-        "queues": [{"name": "team", "weight": 1}],
-        "jobs": [
-            {"name": "fill", "queue": "team", "type": "normal", "submit": 0, "duration": 600,
-             "gpus_per_task": 8},
-            {"name": "serve", "queue": "team", "type": "critical", "submit": 60,
-             "duration": 300, "gpus_per_task": 1},
-            {"name": "later", "queue": "team", "type": "normal", "submit": later_submit,
-             "duration": 60, "gpus_per_task": 8},
-        ],
-    }  # fmt: skip
-    return parse_scenario(data, Path.cwd(), "floor")
-
-
 @pytest.mark.parametrize(
     "build",
-    [_scenario, lambda: burst_scenario(jobs=300, nodes=6, seed=3)],
+    [evict_and_release_scenario, lambda: burst_scenario(jobs=300, nodes=6, seed=3)],
     ids=["evict-and-release", "burst-300-on-6-nodes"],
 )
 def test_the_replay_applies_what_the_core_decided_without_running_it(
@@ -66,21 +48,21 @@ def test_the_replay_applies_what_the_core_decided_without_running_it(
 
 
 def test_a_replay_that_runs_out_of_decisions_is_refused() -> None:
-    recorded = _Recorded(_scenario()).run()
+    recorded = _Recorded(evict_and_release_scenario()).run()
     with pytest.raises(ValueError, match="more cycles than the recorded run"):
-        ReplayedSimulator(_scenario(), recorded.decided[:-2]).run()
+        ReplayedSimulator(evict_and_release_scenario(), recorded.decided[:-2]).run()
 
 
 def test_a_replay_that_decides_differently_is_refused() -> None:
-    recorded = _Recorded(_scenario()).run()
+    recorded = _Recorded(evict_and_release_scenario()).run()
     result = recorded.result()
     # The same decisions on a scenario whose last job arrives later: the events differ.
     with pytest.raises(ValueError, match="decided differently"):
-        replay_floor(_scenario(later_submit=95), recorded.decided, result)
+        replay_floor(evict_and_release_scenario(later_submit=95), recorded.decided, result)
     # And a recorded run's own document, altered, is not what the replay gives.
     altered = {**result, "events": result["events"][:-1]}
     with pytest.raises(ValueError, match="decided differently"):
-        replay_floor(_scenario(), recorded.decided, altered)
+        replay_floor(evict_and_release_scenario(), recorded.decided, altered)
 
 
 def test_bench_sim_floor_json() -> None:
