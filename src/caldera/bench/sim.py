@@ -163,7 +163,7 @@ def bench_scenario(
         cpu = time.process_time()
         kind: type[Simulator] = ObservedSimulator if breakdown else Simulator
         if floor:
-            kind = _ObservedAndRecorded if breakdown else _Recorded
+            kind = _ObservedAndRecorded if breakdown else RecordsDecisions
         simulator = kind(scenario, progress=progress).run()
         result = simulator.result()
         done = time.perf_counter()
@@ -186,10 +186,6 @@ def bench_scenario(
         floor_seconds=floor_wall,
         floor_cpu_seconds=floor_cpu,
     )
-
-
-class _Recorded(RecordsDecisions, Simulator):
-    """The timed run of `--floor`."""
 
 
 class _ObservedAndRecorded(RecordsDecisions, ObservedSimulator):
