@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the /ui dashboard's front-end assets from the npm registry (versions and sha512
 # integrity pinned in ui/package-lock.json, checked by `npm ci`) and copy the files the
-# package serves into src/caldera/service/ui/static/vendor/ (not in git: built, like .venv).
+# package serves into src/caldera/service/ui/static/vendor/, which is committed: a wheel and an
+# editable install then carry them without Node.js. Run it (make ui-assets) to change versions.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 vendor="$root/src/caldera/service/ui/static/vendor"
