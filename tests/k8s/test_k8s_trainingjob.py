@@ -92,7 +92,7 @@ def test_checkpoint_topology_and_requests_reach_the_spec() -> None:
 def test_gpus_given_twice_and_differently_are_refused_in_one_line() -> None:
     manifest = training_job("job", ["x"], gpus=8)
     manifest["spec"]["tasks"][0]["gpus"] = 4
-    with pytest.raises(RecordError, match=r"disagrees with the container.s nvidia\.com/gpu"):
+    with pytest.raises(RecordError, match=r"disagrees with the containers. nvidia\.com/gpu"):
         read(manifest)
 
 

@@ -40,6 +40,7 @@ from caldera.k8s.api import (
     ClusterError,
     ClusterUnavailable,
     EvictionBlocked,
+    Invalid,
     Object,
     QuotaExceeded,
 )
@@ -191,10 +192,12 @@ class KubeActuator:
                 started_under=nomination,
                 grow=grow,
             )
-        except RenderError as error:
+        except Exception as error:  # RenderError, or any other: it fails this job alone
             # A node without what the job needs (a GPU share where the memory is unknown):
             # the cycle would choose it again; the job cannot run as written.
-            log.error("cannot start %s: %s", job.id, error)
+            log.error(
+                "cannot start %s: %s", job.id, error, exc_info=not isinstance(error, RenderError)
+            )
             job.reason = f"cannot be started: {error}"
             self.record(EventKind.REJECT, job, 0.0, reason=job.reason)
             return None
@@ -473,6 +476,11 @@ class KubeActuator:
         except (ClusterError, NotFound) as error:
             with self._lock:
                 self._create_failed(intent, error)
+            return
+        except Exception as error:  # the client could not send it: this job fails, not all
+            log.exception("cannot send %s %s", kind, name)
+            with self._lock:
+                self._create_failed(intent, Invalid(f"cannot be sent: {type(error).__name__}"))
             return
         if intent.task is not None:
             with self._lock:

@@ -275,6 +275,10 @@ class Informer:
                 )
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
+            except Exception:  # an object it cannot take: the informer lives on (issue 34)
+                log.exception("%s %s: watch failed", self.kind, self.namespace)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
 
 
 @dataclass

@@ -36,7 +36,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from caldera.errors import NotFound
-from caldera.k8s import names
+from caldera.k8s import names, wirejson
 from caldera.k8s.api import (
     ClusterConflict,
     ClusterError,
@@ -244,7 +244,7 @@ class KubeClusterAPI:
 
     @staticmethod
     def _json(response: Any) -> Any:
-        return json.loads(response.data or b"null")
+        return wirejson.loads(response.data or b"null")  # bounded nesting: issue 34
 
     def _send(
         self, what: str, call: Callable[[], Any], volcano: bool = False, retry: bool = True
@@ -737,7 +737,7 @@ class KubeClusterAPI:
         )
         try:
             for line in _lines(response):
-                event = json.loads(line)
+                event = wirejson.loads(line)
                 kind_of = str(event.get("type", ""))
                 obj = event.get("object") or {}
                 if kind_of == "ERROR":

@@ -256,6 +256,11 @@ class Controller:
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 60.0)
                 continue
+            except Exception:  # a bug met in one step: logged, the loop lives on (issue 34)
+                log.exception("step failed (retrying in %.0f s)", backoff)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 60.0)
+                continue
             timeout = self.resync
             wakeup = self.runtime.next_wakeup
             if wakeup is not None:

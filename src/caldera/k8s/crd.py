@@ -42,13 +42,24 @@ from typing import Any
 from caldera.k8s import names
 from caldera.model import JobType
 
-__all__ = ["CONDITION_TYPES", "training_job", "training_job_crd"]
+__all__ = [
+    "CONDITION_TYPES",
+    "MAX_GPUS",
+    "MAX_REPLICAS",
+    "MAX_SECONDS",
+    "MAX_TASK_GROUPS",
+    "training_job",
+    "training_job_crd",
+]
 
 # Condition types, each True/False with a reason; `kubectl wait --for=condition=Finished`.
 CONDITION_TYPES = ("Admitted", "Held", "Running", "Preempted", "Finished", "Failed", "Rejected")
 
-_MAX_TASK_GROUPS = 16
-_MAX_REPLICAS = 4096
+# Bounds the schema and the controller's own reading (`caldera.k8s.trainingjob`) share.
+MAX_TASK_GROUPS = 16
+MAX_REPLICAS = 4096
+MAX_GPUS = 1024  # per replica: more than any node has; a larger number is a typo or worse
+MAX_SECONDS = 10**9  # ~31 years: checkpoint intervals and costs, expected durations
 
 
 def _number(**bounds: Any) -> dict[str, Any]:
@@ -69,9 +80,9 @@ def _spec_schema() -> dict[str, Any]:
                 "maxLength": 63,
                 "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
             },
-            "replicas": _integer(minimum=1, maximum=_MAX_REPLICAS),
+            "replicas": _integer(minimum=1, maximum=MAX_REPLICAS),
             "gpus": {
-                **_number(minimum=0),
+                **_number(minimum=0, maximum=MAX_GPUS),
                 "description": "GPUs per replica, a fraction (0.5) only for one replica; "
                 "default: the first container's limit of the GPU resource",
             },
@@ -115,14 +126,14 @@ def _spec_schema() -> dict[str, Any]:
             "tasks": {
                 "type": "array",
                 "minItems": 1,
-                "maxItems": _MAX_TASK_GROUPS,
+                "maxItems": MAX_TASK_GROUPS,
                 "items": task,
             },
             "checkpoint": {
                 "type": "object",
                 "properties": {
-                    "interval": _number(exclusiveMinimum=True, minimum=0),
-                    "cost": _number(minimum=0),
+                    "interval": _number(exclusiveMinimum=True, minimum=0, maximum=MAX_SECONDS),
+                    "cost": _number(minimum=0, maximum=MAX_SECONDS),
                     "onSigterm": {"type": "boolean", "default": True},
                 },
             },
@@ -133,7 +144,7 @@ def _spec_schema() -> dict[str, Any]:
                     "highestTier": {**_integer(), "enum": [1, 2], "default": 1},
                 },
             },
-            "expectedDuration": _number(exclusiveMinimum=True, minimum=0),
+            "expectedDuration": _number(exclusiveMinimum=True, minimum=0, maximum=MAX_SECONDS),
             "maxRetries": _integer(minimum=0, maximum=100),
             "gpuModel": {
                 "type": "array",

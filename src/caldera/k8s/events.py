@@ -51,6 +51,7 @@ class Reason(StrEnum):
     EVICTION_REFUSED = "EvictionRefused"
     CREATE_REFUSED = "CreateRefused"
     POD_GROUP_REFUSED = "PodGroupRefused"
+    BAD_REPORT = "BadReport"
 
 
 _WARNINGS = frozenset(
@@ -64,6 +65,7 @@ _WARNINGS = frozenset(
         Reason.EVICTION_REFUSED,
         Reason.CREATE_REFUSED,
         Reason.POD_GROUP_REFUSED,
+        Reason.BAD_REPORT,
     }
 )
 

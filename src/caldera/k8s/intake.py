@@ -43,6 +43,12 @@ log = logging.getLogger("caldera.k8s")
 _FINAL = frozenset(state.value for state in TERMINAL)
 
 
+def _one_line(error: BaseException) -> str:
+    """An unexpected error as one short line for a status and an Event."""
+    text = " ".join(str(error).split())[:200]
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 class Intake:
     def __init__(self, runtime: KubeRuntime) -> None:
         self.runtime = runtime
@@ -62,8 +68,8 @@ class Intake:
         uids: set[str] = set()
         self.unreadable = set()
         for obj in objects:
-            metadata = obj["metadata"]
-            namespace, name, uid = metadata["namespace"], metadata["name"], metadata["uid"]
+            metadata = obj.get("metadata") or {}
+            namespace, name, uid = (str(metadata.get(k, "")) for k in ("namespace", "name", "uid"))
             uids.add(uid)
             job_id = names.job_id(namespace, name)
             present.add(job_id)
@@ -72,27 +78,41 @@ class Intake:
                 if known.uid == uid:
                     continue
                 self.forget(known)  # deleted and re-created between two looks
-            status = obj.get("status") or {}
-            settled = runtime.actuator.settled
-            if uid in settled:
-                if status.get("state") in _FINAL:
-                    settled.discard(uid)  # the cache caught up with what was written
-                continue
-            if not status.get("state"):
-                self.admit(obj, now)
-                continue
             try:
-                state = JobState(status["state"])
-            except ValueError:
-                log.error("%s has an unreadable status.state %r", job_id, status["state"])
-                self.unreadable.add((namespace, name))
-                continue
-            if state not in TERMINAL:
-                self.load(obj, status, state, by_job.get((namespace, name), []), now)
+                self._take(obj, job_id, by_job.get((namespace, name), []), now)
+            except Exception as error:  # one tenant's object never stops the rest (issue 34)
+                log.exception("%s could not be taken in", job_id)
+                runtime.jobs.pop(job_id, None)
+                if (obj.get("status") or {}).get("state"):
+                    self.unreadable.add((namespace, name))
+                else:
+                    self.reject(obj, f"cannot be read: {_one_line(error)}", now)
         for job_id, job in list(runtime.jobs.items()):
             if job_id not in present:
                 self.forget(job)
         runtime.actuator.settled &= uids  # deleted ones are gone for good
+
+    def _take(self, obj: Object, job_id: str, pods: list[Object], now: float) -> None:
+        """Admit a new TrainingJob or take back one a previous controller ran."""
+        metadata = obj["metadata"]
+        namespace, name, uid = metadata["namespace"], metadata["name"], metadata["uid"]
+        status = obj.get("status") or {}
+        settled = self.runtime.actuator.settled
+        if uid in settled:
+            if status.get("state") in _FINAL:
+                settled.discard(uid)  # the cache caught up with what was written
+            return
+        if not status.get("state"):
+            self.admit(obj, now)
+            return
+        try:
+            state = JobState(status["state"])
+        except ValueError:
+            log.error("%s has an unreadable status.state %r", job_id, status["state"])
+            self.unreadable.add((namespace, name))
+            return
+        if state not in TERMINAL:
+            self.load(obj, status, state, pods, now)
 
     def admit(self, obj: Object, now: float) -> None:
         """The platform layer (DESIGN §7): accept, hold or reject a new TrainingJob."""

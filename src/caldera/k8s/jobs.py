@@ -98,6 +98,7 @@ class KubeJob(TrackedJob[KubeTask]):
     started_under: dict[str, Any] | None = None  # the reservation it started in (audit)
     lost_tasks: int = 0  # tasks whose pod or node vanished while the controller was away
     expected_tasks: int = 0  # running tasks of the attempt when the status was written
+    bad_report: str | None = None  # the last progress/checkpoint report ignored (said once)
 
     def condition(self, kind: str, status: bool, reason: str, message: str, now: float) -> bool:
         """Set a condition; its transition time moves only when its status flips. True if

@@ -31,15 +31,17 @@ the runtime can keep it out of the free-room index without ever offering it as a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase as fnmatch
 from typing import Any
 
 from caldera.k8s import names
-from caldera.k8s.quantities import parse_capacity_mib, parse_count
+from caldera.k8s.podtemplate import effective_requests
+from caldera.k8s.quantities import parse_capacity_mib, parse_count, parse_quantity
 from caldera.k8s.settings import KubeSettings
-from caldera.model import Node, parse_cpu, parse_memory_mib, parse_profile
+from caldera.model import Node, parse_profile
 
 __all__ = [
     "HEALTH_CONDITIONS",
@@ -163,7 +165,7 @@ def read_nodes(
                 name=name,
                 gpus=gpus,
                 gpu_model=str(labels.get(keys.gpu_model) or "GPU"),
-                cpu=parse_cpu(str(allocatable.get("cpu", "0"))),
+                cpu=math.floor(parse_quantity(allocatable.get("cpu", 0)) * 1000),
                 memory=parse_capacity_mib(allocatable.get("memory", "0")),
                 island_size=island,
                 tier1=tier1,
@@ -181,26 +183,15 @@ def read_nodes(
 
 
 def pod_requests(pod: Mapping[str, Any], gpu_resource: str) -> tuple[int, int, int]:
-    """(whole GPUs, millicores, MiB) a pod holds on its node: the larger of its containers'
-    sum and its largest init container, per resource, as the scheduler counts them."""
-
-    def one(container: Mapping[str, Any]) -> tuple[int, int, int]:
-        requests = (container.get("resources") or {}).get("requests") or {}
-        limits = (container.get("resources") or {}).get("limits") or {}
-        gpu = requests.get(gpu_resource, limits.get(gpu_resource, 0))
-        return (
-            int(parse_count(gpu)),
-            parse_cpu(str(requests.get("cpu", "0"))),
-            parse_memory_mib(str(requests.get("memory", "0"))),
-        )
-
-    spec = pod.get("spec") or {}
-    main = [one(c) for c in spec.get("containers") or []]
-    init = [one(c) for c in spec.get("initContainers") or []]
-    total = tuple(sum(values) for values in zip(*main, strict=True)) if main else (0, 0, 0)
-    peak = tuple(max(values) for values in zip(*init, strict=True)) if init else (0, 0, 0)
-    gpu, cpu, memory = (max(a, b) for a, b in zip(total, peak, strict=True))
-    return gpu, cpu, memory
+    """(whole GPUs, millicores, MiB) a pod holds on its node, as the scheduler counts them
+    (`caldera.k8s.podtemplate.effective_requests`: containers and sidecars summed, the
+    larger init container otherwise). ValueError on a quantity it cannot read."""
+    asks = effective_requests(pod.get("spec") or {})
+    return (
+        math.ceil(asks.get(gpu_resource, 0)),
+        math.ceil(asks.get("cpu", 0) * 1000),
+        math.ceil(asks.get("memory", 0) / 2**20),
+    )
 
 
 def foreign_usage(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,7 @@ from caldera.model import JobState
 if TYPE_CHECKING:
     from caldera.k8s.runtime import KubeRuntime
 
-__all__ = ["PodWatcher", "exit_code", "started_at"]
+__all__ = ["PodWatcher", "exit_code", "read_reports", "started_at"]
 
 log = logging.getLogger("caldera.k8s")
 
@@ -241,26 +242,60 @@ class PodWatcher:
             self.runtime.actuator.record(Reason.RUNNING, job, now, pods=len(starts))
 
     def _reports(self, job: KubeJob, pod: Object, now: float) -> None:
-        """Progress and checkpoints a job wrote on its own pod (optional)."""
+        """Progress and checkpoints a job wrote on its own pod (optional), read by
+        `read_reports`: a value it cannot use changes nothing and is said once, as a
+        Warning Event (issue 34: `progress=nan` made a job immune to preemption)."""
         annotations = pod["metadata"].get("annotations") or {}
-        progress = annotations.get(names.PROGRESS)
-        if progress is not None:
-            try:
-                value = min(max(float(progress), 0.0), 1.0)
-            except ValueError:
-                value = None
-            if value is not None and value != job.reported_progress:
-                job.reported_progress = value
-                self.runtime.kernel.mark(job)
-        checkpoint = annotations.get(names.CHECKPOINT)
-        if checkpoint is None:
-            return
-        try:
-            data = json.loads(checkpoint)
-            at = float(data["time"] if isinstance(data, dict) else data)
-        except (ValueError, KeyError, TypeError):
-            return
-        if at > (job.checkpoint_seen or 0.0):
+        progress, at, problem = read_reports(annotations, now)
+        if problem is not None and problem != job.bad_report:
+            job.bad_report = problem
+            log.warning("%s: pod %s: %s", job.id, pod["metadata"].get("name"), problem)
+            self.runtime.actuator.note(Reason.BAD_REPORT, job, now, f"ignored: {problem}")
+        if progress is not None and progress != job.reported_progress:
+            job.reported_progress = progress
+            self.runtime.kernel.mark(job)
+        if at is not None and at > (job.checkpoint_seen or 0.0):
             job.checkpoint_seen = at
             job.saved_work = max(job.saved_work, job.work_done(min(at, now)))
             self.runtime.kernel.mark(job)
+
+
+_MAX_REPORT = 256  # characters: a report is a number or a small JSON object
+_CLOCK_SKEW = 300.0  # seconds a checkpoint time may lie ahead of the controller's clock
+
+
+def read_reports(
+    annotations: Mapping[str, Any], now: float
+) -> tuple[float | None, float | None, str | None]:
+    """(progress, checkpoint time, why a report was ignored) from a pod's annotations.
+
+    Progress must be a finite number in [0, 1]; a checkpoint time (`{"time": unix}` or a
+    bare number) finite, not negative, and not later than `now` plus some clock skew.
+    Anything else is ignored, and the first problem returned as one line."""
+    progress = at = None
+    problem: str | None = None
+    text = annotations.get(names.PROGRESS)
+    if text is not None:
+        try:
+            value = float(str(text)[:_MAX_REPORT])
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value) and 0.0 <= value <= 1.0:
+            progress = value
+        else:
+            problem = f"{names.PROGRESS}={str(text)[:40]!r} is not a fraction in [0, 1]"
+    text = annotations.get(names.CHECKPOINT)
+    if text is not None:
+        try:
+            data = json.loads(str(text)[:_MAX_REPORT])
+            raw = data["time"] if isinstance(data, dict) else data
+            if isinstance(raw, bool) or not isinstance(raw, int | float):
+                raise TypeError
+            value = float(raw)
+        except (ValueError, KeyError, TypeError, RecursionError):
+            value = math.nan
+        if math.isfinite(value) and 0.0 <= value <= now + _CLOCK_SKEW:
+            at = value
+        elif problem is None:
+            problem = f"{names.CHECKPOINT}={str(text)[:40]!r} is not a past unix time"
+    return progress, at, problem

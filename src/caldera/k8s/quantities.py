@@ -2,28 +2,124 @@
 
 Written quantities are the shortest exact form ("8", "500m", "256Gi", "1536Mi") so that a
 rendered manifest reads like a hand-written one and renders the same every time.
+
+Read quantities are whatever a tenant wrote: `parse_quantity` reads them as Kubernetes does
+(`resource.ParseQuantity`: a JSON number, or a string with a binary-SI, decimal-SI or
+exponent suffix) into an exact fraction, and refuses, with a one-line `ValueError`, what
+Kubernetes refuses and what no cluster could hold: NaN, infinities, negative amounts, values
+past `MAX_QUANTITY`. Everything else here reads through it: one rule in one place.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 
-from caldera.model import GPU_MILLI, Resources, parse_cpu, parse_memory_mib
+from caldera.model import GPU_MILLI, Resources
 
 __all__ = [
+    "MAX_QUANTITY",
+    "cpu_millis",
     "cpu_quantity",
     "gpu_quantity",
+    "memory_mib",
     "memory_quantity",
     "parse_capacity_mib",
     "parse_count",
     "parse_gpu_quantity",
+    "parse_quantity",
     "resource_list",
     "resources_from_list",
+    "whole_count",
 ]
 
-_DECIMAL = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(m|k|M|G)?\s*$")
-_SCALE = {None: 1.0, "m": 0.001, "k": 1e3, "M": 1e6, "G": 1e9}
+# The largest amount read: Kubernetes keeps a quantity's milli-value in an int64, so
+# anything past 2**63 / 1000 units (9.2e15 cores, 9.2 PB) is no amount a node can offer.
+MAX_QUANTITY = Fraction(2**63 - 1, 1000)
+
+# Kubernetes' grammar: <sign><digits>[.<digits>]<suffix>, the suffix a binary-SI one (Ki…Ei),
+# a decimal-SI one (n u m "" k M G T P E) or a decimal exponent (e3, E-2).
+_QUANTITY = re.compile(
+    r"^([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$"
+)
+_SUFFIX = {
+    None: Fraction(1),
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 1000),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
+}
+_MAX_EXPONENT = 30  # 1e30 is already past MAX_QUANTITY; a larger exponent is not computed
+_MAX_TEXT = 64  # characters: a longer quantity is no quantity
+
+
+def parse_quantity(value: object) -> Fraction:
+    """A Kubernetes quantity (4, 0.5, "500m", "64Gi", "1e3") as an exact amount of its unit.
+
+    ValueError, one line, for anything Kubernetes would refuse (a bool, "4 cores", "") and
+    for NaN, infinities, negative amounts and amounts past `MAX_QUANTITY`."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid quantity {value!r}")
+    if isinstance(value, int):
+        amount = Fraction(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"invalid quantity {value!r}")
+        amount = Fraction(value)
+    elif isinstance(value, str):
+        match = _QUANTITY.match(value) if len(value) <= _MAX_TEXT else None
+        if not match:
+            raise ValueError(f"invalid quantity {value[:_MAX_TEXT]!r}")
+        sign, digits, exponent, suffix = match.groups()
+        amount = Fraction(digits if not digits.endswith(".") else digits[:-1])
+        if exponent is not None:
+            power = int(exponent[1:])
+            if power > _MAX_EXPONENT:
+                raise ValueError(f"quantity {value!r} is out of range")
+            amount *= Fraction(10) ** max(power, -_MAX_EXPONENT)
+        else:
+            amount *= _SUFFIX[suffix]
+        if sign == "-":
+            amount = -amount
+    else:
+        raise ValueError(f"invalid quantity of type {type(value).__name__}")
+    if amount < 0:
+        raise ValueError(f"negative quantity {value!r}")
+    if amount > MAX_QUANTITY:
+        raise ValueError(f"quantity {value!r} is out of range")
+    return amount
+
+
+def cpu_millis(value: object) -> int:
+    """A CPU quantity in millicores, rounded up as Kubernetes rounds a request."""
+    return math.ceil(parse_quantity(value) * 1000)
+
+
+def memory_mib(value: object) -> int:
+    """A memory request (bytes: 4, "512Mi", "1G") in MiB, rounded up: a request is never
+    understated."""
+    return math.ceil(parse_quantity(value) / 2**20)
+
+
+def whole_count(value: object, what: str = "quantity") -> int:
+    """A count of devices (an extended resource: "8", 2): Kubernetes takes only whole ones."""
+    amount = parse_quantity(value)
+    if amount.denominator != 1:
+        raise ValueError(f"{what} {value!r} must be a whole number")
+    return int(amount)
 
 
 def gpu_quantity(milli: int) -> str:
@@ -40,53 +136,19 @@ def memory_quantity(mib: int) -> str:
 
 
 def parse_count(value: object) -> float:
-    """A plain decimal quantity ("8", "500m", 4) as a number; ValueError otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"invalid quantity {value!r}")
-    if isinstance(value, int | float):
-        number = float(value)
-    else:
-        match = _DECIMAL.match(str(value))
-        if not match:
-            raise ValueError(f"invalid quantity {value!r}")
-        number = float(match.group(1)) * _SCALE[match.group(2)]
-    if number < 0 or not math.isfinite(number):
-        raise ValueError(f"invalid quantity {value!r}")
-    return number
-
-
-_BYTES = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGTPE]i?|k|m)?\s*$")
-_BYTE_SCALE = {
-    None: 1,
-    "m": 0.001,
-    "k": 10**3,
-    "K": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-}
+    """A plain quantity ("8", "500m", 4) as a number; ValueError otherwise."""
+    return float(parse_quantity(value))
 
 
 def parse_capacity_mib(value: object) -> int:
     """A node's memory ("1056330584Ki") in whole MiB, rounded *down*: capacity is never
-    overstated (requests round up, `caldera.model.parse_memory_mib`)."""
-    match = _BYTES.match(str(value))
-    if not match:
-        raise ValueError(f"invalid memory quantity {value!r}")
-    return int(float(match.group(1)) * _BYTE_SCALE[match.group(2)]) // 2**20
+    overstated (requests round up, `memory_mib`)."""
+    return math.floor(parse_quantity(value) / 2**20)
 
 
 def parse_gpu_quantity(value: object) -> int:
     """A GPU quantity ("8", "500m") as milli-GPUs."""
-    return round(parse_count(value) * GPU_MILLI)
+    return round(parse_quantity(value) * GPU_MILLI)
 
 
 def resource_list(resources: Resources, gpu_resource: str) -> dict[str, str]:
@@ -106,6 +168,6 @@ def resources_from_list(values: dict[str, object], gpu_resource: str) -> Resourc
     """The inverse of `resource_list` (unknown resources are ignored)."""
     return Resources(
         gpu=parse_gpu_quantity(values[gpu_resource]) if gpu_resource in values else 0,
-        cpu=parse_cpu(str(values["cpu"])) if "cpu" in values else 0,
-        memory=parse_memory_mib(str(values["memory"])) if "memory" in values else 0,
+        cpu=cpu_millis(values["cpu"]) if "cpu" in values else 0,
+        memory=memory_mib(values["memory"]) if "memory" in values else 0,
     )

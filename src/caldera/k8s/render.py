@@ -44,6 +44,7 @@ import yaml
 from caldera.core import Nomination, TaskPlacement
 from caldera.errors import RenderError
 from caldera.k8s import names
+from caldera.k8s.podtemplate import effective_requests, is_gpu_resource
 from caldera.k8s.quantities import (
     cpu_quantity,
     memory_quantity,
@@ -448,9 +449,38 @@ def _gpu_resources(spec: JobSpec, node: Node, settings: KubeSettings) -> dict[st
 
 
 def _is_gpu(resource: str, settings: KubeSettings) -> bool:
-    prefix = settings.gpu_resource.rsplit("/", 1)[0]
-    return resource in (settings.gpu_resource, settings.gpu_share.resource) or resource.startswith(
-        f"{prefix}/mig-"
+    return is_gpu_resource(resource, settings.gpu_resource, settings.gpu_share.resource)
+
+
+def _strip_gpus(container: Any, settings: KubeSettings) -> None:
+    resources = container.get("resources") if isinstance(container, dict) else None
+    if not isinstance(resources, dict):
+        return
+    for part in ("requests", "limits"):
+        values = resources.get(part)
+        if isinstance(values, dict):
+            resources[part] = {k: v for k, v in values.items() if not _is_gpu(k, settings)}
+
+
+def _own_split(pod_spec: Mapping[str, Any], spec: JobSpec, settings: KubeSettings) -> bool:
+    """Whether the template's containers already ask for exactly the whole GPUs decided,
+    split their own way (a sidecar with devices of its own, as the TrainingJob reader
+    counted them): then every container keeps its ask as written."""
+    if spec.gpu_profile is not None or spec.time_shared or spec.gpu % GPU_MILLI or not spec.gpu:
+        return False
+    if sum(1 for c in pod_spec.get("containers") or [] if _asks_gpu(c, settings)) < 2:
+        return False  # one container: rendered the usual way (limits = requests)
+    try:
+        asks = effective_requests(pod_spec)
+    except ValueError:
+        return False
+    return asks.get(settings.gpu_resource) == spec.gpu // GPU_MILLI
+
+
+def _asks_gpu(container: Any, settings: KubeSettings) -> bool:
+    resources = (container.get("resources") if isinstance(container, Mapping) else None) or {}
+    return any(
+        settings.gpu_resource in (resources.get(part) or {}) for part in ("requests", "limits")
     )
 
 
@@ -531,12 +561,17 @@ def task_pod(
     resources = copy.deepcopy(container.get("resources") or {})
     requests = dict(resources.get("requests") or {})
     limits = dict(resources.get("limits") or {})
-    gpu = _gpu_resources(spec, node, settings)
-    for key in [k for k in (*requests, *limits) if _is_gpu(k, settings)]:
-        requests.pop(key, None)  # caldera asks for the GPUs it decided, in the form it chose
-        limits.pop(key, None)
-    requests.update(gpu)
-    limits.update(gpu)  # extended resources must have limits equal to requests
+    if not _own_split(pod_spec, spec, settings):
+        # Caldera asks for the GPUs it decided, in the form it chose, on the first container;
+        # no other container keeps a GPU ask (a sidecar's would be devices nobody counted).
+        gpu = _gpu_resources(spec, node, settings)
+        for other in [*pod_spec["containers"][1:], *(pod_spec.get("initContainers") or [])]:
+            _strip_gpus(other, settings)
+        for key in [k for k in (*requests, *limits) if _is_gpu(k, settings)]:
+            requests.pop(key, None)
+            limits.pop(key, None)
+        requests.update(gpu)
+        limits.update(gpu)  # extended resources must have limits equal to requests
     # CPU and memory: a TrainingJob's containers ask for them (the spec sums them); a job
     # given only totals (a scenario's) gets them on its first container.
     declared = [c.get("resources") or {} for c in pod_spec["containers"]]

@@ -22,13 +22,16 @@ MIG slice from `tasks[].gpuProfile`. CPU and memory are the sum of the container
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from caldera.errors import RecordError
 from caldera.k8s import names
-from caldera.k8s.quantities import parse_count
+from caldera.k8s.crd import MAX_GPUS, MAX_REPLICAS, MAX_SECONDS, MAX_TASK_GROUPS
+from caldera.k8s.podtemplate import effective_requests, is_gpu_resource, shape_problem
 from caldera.k8s.render import TaskTemplate, Workload
 from caldera.k8s.settings import KubeSettings, NamespaceBinding
 from caldera.model import (
@@ -39,9 +42,7 @@ from caldera.model import (
     Queue,
     TopologyMode,
     TopologySpec,
-    parse_cpu,
     parse_gpu_milli,
-    parse_memory_mib,
     time_share,
 )
 
@@ -94,55 +95,72 @@ def template_problem(template: Mapping[str, Any], binding: NamespaceBinding) -> 
     return None
 
 
-def _requests(container: Mapping[str, Any], key: str) -> Any:
-    resources = container.get("resources") or {}
-    for part in ("requests", "limits"):
-        value = (resources.get(part) or {}).get(key)
-        if value is not None:
-            return value
-    return None
+def _number(value: Any, where: str, low: float, high: float, integer: bool = False) -> float:
+    """A number the tenant wrote, checked: a JSON number (not a bool, NaN or infinity)
+    within [low, high], whole where `integer`. RecordError in one line otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RecordError(f"{where} must be a number, not {type(value).__name__}")
+    if not math.isfinite(value) or not low <= value <= high:
+        raise RecordError(f"{where} must be between {low:g} and {high:g}, not {value!r}")
+    if integer and value != int(value):
+        raise RecordError(f"{where} must be a whole number, not {value!r}")
+    return value
 
 
-def _task_gpu(task: Mapping[str, Any], settings: KubeSettings) -> int:
-    """Milli-GPUs per replica of one task."""
+def _task_resources(
+    task: Mapping[str, Any], where: str, settings: KubeSettings
+) -> tuple[int, int, int]:
+    """(milli-GPUs, millicores, MiB) per replica of one task, counted over all its
+    containers as the scheduler counts them (`podtemplate.effective_requests`)."""
     template = task.get("template") or {}
-    containers = (template.get("spec") or {}).get("containers") or [{}]
-    first = containers[0] if isinstance(containers[0], Mapping) else {}
-    resources = first.get("resources") or {}
-    declared = (resources.get("limits") or {}).get(settings.gpu_resource)
-    if declared is None:
-        declared = (resources.get("requests") or {}).get(settings.gpu_resource)
+    pod_spec = template.get("spec") or {}
+    try:
+        asks = effective_requests(pod_spec)
+    except ValueError as error:  # shape_problem read them already; kept for safety
+        raise RecordError(f"{where}: {error}") from None
+    profile = task.get("gpuProfile")
+    for resource in sorted(asks):
+        if resource == settings.gpu_resource and not profile:
+            continue
+        if is_gpu_resource(resource, settings.gpu_resource, settings.gpu_share.resource):
+            if profile:
+                raise RecordError(
+                    f"{where}: the template asks for {resource} but gpuProfile gives the "
+                    "slice: remove it from the template"
+                )
+            raise RecordError(
+                f"{where}: the template asks for {resource}, which caldera does not count: "
+                f"ask for {settings.gpu_resource} (whole GPUs) or use gpus / gpuProfile"
+            )
+    cpu = math.ceil(asks.get("cpu", Fraction(0)) * 1000)
+    memory = math.ceil(asks.get("memory", Fraction(0)) / 2**20)
+    if profile:
+        return 0, cpu, memory
+    declared = asks.get(settings.gpu_resource)
+    if declared is not None and declared.denominator != 1:
+        raise RecordError(
+            f"{where}: {settings.gpu_resource} must be a whole number of GPUs "
+            "(a fraction goes in the task's gpus)"
+        )
+    if declared is not None and declared > MAX_GPUS:
+        raise RecordError(f"{where}: {declared} {settings.gpu_resource} is more than any node has")
     given = task.get("gpus")
     try:
-        from_template = parse_gpu_milli(parse_count(declared)) if declared is not None else None
-        from_field = parse_gpu_milli(float(given)) if given is not None else None
-    except (ValueError, TypeError) as error:
-        raise RecordError(f"tasks: {error}") from None
+        from_field = (
+            parse_gpu_milli(_number(given, f"{where}.gpus", 0, MAX_GPUS))
+            if given is not None
+            else None
+        )
+    except ValueError as error:
+        raise RecordError(f"{where}.gpus: {error}") from None
+    from_template = int(declared) * GPU_MILLI if declared is not None else None
     if from_template is not None and from_field is not None and from_template != from_field:
         raise RecordError(
-            f"tasks: gpus ({given}) disagrees with the container's {settings.gpu_resource} "
+            f"{where}: gpus ({given}) disagrees with the containers' {settings.gpu_resource} "
             f"({declared}): give one"
         )
-    if from_field is not None:
-        return from_field
-    return from_template or 0
-
-
-def _task_cpu_memory(task: Mapping[str, Any]) -> tuple[int, int]:
-    template = task.get("template") or {}
-    containers = [
-        c for c in (template.get("spec") or {}).get("containers") or [] if isinstance(c, Mapping)
-    ]
-    cpu = memory = 0
-    try:
-        for container in containers:
-            if (value := _requests(container, "cpu")) is not None:
-                cpu += parse_cpu(value)
-            if (value := _requests(container, "memory")) is not None:
-                memory += parse_memory_mib(str(value) if isinstance(value, int) else value)
-    except ValueError as error:
-        raise RecordError(f"tasks: {error}") from None
-    return cpu, memory
+    gpu = from_field if from_field is not None else (from_template or 0)
+    return gpu, cpu, memory
 
 
 def _queue(spec: Mapping[str, Any], namespace: str, binding: NamespaceBinding) -> str:
@@ -184,20 +202,28 @@ def read_training_job(
     queue = _queue(spec, namespace, binding)
     groups: list[TaskTemplate] = []
     shapes: set[tuple[int, int, int, str | None]] = set()
-    for i, task in enumerate(spec["tasks"]):
+    tasks_in = spec["tasks"]
+    if not isinstance(tasks_in, list) or len(tasks_in) > MAX_TASK_GROUPS:
+        raise RecordError(f"spec.tasks must be a list of at most {MAX_TASK_GROUPS} tasks")
+    for i, task in enumerate(tasks_in):
+        where = f"spec.tasks[{i}]"
         if not isinstance(task, Mapping):
-            raise RecordError(f"spec.tasks[{i}] must be a mapping")
+            raise RecordError(f"{where} must be a mapping")
         template = task.get("template") or {}
-        if not isinstance(template, Mapping):
-            raise RecordError(f"spec.tasks[{i}].template must be a mapping")
+        if problem := shape_problem(template, f"{where}.template"):
+            raise RecordError(problem)
         if problem := template_problem(template, binding):
             raise RecordError(problem)
         profile = task.get("gpuProfile")
-        gpu = 0 if profile else _task_gpu(task, settings)
-        cpu, memory = _task_cpu_memory(task)
-        shapes.add((gpu, cpu, memory, str(profile) if profile else None))
-        replicas = int(task.get("replicas") or 1)
-        groups.append(TaskTemplate(str(task.get("name") or f"task{i}"), replicas, template))
+        if profile is not None and not isinstance(profile, str):
+            raise RecordError(f"{where}.gpuProfile must be a string")
+        gpu, cpu, memory = _task_resources(task, where, settings)
+        shapes.add((gpu, cpu, memory, profile or None))
+        replicas = int(_number(task.get("replicas", 1), f"{where}.replicas", 1, MAX_REPLICAS, True))
+        task_name = task.get("name")
+        if task_name is not None and not isinstance(task_name, str):
+            raise RecordError(f"{where}.name must be a string")
+        groups.append(TaskTemplate(task_name or f"task{i}", replicas, template))
     if len(shapes) > 1:
         raise RecordError(
             "spec.tasks: every replica must ask for the same GPUs, CPU and memory "
@@ -207,12 +233,20 @@ def read_training_job(
     tasks = sum(group.replicas for group in groups)
     if 0 < gpu < GPU_MILLI and tasks != 1:
         raise RecordError("fractional gpus are allowed only for a single replica")
-    min_available = int(spec.get("minAvailable") or 0)
-    if min_available > tasks:
-        raise RecordError(f"minAvailable ({min_available}) exceeds the replicas ({tasks})")
+    min_available = int(_number(spec.get("minAvailable", 0), "spec.minAvailable", 0, tasks, True))
     checkpoint = spec.get("checkpoint") or {}
     topology = spec.get("topology")
     models = spec.get("gpuModel")
+    if not isinstance(checkpoint, Mapping) or not isinstance(topology, Mapping | None):
+        raise RecordError("spec.checkpoint and spec.topology must be mappings")
+    if models is not None and not isinstance(models, list):
+        raise RecordError("spec.gpuModel must be a list of GPU models")
+    for key in ("interval", "cost"):
+        if checkpoint.get(key) is not None:
+            _number(checkpoint[key], f"spec.checkpoint.{key}", 0, MAX_SECONDS)
+    if spec.get("expectedDuration") is not None:
+        _number(spec["expectedDuration"], "spec.expectedDuration", 0, MAX_SECONDS)
+    _number(spec.get("maxRetries", 0), "spec.maxRetries", 0, 100, True)
     try:
         job = JobSpec(
             id=names.job_id(namespace, name),
