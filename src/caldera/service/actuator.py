@@ -226,4 +226,7 @@ class Actuator:
             cwd=Path(request.get("workdir") or files.work),
             files=files,
             user=job.spec.user,
+            queue=job.spec.queue,
+            memory_mib=job.spec.memory,
+            millicores=job.spec.cpu,
         )

@@ -8,8 +8,17 @@ isolation:
   users: {alice: alice, bob: bob}    # caldera user -> OS account
   sandbox_user: caldera-jobs         # every other caldera user's jobs (made by the operator)
   tracking: auto                     # auto | cgroup | subreaper
+  cgroups: auto                      # per-task limits: auto | v1 | v2 | off
+  task_memory: 8Gi                   # a task's memory when its job asks for none (default: none)
+  queue_memory: {dev: 2Gi}           # the same, per queue (before task_memory)
+  task_pids: 4096                    # processes and threads per task
 logs: {max_bytes: 64Mi, keep: 2}     # per task: the log and 2 rotated files
 ```
+
+Per-task limits (`caldera.service.cgroups`): memory from the job's `memory` request, else its
+queue's `queue_memory`, else `task_memory`; processes from `task_pids`; CPU from the job's
+`cpu` request (a quota). Where no cgroup controller can be used the start-up line says so and
+none of them is enforced.
 
 A server running as root never runs a job as root (nor as any account with uid 0): every
 caldera user named by a token must resolve to an unprivileged account, or the server refuses
@@ -30,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from caldera.errors import ConfigError
 from caldera.model import parse_memory_mib
+from caldera.service.cgroups import Cgroups, TaskLimits
 
 __all__ = [
     "Account",
@@ -45,6 +55,40 @@ class IsolationModel(BaseModel):
     users: dict[str, str] = Field(default_factory=dict)
     sandbox_user: str | None = Field(default=None, min_length=1)
     tracking: Literal["auto", "cgroup", "subreaper"] = "auto"
+    cgroups: Literal["auto", "v1", "v2", "off"] = "auto"
+    task_memory: int | None = Field(default=None, ge=4 * 1024 * 1024)
+    queue_memory: dict[str, int] = Field(default_factory=dict)
+    task_pids: int | None = Field(default=4096, ge=8)
+
+    @field_validator("task_memory", mode="before")
+    @classmethod
+    def _memory(cls, value: object) -> object:
+        return _bytes(value)
+
+    @field_validator("queue_memory", mode="before")
+    @classmethod
+    def _queues(cls, value: object) -> object:
+        if isinstance(value, dict):
+            return {name: _bytes(size) for name, size in value.items()}
+        return value
+
+    @field_validator("queue_memory")
+    @classmethod
+    def _queue_floor(cls, value: dict[str, int]) -> dict[str, int]:
+        for name, size in value.items():
+            if size < 4 * 1024 * 1024:
+                raise ValueError(f"{name}: at least 4Mi")
+        return value
+
+
+def _bytes(value: object) -> object:
+    """`"8Gi"` → bytes; a bare number is MiB, as in a job's `memory` request."""
+    if isinstance(value, str | int | float):
+        try:
+            return parse_memory_mib(value) * 1024 * 1024
+        except ValueError as error:
+            raise ValueError(str(error)) from None
+    return value
 
 
 class LogsModel(BaseModel):
@@ -103,6 +147,19 @@ class Isolation:
     log_max_bytes: int = LogsModel().max_bytes
     log_keep: int = LogsModel().keep
     server: Account = field(default_factory=Account.current)
+    cgroups: Cgroups | None = None  # None: no per-task limit is enforced
+    cgroups_note: str = ""  # why there are none
+    task_memory: int | None = None
+    queue_memory: Mapping[str, int] = field(default_factory=dict)
+    task_pids: int | None = IsolationModel().task_pids
+
+    def task_limits(self, memory_mib: int, millicores: int, queue: str) -> TaskLimits:
+        """One task's limits: its job's memory request, else its queue's default, else the
+        server's; its job's CPU request (no request: no quota); the process limit."""
+        memory = memory_mib * 1024 * 1024 if memory_mib > 0 else None
+        if memory is None:
+            memory = self.queue_memory.get(queue, self.task_memory)
+        return TaskLimits(memory, self.task_pids, millicores if millicores > 0 else None)
 
     def account(self, user: str) -> Account | None:
         """The account `user`'s jobs run as; None: this server's own (it is not root)."""
@@ -113,9 +170,14 @@ class Isolation:
             raise LookupError(f"no OS account for caldera user {user!r}")
         return found
 
+    def describe_limits(self) -> str:
+        if self.cgroups is None:
+            return f"NO per-task memory, process or CPU limit is enforced ({self.cgroups_note})"
+        return f"tasks' memory, processes and CPU limited by {self.cgroups.describe()}"
+
     def describe(self) -> str:
         """The start-up line: who jobs run as and how their processes are tracked."""
-        tracked = f"processes tracked by {self.tracking_note}"
+        tracked = f"processes tracked by {self.tracking_note}; {self.describe_limits()}"
         if self.privileged:
             who = ", ".join(f"{u}→{a.name}" for u, a in sorted(self.accounts.items()))
             if self.sandbox is not None:
@@ -133,8 +195,10 @@ def build_isolation(
     logs: LogsModel,
     users: Iterable[str],
     cgroup_root: tuple[Path | None, str],
+    cgroups: tuple[Cgroups | None, str] = (None, "not looked for"),
 ) -> Isolation:
-    """Resolve the accounts for the tokens' `users`. Raises ConfigError (one line)."""
+    """Resolve the accounts for the tokens' `users`. Raises ConfigError (one line).
+    `cgroups`: what limits tasks here (`cgroups.detect`), or None and why."""
     privileged = os.geteuid() == 0
     server = Account.current()
     names = dict(model.users)
@@ -182,4 +246,9 @@ def build_isolation(
         log_max_bytes=logs.max_bytes,
         log_keep=logs.keep,
         server=server,
+        cgroups=cgroups[0],
+        cgroups_note=cgroups[1],
+        task_memory=model.task_memory,
+        queue_memory=dict(model.queue_memory),
+        task_pids=model.task_pids,
     )

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from caldera.errors import ServiceError
+from caldera.service import cgroups as limit_cgroups
 from caldera.service.isolation import Account, Isolation
 from caldera.service.procs import process_alive, process_start_ticks, write_atomic
 from caldera.service.proctree import cgroup_empty, cgroup_kill, remove_cgroup
@@ -37,6 +38,7 @@ __all__ = [
     "ProcessLauncher",
     "SpawnError",
     "check_environment",
+    "end_reason",
     "environment",
     "kill_recorded_tasks",
 ]
@@ -109,6 +111,9 @@ class Launch:
     cwd: Path
     files: JobFiles
     user: str = ""  # the caldera user: whose OS account the task runs as
+    queue: str = ""
+    memory_mib: int = 0  # the job's memory request per task (0: none)
+    millicores: int = 0  # the job's CPU request per task (0: none)
 
 
 class Launcher(Protocol):
@@ -172,6 +177,11 @@ class ProcessLauncher:
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
         cgroup = self.isolation.cgroup_root
+        name = f"{launch.job}-a{attempt}-r{rank}"
+        limited: tuple[Path, ...] = ()
+        limits = self.isolation.task_limits(launch.memory_mib, launch.millicores, launch.queue)
+        if self.isolation.cgroups is not None:
+            limited = self.isolation.cgroups.create(name, limits)
         spec = {
             "command": list(launch.command),
             "env": env,
@@ -179,7 +189,9 @@ class ProcessLauncher:
             "uid": account.uid if account else None,
             "gid": account.gid if account else None,
             "groups": list(account.groups) if account else None,
-            "cgroup": str(cgroup / f"{launch.job}-a{attempt}-r{rank}") if cgroup else None,
+            "cgroup": str(cgroup / name) if cgroup else None,
+            "limit_cgroups": [str(folder) for folder in limited],
+            "limits": limits.describe(),
             "log": str(files.log(rank)),
             "log_max_bytes": self.isolation.log_max_bytes,
             "log_keep": self.isolation.log_keep,
@@ -231,6 +243,12 @@ class ProcessLauncher:
 
     def _cgroup_gone(self, files: JobFiles, attempt: int, rank: int) -> bool:
         data = _read_json(files.runner_file(attempt, rank))
+        limited = _limit_cgroups(data)
+        if limited:  # what the runner left in its limit cgroups (v1: not in `cgroup`)
+            if limit_cgroups.pids_in(limited):
+                limit_cgroups.kill_all(limited)
+                return False
+            limit_cgroups.remove_all(limited)
         where = data.get("cgroup") if data else None
         if not isinstance(where, str):
             return True
@@ -275,6 +293,23 @@ class ProcessLauncher:
         for pid, child in list(self.children.items()):
             if child.poll() is not None and not process_alive(pid, None):
                 self.children.pop(pid, None)
+
+
+def _limit_cgroups(record: dict[str, object] | None) -> list[Path]:
+    found = record.get("limit_cgroups") if record else None
+    return [Path(p) for p in found if isinstance(p, str)] if isinstance(found, list) else []
+
+
+def end_reason(files: JobFiles, attempt: int, rank: int) -> str | None:
+    """Why a task ended, when its runner's exit file says more than an exit code: the kernel
+    killed it at its memory limit (`out of memory (limit 128 MiB)`). None otherwise."""
+    data = _read_json(files.exit_file(attempt, rank))
+    kills = data.get("oom_kills") if data else None
+    if not isinstance(kills, int) or kills <= 0 or data is None:
+        return None
+    limit = data.get("memory_limit")
+    size = limit_cgroups.format_bytes(limit) if isinstance(limit, int) else "unknown"
+    return f"out of memory (limit {size})"
 
 
 def _defaults(account: Account) -> dict[str, str]:
@@ -323,6 +358,7 @@ def kill_recorded_tasks(data_dir: Path, wait: float = 0.0) -> int:
             continue
         if isinstance(data.get("cgroup"), str):
             cgroup_kill(Path(str(data["cgroup"])))
+        limit_cgroups.kill_all(_limit_cgroups(data))
         pid, ticks = data.get("pid"), data.get("start_ticks")
         start = ticks if isinstance(ticks, int) else None
         if isinstance(pid, int) and process_alive(pid, start):

@@ -1,7 +1,8 @@
 """Looking at this host's processes: what the service's runtime learns each turn, as typed
 observations (nothing here changes a job).
 
-- `Exited`: a task's process group is gone (its exit code, None if nobody saw it);
+- `Exited`: a task's process group is gone (its exit code, None if nobody saw it; the
+  reason, when the kernel killed it at its memory limit);
 - `KillDue`: a leaving or stopping task outlived its grace period;
 - `Reported`: progress or a checkpoint the job wrote through `caldera.sdk.preemption`.
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from caldera.model import JobState
 from caldera.service.jobs import LiveJob, TaskRun
-from caldera.service.launcher import JobFiles, Launcher
+from caldera.service.launcher import JobFiles, Launcher, end_reason
 from caldera.service.procs import read_report
 
 __all__ = ["Exited", "KillDue", "Observation", "Reported", "observe"]
@@ -25,6 +26,7 @@ class Exited:
     job: LiveJob
     task: TaskRun
     exit_code: int | None
+    reason: str | None = None  # `out of memory (limit …)`
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +59,7 @@ def observe(
                 continue  # ended, or spawned in this very flush: looked at next turn
             over, code = launcher.ended(files, task.attempt, task.rank, task.pid, task.start_ticks)
             if over:
-                yield Exited(job, task, code)
+                yield Exited(job, task, code, end_reason(files, task.attempt, task.rank))
             elif task.kill_at is not None and now >= task.kill_at and not task.killed:
                 yield KillDue(job, task)
         if job.state in (JobState.RUNNING, JobState.RELEASING):

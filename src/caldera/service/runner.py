@@ -6,19 +6,23 @@ environment of its own (the job's variables are in SPEC, never in the runner's e
 `LD_PRELOAD` or `PYTHONPATH` from a request must not reach a process running as the server's
 user). SPEC is a JSON file the server wrote, readable by the server's user only:
 `command`, `env`, `cwd`, `uid`/`gid`/`groups` (the job's OS account, or null), `cgroup` (a
-folder to make, or null), `log`, `log_max_bytes`, `log_keep`, `exit_file`, `runner_file`.
+folder to make, or null), `limit_cgroups` (folders the server made with the task's limits,
+`caldera.service.cgroups`), `limits` (their description, for the log), `log`,
+`log_max_bytes`, `log_keep`, `exit_file`, `runner_file`.
 
 The runner:
 1. becomes a child subreaper and writes RUNNER_FILE (its pid, start time, cgroup), so a
    restarted server can recognise it;
-2. forks the task's first process, which joins the task's cgroup, drops to the job's account
-   (groups, gid, uid; umask 077), enters the working directory and executes the command, with
-   stdout and stderr into a pipe the runner copies to the task log (`logfiles.RotatingLog`,
-   bounded); a failure at any of these steps is one line in the log and exit code 127;
+2. forks the task's first process, which joins the task's cgroups (tracking and limits),
+   drops to the job's account (groups, gid, uid; umask 077), enters the working directory
+   and executes the command, with stdout and stderr into a pipe the runner copies to the
+   task log (`logfiles.RotatingLog`, bounded); a failure at any of these steps is one line
+   in the log and exit code 127;
 3. on SIGTERM sends SIGTERM to **every** process of the task (the cgroup's, else every
    descendant: `setsid` and double forks included); on SIGUSR1 kills them all;
 4. when the first process exits, kills whatever of the task is left, waits until no process
-   of it remains, and only then writes the exit code to EXIT_FILE (atomically) and exits. The
+   of it remains, and only then writes the exit code and what the kernel recorded in the
+   limit cgroups (OOM kills, peak memory, refused forks) to EXIT_FILE (atomically) and exits. The
    server gives the task's GPUs back when the runner has exited, so a GPU is never handed on
    while a process of the task still runs.
 
@@ -37,6 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from caldera.service import cgroups
 from caldera.service.logfiles import RotatingLog
 from caldera.service.procs import process_start_ticks, write_atomic
 from caldera.service.proctree import (
@@ -94,6 +99,8 @@ def _start(spec: dict[str, Any], output: int) -> int:
             if spec.get("cgroup"):
                 with open(Path(spec["cgroup"]) / "cgroup.procs", "w") as procs:
                     procs.write("0")
+            step = "join its limit cgroups"
+            cgroups.join([Path(p) for p in spec.get("limit_cgroups") or ()])
             os.umask(0o077)
             if spec.get("uid") is not None:
                 step = "drop to the job's account"
@@ -118,12 +125,13 @@ def _start(spec: dict[str, Any], output: int) -> int:
 class _Task:
     """The task's processes, as the runner sees them."""
 
-    def __init__(self, cgroup: Path | None) -> None:
+    def __init__(self, cgroup: Path | None, limited: list[Path]) -> None:
         self.cgroup = cgroup
+        self.limited = limited  # the limit cgroups (v1: one per hierarchy)
         self.me = os.getpid()
 
     def pids(self) -> list[int]:
-        found = set(descendants(self.me))
+        found = set(descendants(self.me)) | cgroups.pids_in(self.limited)
         if self.cgroup is not None:
             found.update(cgroup_pids(self.cgroup))
         return sorted(found)
@@ -136,12 +144,13 @@ class _Task:
     def kill_all(self) -> None:
         if self.cgroup is not None:
             cgroup_kill(self.cgroup)
+        cgroups.kill_all(self.limited)
         self.signal_all(signal.SIGKILL)
 
     def gone(self) -> bool:
         if self.cgroup is not None and not cgroup_empty(self.cgroup):
             return False
-        return not descendants(self.me)
+        return not descendants(self.me) and not cgroups.pids_in(self.limited)
 
 
 def _reap() -> list[tuple[int, int]]:
@@ -172,7 +181,12 @@ def main(argv: list[str]) -> int:
             cgroup = None  # the subreaper still finds every descendant
             spec["cgroup"] = None
     pid = os.getpid()
-    record = {"pid": pid, "start_ticks": process_start_ticks(pid), "cgroup": spec.get("cgroup")}
+    record = {
+        "pid": pid,
+        "start_ticks": process_start_ticks(pid),
+        "cgroup": spec.get("cgroup"),
+        "limit_cgroups": spec.get("limit_cgroups") or [],
+    }
     write_atomic(Path(spec["runner_file"]), json.dumps(record))
 
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -188,7 +202,8 @@ def main(argv: list[str]) -> int:
     child = _start(spec, out_w)
     os.close(out_w)
     os.set_blocking(out_r, False)
-    task = _Task(cgroup)
+    limited = [Path(p) for p in spec.get("limit_cgroups") or ()]
+    task = _Task(cgroup, limited)
     code: int | None = None
     output_open = True
 
@@ -235,10 +250,20 @@ def main(argv: list[str]) -> int:
                 pass
     _reap()
     copy_output()  # what the last processes wrote; a writer outside the task is not waited for
+    used = cgroups.usage(limited)
+    if used.oom_kills:
+        limit = cgroups.format_bytes(used.memory_limit) if used.memory_limit else "?"
+        log.write(
+            f"caldera: out of memory (limit {limit}): the kernel killed "
+            f"{used.oom_kills} process(es) of this task\n".encode()
+        )
+    if used.pids_refused:
+        log.write(f"caldera: {used.pids_refused} fork(s) refused at the process limit\n".encode())
     log.close()
+    cgroups.remove_all(limited)
     if cgroup is not None:
         remove_cgroup(cgroup)
-    write_atomic(Path(spec["exit_file"]), json.dumps({"exit_code": code}))
+    write_atomic(Path(spec["exit_file"]), json.dumps({"exit_code": code, **used.to_json()}))
     return 0 if code == 0 else 1
 
 

@@ -282,6 +282,9 @@ class Runtime:
                 seen.task.done = True
                 seen.task.exit_code = seen.exit_code
                 ended[job.id] = job
+                if seen.reason is not None:  # the job fails (or retries) for this reason
+                    job.reason = seen.reason
+                    self.actuator.note(now, "oom", job.id, task=seen.task.rank, reason=seen.reason)
             elif isinstance(seen, KillDue):
                 seen.task.killed = True
                 self.actuator.send(seen.task, signal.SIGKILL)

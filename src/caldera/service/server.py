@@ -26,6 +26,7 @@ from starlette.middleware import Middleware
 
 from caldera.errors import ServiceError
 from caldera.service.audit import AuditLog, AuditWriter
+from caldera.service.cgroups import detect as detect_cgroups
 from caldera.service.config import ServiceConfig, default_config, load_config
 from caldera.service.config import parse_config as parse_config_data
 from caldera.service.gpus import FakeNvml, HostGPUs, local_node
@@ -190,7 +191,11 @@ def _isolation(config: ServiceConfig, config_path: Path | None, data: Path) -> I
     model = config.isolation
     tracking = (None, "") if model.tracking == "subreaper" else find_cgroup_root()
     users = {who.user for who in config.tokens.values()}
-    isolation = build_isolation(model, config.logs, users, tracking)
+    v2_root = tracking[0] if model.tracking != "subreaper" else None
+    limits = detect_cgroups(model.cgroups, v2_root)
+    isolation = build_isolation(model, config.logs, users, tracking, limits)
+    if isolation.cgroups is None:
+        log.warning("caldera: %s", isolation.describe_limits())
     if not isolation.privileged:
         os.chmod(data, 0o700)
         return isolation
