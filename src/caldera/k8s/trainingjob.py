@@ -179,7 +179,21 @@ def read_training_job(
     queues: Mapping[str, Queue],
     submit: float,
 ) -> Accepted:
-    """The job a TrainingJob asks for, or RecordError with a one-line reason."""
+    """The job a TrainingJob asks for, or RecordError with a one-line reason (whatever
+    the tenant wrote into the values it quotes)."""
+    try:
+        return _read(obj, settings, queues, submit)
+    except RecordError as error:
+        text = " ".join(str(error).split())
+        raise RecordError(text if len(text) <= 300 else f"{text[:297]}...") from None
+
+
+def _read(
+    obj: Mapping[str, Any],
+    settings: KubeSettings,
+    queues: Mapping[str, Queue],
+    submit: float,
+) -> Accepted:
     metadata = obj.get("metadata") or {}
     namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
     binding = settings.binding(namespace)

@@ -1,0 +1,453 @@
+"""What a tenant writes cannot crash, stall or cheat the controller (issue 34), on the fakes:
+quantities read as Kubernetes reads them, pod templates checked once at intake (fields,
+nesting, GPUs over every container), deep JSON decoded, a pod's reports range-checked,
+and any error acting for one job failing that job alone. The real control plane:
+tests/k8s_real/test_real_hostile.py."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from fractions import Fraction
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from k8s_support import SETTINGS, World
+
+from caldera.errors import RecordError
+from caldera.k8s import names, read_training_job
+from caldera.k8s.nodes import pod_requests
+from caldera.k8s.pods import read_reports
+from caldera.k8s.podtemplate import effective_requests, nesting_problem
+from caldera.k8s.quantities import MAX_QUANTITY, cpu_millis, memory_mib, parse_quantity
+from caldera.k8s.render import task_pod
+from caldera.k8s.wirejson import DECODE_DEPTH, TOO_DEEP, loads
+from caldera.model import Queue
+
+QUEUES = {"team": Queue("team")}
+
+
+def manifest(containers: list[dict[str, Any]], **task: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "metadata": {"name": "job", "namespace": "team", "uid": "u1"},
+        "spec": {
+            "tasks": [
+                {"name": "w", "replicas": 1, "template": {"spec": {"containers": containers}}}
+                | task
+            ]
+        },
+    }
+
+
+def container(**resources: Any) -> dict[str, Any]:
+    return (
+        {"name": "c", "image": "i", "resources": {"limits": resources}}
+        if resources
+        else {
+            "name": "c",
+            "image": "i",
+        }
+    )
+
+
+def read(obj: dict[str, Any]) -> Any:
+    return read_training_job(obj, SETTINGS, QUEUES, 0.0)
+
+
+def deep(levels: int) -> dict[str, Any]:
+    node: dict[str, Any] = {}
+    top = node
+    for _ in range(levels):
+        node["x"] = {}
+        node = node["x"]
+    return top
+
+
+# -- quantities ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        (4, Fraction(4)),
+        ("4", Fraction(4)),
+        (0.5, Fraction(1, 2)),
+        ("500m", Fraction(1, 2)),
+        ("1.5Gi", Fraction(3 * 2**29)),
+        ("1e3", Fraction(1000)),
+        ("1P", Fraction(10**15)),
+        ("2k", Fraction(2000)),
+        ("100n", Fraction(1, 10**7)),
+        (".5", Fraction(1, 2)),
+    ],
+    ids=str,
+)
+def test_quantities_read_as_kubernetes_reads_them(value: Any, want: Fraction) -> None:
+    assert parse_quantity(value) == want
+
+
+@pytest.mark.parametrize(
+    "value",
+    [math.nan, math.inf, -1, "-1", "1e308", 1e306, "1e999999999", "4 cores", "", True, None, "NaN"],
+    ids=repr,
+)
+def test_nan_inf_negative_and_absurd_quantities_are_refused_in_one_line(value: Any) -> None:
+    with pytest.raises(ValueError) as raised:
+        parse_quantity(value)
+    assert "\n" not in str(raised.value)
+
+
+def test_cpu_and_memory_round_up_as_requests_do() -> None:
+    assert cpu_millis("100n") == 1 and cpu_millis(4) == 4000
+    assert memory_mib(4) == 1  # 4 bytes: Kubernetes reads a bare number as bytes
+    assert memory_mib("1Gi") == 1024
+    assert parse_quantity(MAX_QUANTITY.numerator // MAX_QUANTITY.denominator)
+
+
+# -- nesting -------------------------------------------------------------------------------
+
+
+def test_deep_json_decodes_with_its_deep_part_cut_instead_of_raising() -> None:
+    text = json.dumps({"metadata": {"name": "x"}, "spec": "PLACEHOLDER"})
+    body = '{"a":' * 1100 + '"]}\\"{"' + "}" * 1100
+    obj = loads(text.replace('"PLACEHOLDER"', body).encode())
+    assert obj["metadata"] == {"name": "x"}
+    level, node = 1, obj["spec"]
+    while isinstance(node, dict):
+        node, level = node["a"], level + 1
+    assert (node, level) == (TOO_DEEP, DECODE_DEPTH)
+    assert loads(b'{"a": [1, {"b": "]"}]}') == {"a": [1, {"b": "]"}]}
+
+
+def test_nesting_is_bounded_without_recursion() -> None:
+    assert nesting_problem(deep(100_000)) == "template is nested deeper than 48 levels"
+    assert nesting_problem(deep(40)) is None
+    assert nesting_problem([0] * 60_000) == "template holds more than 50000 values"
+
+
+# -- the template, read once ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "want"),
+    [
+        (
+            lambda t: t["spec"].update({"x-deep": {"a": 1}}),
+            r"template\.spec: unknown field 'x-deep'",
+        ),
+        (lambda t: t["spec"].update({"extra": deep(1100)}), r"nested deeper than 48 levels"),
+        (
+            lambda t: t["spec"]["containers"][0].update({"imagee": "x"}),
+            r"containers\[0\]: unknown field 'imagee'",
+        ),
+        (
+            lambda t: t["spec"]["containers"][0]["resources"]["limits"].update(cpu="1e308"),
+            r"out of range",
+        ),
+        (
+            lambda t: t["spec"]["containers"][0]["resources"]["limits"].update(memory=math.nan),
+            r"invalid quantity nan",
+        ),
+        (lambda t: t["spec"].update(resourceClaims=[{"name": "gpu"}]), r"resource claims"),
+        (lambda t: t["spec"]["containers"][0].update(env=[{"value": "x"}]), r"env\[0\]\.name"),
+        (lambda t: t.update(status={}), r"unknown field 'status'"),
+    ],
+    ids=["unknown-field", "nested", "container-field", "cpu-1e308", "nan", "claims", "env", "top"],
+)
+def test_a_template_kubernetes_could_not_run_is_refused_in_one_line(change: Any, want: str) -> None:
+    obj = manifest([container(cpu=1)])
+    change(obj["spec"]["tasks"][0]["template"])
+    with pytest.raises(RecordError, match=want) as raised:
+        read(obj)
+    assert "\n" not in str(raised.value) and len(str(raised.value)) < 300
+
+
+@pytest.mark.parametrize(
+    ("gpus", "want"),
+    [(1e306, r"gpus must be between 0 and 1024"), (math.nan, r"gpus must be between")],
+    ids=["1e306", "nan"],
+)
+def test_absurd_gpus_are_refused_not_overflowed(gpus: float, want: str) -> None:
+    with pytest.raises(RecordError, match=want):
+        read(manifest([container()], gpus=gpus))
+
+
+def test_an_unquoted_cpu_is_read_as_kubernetes_reads_it() -> None:
+    spec = read(manifest([{"name": "c", "resources": {"requests": {"cpu": 4, "memory": 4}}}])).spec
+    assert (spec.cpu, spec.memory) == (4000, 1)
+
+
+def test_a_tasks_gpus_are_the_sum_over_its_containers() -> None:
+    """Issue 34, item 2: container 0 asked 1 GPU, a sidecar 7; counted as 1, given 8."""
+    obj = manifest([container(**{"nvidia.com/gpu": 1}), container(**{"nvidia.com/gpu": 7})])
+    assert read(obj).spec.gpu == 8000
+
+
+def test_init_containers_count_as_the_scheduler_counts_them() -> None:
+    pod_spec = {
+        "containers": [container(cpu=1), container(cpu=1)],
+        "initContainers": [
+            {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": 1}}},
+            {"name": "init", "resources": {"requests": {"cpu": 4}}},
+        ],
+    }
+    assert effective_requests(pod_spec)["cpu"] == 5  # the init (4) beside the sidecar (1)
+    pod_spec["initContainers"][1]["resources"]["requests"]["cpu"] = 1
+    assert effective_requests(pod_spec)["cpu"] == 3  # two containers and the sidecar
+    assert pod_requests({"spec": pod_spec}, "nvidia.com/gpu") == (0, 3000, 0)
+
+
+@pytest.mark.parametrize(
+    "resource",
+    ["amd.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/gpu.shared", "gpu.intel.com/i915"],
+)
+def test_any_other_gpu_resource_anywhere_is_refused(resource: str) -> None:
+    obj = manifest([container(), container(**{resource: 1})])
+    with pytest.raises(RecordError, match="caldera does not count"):
+        read(obj)
+
+
+def test_a_sidecars_gpus_are_rendered_as_counted() -> None:
+    """The pod asks for what caldera counted: the template's own split when it sums to the
+    job's GPUs, else the decided GPUs on the first container and none on the others."""
+    world = World().hypernode("a", "n", count=1).start()
+    split = manifest([container(**{"nvidia.com/gpu": 1}), container(**{"nvidia.com/gpu": 7})])
+    accepted = read(split)
+    from caldera.core import TaskPlacement
+
+    pod = task_pod(
+        accepted.spec,
+        accepted.workload,
+        0,
+        TaskPlacement(0, tuple(range(8)), 1000, 0, 0),
+        world.rt.nodes,
+        1,
+        0,
+        30.0,
+        SETTINGS,
+    )
+    asks = [c["resources"]["limits"].get("nvidia.com/gpu") for c in pod["spec"]["containers"]]
+    assert asks == ["1", 7] or asks == ["1", "7"] or asks == [1, 7]
+    assert effective_requests(pod["spec"])["nvidia.com/gpu"] == 8
+
+
+# -- hostile TrainingJobs through the controller --------------------------------------------
+
+_HOSTILE_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from(["4", "500m", "1e308", "1e999999", "NaN", "-1", "64Gi", "", "x" * 300]),
+    st.text(max_size=20),
+)
+_JSON = st.recursive(
+    _HOSTILE_VALUES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+_RESOURCE_NAMES = st.sampled_from(
+    ["cpu", "memory", "nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-1g.10gb", "pods"]
+)
+_CONTAINER = st.fixed_dictionaries(
+    {"name": st.text(min_size=1, max_size=5)},
+    optional={
+        "image": st.one_of(st.text(max_size=5), _HOSTILE_VALUES),
+        "resources": st.one_of(
+            _JSON,
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "limits": st.dictionaries(_RESOURCE_NAMES, _HOSTILE_VALUES, max_size=3),
+                    "requests": st.dictionaries(_RESOURCE_NAMES, _HOSTILE_VALUES, max_size=3),
+                },
+            ),
+        ),
+        "env": st.one_of(
+            _JSON, st.lists(st.dictionaries(st.sampled_from(["name", "value"]), _HOSTILE_VALUES))
+        ),
+        "x-unknown": _JSON,
+    },
+)
+_TEMPLATE = st.fixed_dictionaries(
+    {},
+    optional={
+        "metadata": st.one_of(_JSON, st.fixed_dictionaries({"labels": _JSON})),
+        "spec": st.one_of(
+            _JSON,
+            st.fixed_dictionaries(
+                {"containers": st.lists(_CONTAINER, max_size=3)},
+                optional={
+                    "initContainers": st.lists(_CONTAINER, max_size=2),
+                    "volumes": _JSON,
+                    "x-deep": _JSON,
+                    "nodeSelector": _JSON,
+                },
+            ),
+        ),
+    },
+)
+_TASK = st.fixed_dictionaries(
+    {"template": st.one_of(_TEMPLATE, _JSON)},
+    optional={
+        "name": st.one_of(st.text(max_size=5), _HOSTILE_VALUES),
+        "replicas": _HOSTILE_VALUES,
+        "gpus": _HOSTILE_VALUES,
+        "gpuProfile": _HOSTILE_VALUES,
+    },
+)
+_SPEC = st.fixed_dictionaries(
+    {"tasks": st.one_of(st.lists(_TASK, min_size=1, max_size=3), _JSON)},
+    optional={
+        "type": st.one_of(st.sampled_from(["normal", "critical", "large-job"]), _HOSTILE_VALUES),
+        "minAvailable": _HOSTILE_VALUES,
+        "maxRetries": _HOSTILE_VALUES,
+        "expectedDuration": _HOSTILE_VALUES,
+        "checkpoint": st.one_of(
+            _JSON,
+            st.fixed_dictionaries(
+                {}, optional={"interval": _HOSTILE_VALUES, "cost": _HOSTILE_VALUES}
+            ),
+        ),
+        "topology": _JSON,
+        "gpuModel": _JSON,
+        "queue": _HOSTILE_VALUES,
+    },
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=_SPEC)
+def test_intake_of_a_hostile_training_job_is_a_job_or_a_one_line_rejection(spec: Any) -> None:
+    """The intake never raises anything but a one-line RecordError (RenderError: its
+    subclass sibling, from the pod check), and what it accepts is typed and finite."""
+    obj = {"metadata": {"name": "job", "namespace": "team", "uid": "u"}, "spec": spec}
+    try:
+        accepted = read(copy.deepcopy(obj))
+        accepted.workload.check(SETTINGS)
+    except RecordError as error:
+        assert "\n" not in str(error)
+        return
+    except Exception as error:  # RenderError is fine; anything else is the bug
+        from caldera.errors import RenderError
+
+        assert isinstance(error, RenderError), repr(error)
+        return
+    job = accepted.spec
+    assert isinstance(job.gpu, int) and isinstance(job.cpu, int) and isinstance(job.memory, int)
+    assert 0 <= job.gpu <= 1024 * 1000 and job.cpu >= 0 and job.memory >= 0
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=_SPEC)
+def test_a_hostile_training_job_never_stops_another_teams_job(spec: Any) -> None:
+    """Through the whole controller on the fake cluster: a hostile job and a good one; the
+    step never raises, the good job runs, the hostile one is admitted or Rejected."""
+    world = World().hypernode("a", "n", count=2).start()
+    world.cluster.submit("team", "bad", copy.deepcopy(spec))
+    world.submit("good", namespace="other", gpus=8)
+    world.step()
+    world.step(1)
+    assert world.state("good", "other") == "Running"
+    state = (world.job("bad", "team").get("status") or {}).get("state")
+    assert state in ("Rejected", "Pending", "Running", "Held", "Failed"), state
+    if state == "Rejected":
+        assert "Rejected" in world.events("bad")
+
+
+def test_the_issues_manifests_are_rejected_with_an_event_and_others_run() -> None:
+    world = World().hypernode("a", "n", count=2).start()
+    bad: dict[str, dict[str, Any]] = {
+        "deep": {"containers": [container()], "x-deep": {"a": 1}},
+        # As the client decodes a template nested 1,100 levels (the fake copies what it holds).
+        "nested": {"containers": [container()], "volumes": [loads("[" * 1100 + "]" * 1100)]},
+        "cpu-big": {"containers": [container(cpu="1e308")]},
+        "amd": {"containers": [container(), container(**{"amd.com/gpu": 1})]},
+    }
+    for name, pod_spec in bad.items():
+        world.cluster.submit(
+            "team", name, {"tasks": [{"replicas": 1, "template": {"spec": pod_spec}}]}
+        )
+    world.cluster.submit(
+        "team", "huge", {"tasks": [{"replicas": 1, "gpus": 1e306, "template": {}}]}
+    )
+    world.submit("good", namespace="other", gpus=8)
+    world.step()
+    world.step(1)
+    assert world.state("good", "other") == "Running"
+    for name in [*bad, "huge"]:
+        status = world.status(name)
+        assert status["state"] == "Rejected", name
+        assert status["reason"] and "\n" not in status["reason"], name
+        assert "Rejected" in world.events(name), name
+
+
+def test_an_unexpected_error_for_one_job_fails_that_job_not_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    world = World().hypernode("a", "n", count=2).start()
+    original = world.cluster.create_pod
+
+    def create_pod(namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        if body["metadata"]["name"].startswith("boom"):
+            raise TypeError("the client could not serialise it")
+        return original(namespace, body)
+
+    monkeypatch.setattr(world.cluster, "create_pod", create_pod)
+    world.submit("boom", gpus=8)
+    world.submit("fine", namespace="other", gpus=8)
+    world.step()
+    world.step(1)
+    world.step(1)
+    assert world.state("fine", "other") == "Running"
+    assert world.state("boom") in ("Failed", "Pending")
+    assert "CreateRefused" in world.events("boom")
+
+
+# -- pods cannot lie -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("annotations", "want"),
+    [
+        ({names.PROGRESS: "0.5"}, (0.5, None, None)),
+        ({names.PROGRESS: "nan"}, (None, None, "not a fraction")),
+        ({names.PROGRESS: "inf"}, (None, None, "not a fraction")),
+        ({names.PROGRESS: "1.5"}, (None, None, "not a fraction")),
+        ({names.PROGRESS: "-0.1"}, (None, None, "not a fraction")),
+        ({names.CHECKPOINT: '{"time": 100}'}, (None, 100.0, None)),
+        ({names.CHECKPOINT: '{"time": NaN}'}, (None, None, "not a past unix time")),
+        ({names.CHECKPOINT: "1e300"}, (None, None, "not a past unix time")),
+        ({names.CHECKPOINT: '{"time": true}'}, (None, None, "not a past unix time")),
+    ],
+    ids=["ok", "nan", "inf", "above", "below", "checkpoint", "ck-nan", "ck-future", "ck-bool"],
+)
+def test_a_pods_reports_are_range_checked(annotations: dict[str, str], want: Any) -> None:
+    progress, at, problem = read_reports(annotations, 1000.0)
+    assert (progress, at) == want[:2]
+    assert (problem is None) == (want[2] is None)
+    if want[2]:
+        assert want[2] in str(problem)
+
+
+def test_progress_nan_is_ignored_with_a_warning_and_the_status_stays_writable() -> None:
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("job", gpus=8)
+    world.step()
+    world.step(1)
+    pod = world.pods("job")[0]
+    world.cluster.pod("team", pod["metadata"]["name"])["metadata"].setdefault("annotations", {})[
+        names.PROGRESS
+    ] = "nan"
+    world.step(1)
+    world.step(1)
+    assert world.rt.jobs["team/job"].reported_progress is None
+    assert world.events("job").count("BadReport") == 1
+    json.dumps(world.status("job"), allow_nan=False)  # nothing the API server would refuse
