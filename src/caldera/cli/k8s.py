@@ -99,6 +99,14 @@ def run(
     sync: Annotated[
         bool, typer.Option(help="Create PriorityClasses and make Volcano Queues match the config.")
     ] = True,
+    metrics_bind: Annotated[
+        str,
+        typer.Option(
+            "--metrics-bind",
+            metavar="HOST:PORT",
+            help="Serve Prometheus /metrics there (e.g. :8080); off when empty.",
+        ),
+    ] = "",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Run the controller: admit TrainingJobs, run the cycle, create and evict pods."""
@@ -111,9 +119,13 @@ def run(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from caldera.k8s.metrics import parse_bind
+
     try:
         loaded = load_kube_config(config)
-    except KubeConfigError as error:
+        if metrics_bind:
+            parse_bind(metrics_bind)
+    except (KubeConfigError, ValueError) as error:
         fail(str(error), EXIT_BAD_INPUT)
     settings = loaded.settings
     if not settings.namespaces:
@@ -129,7 +141,7 @@ def run(
     except ClusterError as error:
         fail(str(error), EXIT_FAILURE)
     try:
-        _run(api, loaded, settings, dry_run, once, sync)
+        _run(api, loaded, settings, dry_run, once, sync, metrics_bind)
     finally:
         api.close()
 
@@ -141,6 +153,7 @@ def _run(
     dry_run: bool,
     once: bool,
     sync: bool,
+    metrics_bind: str = "",
 ) -> None:
     from caldera.errors import NotFound
     from caldera.k8s.actuator import WRITERS
@@ -148,6 +161,7 @@ def _run(
     from caldera.k8s.cache import InformerCache
     from caldera.k8s.controller import Controller, DryRunCluster, sync_cluster_objects
     from caldera.k8s.leader import LeaderElector
+    from caldera.k8s.metrics import ControllerMetrics
     from caldera.k8s.render import queue_from_volcano
     from caldera.k8s.runtime import KubeRuntime
 
@@ -163,6 +177,7 @@ def _run(
             retry_period=election.retry_period,
         )
     stop, lost = threading.Event(), threading.Event()
+    metrics: ControllerMetrics | None = None
     try:
         api.check(list(settings.namespaces))
         queues = loaded.queues or tuple(queue_from_volcano(q, settings) for q in api.list_queues())
@@ -190,6 +205,14 @@ def _run(
         runtime = KubeRuntime(
             cluster, queues, loaded.policy, settings, reads=reads, writers=writers
         )
+        if metrics_bind and not (dry_run or once):
+            metrics = ControllerMetrics(runtime)
+            runtime.observer = metrics.observe_cycle
+            metrics.leading.set_function(
+                lambda: 1.0 if elector is None or elector.still_leading() else 0.0
+            )
+            metrics.serve(metrics_bind)
+            log.info("metrics on %s/metrics", metrics_bind)
         if dry_run or once:
             runtime.step()
     except (ClusterError, NotFound) as error:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version
+
 import typer
 
 import caldera.cli.bench_sim  # noqa: F401  (registers `caldera bench sim`)
@@ -26,6 +28,21 @@ demo_command.register(app)
 service_cmds.register(app)
 app.add_typer(bench_app, name="bench")
 app.add_typer(k8s_app, name="k8s")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"caldera {version('caldera')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
+    """caldera: a GPU-cluster scheduler — simulate, compare, serve."""
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -203,6 +204,7 @@ class Informer:
     lists: int = 0  # full lists made (the first, and one per 410 Gone)
     watches: int = 0  # watches opened
     events: int = 0  # changes seen
+    heard_at: float = 0.0  # wall time of the last list, change, bookmark or watch that ended well
     _store: dict[tuple[str, str], Object] = field(default_factory=dict)
     _version: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -224,6 +226,7 @@ class Informer:
             self._store = store
         self._version = version
         self.lists += 1
+        self.heard_at = time.time()
         self.synced.set()
         self.wake.set()
 
@@ -244,6 +247,7 @@ class Informer:
                 self._version,
                 self.timeout,
             ):
+                self.heard_at = time.time()
                 version = (obj.get("metadata") or {}).get("resourceVersion")
                 if kind != "BOOKMARK":
                     key = self._key(obj)
@@ -259,6 +263,7 @@ class Informer:
                         self.wake.set()
                 if version:
                     self._version = str(version)
+            self.heard_at = time.time()  # the watch ran its time out: the server was there
         except Expired:
             log.info("%s %s: watch expired (410 Gone): listing again", self.kind, self.namespace)
             self._version = None

@@ -104,6 +104,9 @@ class KubeRuntime:
         self.node_state = NodeState((), frozenset())
         self.room = Room(())
         self.stats = KubeStats()
+        # Called after each cycle with (wall seconds of caldera.core.run, decisions, now):
+        # the controller's /metrics (caldera.k8s.metrics).
+        self.observer: Callable[[float, Decisions, float], None] | None = None
         self.throttles: dict[str, Throttle] = {}
         self.actuator = KubeActuator(
             api=api,
@@ -217,11 +220,15 @@ class KubeRuntime:
             self.cycle_needed = False
             now = self.clock()
             snapshot = self.snapshot(now)
+            began = time.perf_counter()
             decisions = run(snapshot, self.policy)
+            took = time.perf_counter() - began
             self.stats.cycles += 1
             self._last_cycle = now
             self.kernel.apply(decisions, snapshot)
             self.actuator.flush()
+            if self.observer is not None:
+                self.observer(took, decisions, now)
             self._next_wakeup = decisions.wakeup
             if not run_again(decisions):
                 break
