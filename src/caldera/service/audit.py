@@ -15,6 +15,12 @@ inserts it beside the job's row): the job and its audit row are committed togeth
 all, for one commit per submission. Every other row (refusals, failures, cancels, queue
 changes) goes through a writer thread: concurrent requests share one commit (it takes
 everything queued), so those cost one commit per burst, not per request.
+
+Failed authentications are tallied, not logged one by one (`FailureTally`): in each window
+(a minute) the first 401 or 429 of a caller without a known token, per client address and
+reason, is its own row as above; the others are counted, and when the window ends one
+`auth_failures` row says how many there were, the first and the last time. A flood of bad
+tokens thus writes at most two rows a minute per address and reason, never one per request.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,7 +38,7 @@ from caldera.service.intake import GroupWorker
 from caldera.service.printable import printable
 from caldera.service.store import Store
 
-__all__ = ["AuditEntry", "AuditLog", "AuditWriter", "audit_entry", "clean_text"]
+__all__ = ["AuditEntry", "AuditLog", "AuditWriter", "FailureTally", "audit_entry", "clean_text"]
 
 log = logging.getLogger("caldera.service")
 
@@ -47,12 +54,76 @@ def clean_text(value: object, limit: int = 255) -> str:
     return printable(value, limit)
 
 
+class FailureTally:
+    """Failed authentications per (client address, status, reason) in windows of `window`
+    seconds. `first(row)`: is this the window's first (write it), or one more to count?
+    `ended(now)`: the tally rows of the windows that ended. At most `keys` tallies are kept
+    at once: past that, new addresses are counted under the client `*`."""
+
+    def __init__(self, window: float = 60.0, keys: int = 10_000) -> None:
+        self.window = window
+        self.keys = keys
+        # key -> [window start, first counted, last counted, count, the first row]
+        self._open: dict[tuple[str, int, str], list[Any]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def applies(row: Mapping[str, Any]) -> bool:
+        """A caller without a known token that was refused for it (401) or for its earlier
+        failures (429)."""
+        return row["user"] is None and row["status"] in (401, 429)
+
+    def first(self, row: dict[str, Any]) -> bool:
+        reason = str(row["detail"].get("error", ""))
+        key = (row["client"] or "?", int(row["status"]), reason)
+        now = float(row["t"])
+        with self._lock:
+            if key not in self._open and len(self._open) >= self.keys:
+                key = ("*", key[1], key[2])
+            tally = self._open.get(key)
+            if tally is None:
+                self._open[key] = [now, None, None, 0, row]
+                return True
+            tally[1] = now if tally[1] is None else tally[1]
+            tally[2] = now
+            tally[3] += 1
+            return False
+
+    def ended(self, now: float) -> list[dict[str, Any]]:
+        with self._lock:
+            done = [key for key, tally in self._open.items() if now >= tally[0] + self.window]
+            closed = [(key, self._open.pop(key)) for key in done]
+        return [row for key, tally in closed if (row := self._row(key, tally)) is not None]
+
+    def drain(self) -> list[dict[str, Any]]:
+        with self._lock:
+            closed, self._open = list(self._open.items()), {}
+        return [row for key, tally in closed if (row := self._row(key, tally)) is not None]
+
+    @staticmethod
+    def _row(key: tuple[str, int, str], tally: list[Any]) -> dict[str, Any] | None:
+        _, first, last, count, row = tally
+        if not count:
+            return None  # the window's one failure has its own row
+        client, status, reason = key
+        return {
+            **row,
+            "t": last,
+            "client": client,
+            "action": "auth_failures",
+            "target": None,
+            "status": status,
+            "detail": {"error": reason, "count": count, "first": first, "last": last},
+        }
+
+
 class AuditWriter:
     """A thread that commits queued audit rows in groups (`GroupWorker`) and tells each waiter
-    when its row is durable."""
+    when its row is durable. `failures` tallies failed authentications (`FailureTally`)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, failures: FailureTally | None = None) -> None:
         self.store = store
+        self.failures = failures if failures is not None else FailureTally()
         self._worker: GroupWorker[tuple[dict[str, Any], Callable[[], None]]] = GroupWorker(
             self._write, "caldera-audit"
         )
@@ -61,6 +132,8 @@ class AuditWriter:
         self._worker.put((row, done))
 
     def close(self) -> None:
+        for row in self.failures.drain():
+            self._worker.put((row, _nothing))
         self._worker.close()
 
     def _write(self, group: list[tuple[dict[str, Any], Callable[[], None]]]) -> None:
@@ -71,6 +144,10 @@ class AuditWriter:
             log.exception("could not write %d audit row(s)", len(group))
         for _, done in group:
             done()
+
+
+def _nothing() -> None:
+    """Nobody waits for a tally row."""
 
 
 def _action(method: str, parts: list[str]) -> tuple[str, str | None]:
@@ -260,6 +337,11 @@ class AuditLog:
 
     async def _record(self, entry: AuditEntry, status: int, body: bytes, answer: bytes) -> None:
         row = entry.row(status, _json(body) if body else None, _json(answer) if answer else None)
+        tally = self.writer.failures
+        for ended in tally.ended(row["t"]):
+            self.writer.write(ended, _nothing)
+        if tally.applies(row) and not tally.first(row):
+            return  # counted: its window's row says how many
         loop = asyncio.get_running_loop()
         done = loop.create_future()
 

@@ -37,24 +37,55 @@ class Limits(BaseModel):
     # Token bucket per user: `submit_rate` submissions a second, bursts of `submit_burst`.
     submit_rate: float = Field(default=50.0, gt=0, allow_inf_nan=False)
     submit_burst: int = Field(default=200, ge=1)
+    # Per client address, for callers without a known token: `auth_failure_rate` failed
+    # authentications a second, bursts of `auth_failure_burst`; past that 429 before any
+    # route runs (`caldera.service.api.strangers`).
+    auth_failure_rate: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    auth_failure_burst: int = Field(default=20, ge=1)
 
 
 class RateLimiter:
-    """A token bucket per user. `take(user)` returns 0 when the submission may go ahead, else
-    the seconds until it may (for `Retry-After`)."""
+    """A token bucket per key (a user, a client address). `take(key)` returns 0 when the
+    request may go ahead, else the seconds until it may (for `Retry-After`); `wait(key)` says
+    the same without taking. At most `keys` buckets are kept: past that, the full ones (which
+    a new bucket would equal) are dropped, so many callers cannot grow it without bound."""
 
     def __init__(
-        self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic
+        self,
+        rate: float,
+        burst: int,
+        clock: Callable[[], float] = time.monotonic,
+        keys: int = 100_000,
     ) -> None:
         self.rate = rate
         self.burst = float(burst)
         self.clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}  # user -> (tokens, when)
+        self.keys = keys
+        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, when)
         self._lock = threading.Lock()
+
+    def wait(self, key: str) -> float:
+        now = self.clock()
+        with self._lock:
+            tokens, when = self._buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - when) * self.rate)
+        return 0.0 if tokens >= 1.0 else max((1.0 - tokens) / self.rate, 0.001)
+
+    def _prune(self, now: float) -> None:
+        """Drop the buckets that have refilled (caller holds the lock)."""
+        if len(self._buckets) < self.keys:
+            return
+        for key, (tokens, when) in list(self._buckets.items()):
+            if tokens + (now - when) * self.rate >= self.burst:
+                del self._buckets[key]
+        # Still full: forget the oldest tenth (a scan per tenth, not per request).
+        for key in list(self._buckets)[: max(0, len(self._buckets) - self.keys * 9 // 10)]:
+            del self._buckets[key]
 
     def take(self, user: str) -> float:
         now = self.clock()
         with self._lock:
+            self._prune(now)
             tokens, when = self._buckets.get(user, (self.burst, now))
             tokens = min(self.burst, tokens + (now - when) * self.rate)
             if tokens >= 1.0:

@@ -14,6 +14,7 @@ import gc
 import logging
 import os
 import secrets
+import signal
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -25,6 +26,7 @@ from sqlalchemy.engine import make_url
 from starlette.middleware import Middleware
 
 from caldera.errors import ServiceError
+from caldera.service.api.strangers import StrangerLimit
 from caldera.service.audit import AuditLog, AuditWriter
 from caldera.service.cgroups import detect as detect_cgroups
 from caldera.service.config import ServiceConfig, default_config, load_config
@@ -181,6 +183,14 @@ def build_service(
     # Inside Server-Timing (the time a request waits for its audit row is the server's
     # time), outside the request guard (a refused body is audited too).
     app.user_middleware.insert(1, Middleware(AuditLog, writer=audit, tokens=config.tokens))
+    # Inside the audit log (its 429s are tallied there), outside everything that reads a body.
+    strangers = Middleware(
+        StrangerLimit,
+        tokens=config.tokens,
+        rate=config.limits.auth_failure_rate,
+        burst=config.limits.auth_failure_burst,
+    )
+    app.user_middleware.insert(2, strangers)
     return Service(
         config, store, runtime, metrics, host, data, lock, app, admin_token, audit, isolation
     )
@@ -194,8 +204,6 @@ def _isolation(config: ServiceConfig, config_path: Path | None, data: Path) -> I
     v2_root = tracking[0] if model.tracking != "subreaper" else None
     limits = detect_cgroups(model.cgroups, v2_root)
     isolation = build_isolation(model, config.logs, users, tracking, limits)
-    if isolation.cgroups is None:
-        log.warning("caldera: %s", isolation.describe_limits())
     if not isolation.privileged:
         os.chmod(data, 0o700)
         return isolation
@@ -272,7 +280,14 @@ def serve(
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 20, 1_000)
+    # uvicorn shuts down on SIGTERM, then raises the signal again: with the default handler
+    # the process would die there, before the audit tallies and the database are closed.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         uvicorn.Server(config).run()
     finally:
         service.close()
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
