@@ -451,3 +451,56 @@ def test_progress_nan_is_ignored_with_a_warning_and_the_status_stays_writable() 
     assert world.rt.jobs["team/job"].reported_progress is None
     assert world.events("job").count("BadReport") == 1
     json.dumps(world.status("job"), allow_nan=False)  # nothing the API server would refuse
+
+
+# -- what the client sends -----------------------------------------------------------------
+
+
+def test_unquoted_quantities_are_rendered_in_wire_form() -> None:
+    """The client's typed Pod takes quantities only as strings: `cpu: 4` was a valid
+    manifest whose every start failed."""
+    world = World().hypernode("a", "n", count=1).start()
+    obj = manifest(
+        [
+            {
+                "name": "c",
+                "resources": {
+                    "requests": {"cpu": 4, "memory": 0.5},
+                    "limits": {"nvidia.com/gpu": 1},
+                },
+            },
+            container(**{"nvidia.com/gpu": 7}),
+        ]
+    )
+    accepted = read(obj)
+    accepted.workload.check(SETTINGS)
+    from caldera.core import TaskPlacement
+
+    pod = task_pod(
+        accepted.spec,
+        accepted.workload,
+        0,
+        TaskPlacement(0, tuple(range(8)), 1000, 4000, 1),
+        world.rt.nodes,
+        1,
+        0,
+        30.0,
+        SETTINGS,
+    )
+    first, second = pod["spec"]["containers"]
+    assert first["resources"]["requests"]["cpu"] == "4"
+    assert first["resources"]["requests"]["memory"] == "500m"
+    assert first["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert second["resources"]["limits"]["nvidia.com/gpu"] == "7"
+    from kubernetes.client import V1Pod
+
+    V1Pod.model_validate(pod)  # what create_namespaced_pod checks before it sends
+
+
+def test_a_template_the_client_would_refuse_is_rejected_at_intake() -> None:
+    from caldera.errors import RenderError
+
+    obj = manifest([{"name": "c", "image": "i", "env": [{"name": "A", "value": 3}]}])
+    accepted = read(obj)
+    with pytest.raises(RenderError, match=r"tasks\[0\]\.template\.spec\.containers\.0\.env\.0"):
+        accepted.workload.check(SETTINGS)

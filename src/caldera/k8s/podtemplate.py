@@ -42,6 +42,7 @@ __all__ = [
     "is_gpu_resource",
     "nesting_problem",
     "shape_problem",
+    "typed_problem",
 ]
 
 # Levels below a TrainingJob's template: a real pod template needs about a dozen (affinity
@@ -313,6 +314,34 @@ def is_gpu_resource(name: str, gpu_resource: str, share_resource: str = "") -> b
         or "gpu" in resource.lower()
         or resource.startswith("mig-")
     )
+
+
+def typed_problem(template: Mapping[str, Any], where: str = "template") -> str | None:
+    """What the Kubernetes client's typed PodTemplateSpec refuses in `template` (a number
+    where a string belongs, a field it does not know), as one line; None when it takes it,
+    or when the installed client has no typed models (before its pydantic models, it sent
+    whatever it was given and the API server judged). The controller sends pods through
+    this client: a template it refuses would fail at every start, so it is refused here,
+    once, at intake."""
+    try:
+        from kubernetes.client import V1PodTemplateSpec
+    except ImportError:  # pragma: no cover - the client is a dependency
+        return None
+    validate = getattr(V1PodTemplateSpec, "model_validate", None)
+    if validate is None:
+        return None
+    try:
+        validate(template)
+    except Exception as error:  # pydantic's ValidationError, whatever its version
+        errors = getattr(error, "errors", None)
+        found = errors() if callable(errors) else []
+        if found:
+            first = found[0]
+            path = ".".join(str(part) for part in first.get("loc") or ())
+            message = " ".join(str(first.get("msg", "invalid")).split())
+            return f"{where}.{path}: {message}"[:300]
+        return f"{where}: " + " ".join(str(error).split())[:200]
+    return None
 
 
 def containers_of(pod_spec: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:

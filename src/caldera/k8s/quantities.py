@@ -29,6 +29,7 @@ __all__ = [
     "parse_count",
     "parse_gpu_quantity",
     "parse_quantity",
+    "quantity_text",
     "resource_list",
     "resources_from_list",
     "whole_count",
@@ -101,6 +102,22 @@ def parse_quantity(value: object) -> Fraction:
     if amount > MAX_QUANTITY:
         raise ValueError(f"quantity {value!r} is out of range")
     return amount
+
+
+def quantity_text(value: object) -> str:
+    """A quantity as the string Kubernetes' wire form is (a tenant's unquoted `cpu: 4` or
+    `0.5` becomes "4", "500m"; a string is kept as written). ValueError as `parse_quantity`."""
+    if isinstance(value, str):
+        parse_quantity(value)
+        return value
+    amount = parse_quantity(value)
+    if amount.denominator == 1:
+        return str(amount.numerator)
+    for suffix, scale in (("m", 10**3), ("u", 10**6), ("n", 10**9)):
+        scaled = amount * scale
+        if scaled.denominator == 1:
+            return f"{scaled.numerator}{suffix}"
+    return f"{math.ceil(amount * 10**9)}n"  # finer than Kubernetes keeps: rounded up
 
 
 def cpu_millis(value: object) -> int:

@@ -44,10 +44,11 @@ import yaml
 from caldera.core import Nomination, TaskPlacement
 from caldera.errors import RenderError
 from caldera.k8s import names
-from caldera.k8s.podtemplate import effective_requests, is_gpu_resource
+from caldera.k8s.podtemplate import effective_requests, is_gpu_resource, typed_problem
 from caldera.k8s.quantities import (
     cpu_quantity,
     memory_quantity,
+    quantity_text,
     resource_list,
     resources_from_list,
 )
@@ -154,8 +155,13 @@ class Workload:
 
     def check(self, settings: KubeSettings) -> None:
         """RenderError when no pod could be made from this workload."""
-        for group in self.groups or (TaskTemplate("", 1, self.template or {}),):
-            _container_base(self, group.template, settings)
+        for i, group in enumerate(self.groups or (TaskTemplate("", 1, self.template or {}),)):
+            metadata, pod_spec, _ = _container_base(self, group.template, settings)
+            problem = typed_problem(
+                {"metadata": metadata, "spec": pod_spec}, f"tasks[{i}].template"
+            )
+            if problem is not None:
+                raise RenderError(problem)
 
 
 # -- priority classes and queues -----------------------------------------------------------
@@ -404,6 +410,8 @@ def _container_base(
     containers = pod_spec.get("containers") or [{}]
     if not isinstance(containers, list) or not all(isinstance(c, dict) for c in containers):
         raise RenderError("template.spec.containers must be a list of containers")
+    for container in [*containers, *(pod_spec.get("initContainers") or [])]:
+        _quantities_as_text(container)
     first = containers[0]
     first.setdefault("name", "task")
     image = workload.image or first.get("image") or settings.image
@@ -450,6 +458,21 @@ def _gpu_resources(spec: JobSpec, node: Node, settings: KubeSettings) -> dict[st
 
 def _is_gpu(resource: str, settings: KubeSettings) -> bool:
     return is_gpu_resource(resource, settings.gpu_resource, settings.gpu_share.resource)
+
+
+def _quantities_as_text(container: Any) -> None:
+    """Requests and limits in the wire form (strings): a tenant's unquoted `cpu: 4` is a
+    valid manifest, and the client's typed Pod refuses a number there (issue 34)."""
+    resources = container.get("resources") if isinstance(container, dict) else None
+    if not isinstance(resources, dict):
+        return
+    for part in ("requests", "limits"):
+        values = resources.get(part)
+        if isinstance(values, dict):
+            try:
+                resources[part] = {k: quantity_text(v) for k, v in values.items()}
+            except ValueError as error:
+                raise RenderError(f"template: {part}: {error}") from None
 
 
 def _strip_gpus(container: Any, settings: KubeSettings) -> None:
