@@ -73,7 +73,7 @@ def test_job_row(data: dict[str, Any], want: tuple[float, float | None, float]) 
     assert (got.wait, got.runtime, got.gpus) == pytest.approx(want)
 
 
-def test_sorting_puts_unknown_values_last_and_unknown_columns_by_id() -> None:
+def test_sorting_puts_unknown_values_last_and_unknown_columns_by_submit_time() -> None:
     rows = [
         job_row(row(id="j-a", state="Running", first_start=NOW - 10, start_time=NOW - 10), NOW),
         job_row(row(id="j-b"), NOW),
@@ -82,6 +82,26 @@ def test_sorting_puts_unknown_values_last_and_unknown_columns_by_id() -> None:
     assert [r.id for r in sort_jobs(rows, "runtime", descending=False)] == ["j-a", "j-c", "j-b"]
     assert [r.id for r in sort_jobs(rows, "wait", descending=True)] == ["j-b", "j-c", "j-a"]
     assert [r.id for r in sort_jobs(rows, "nonsense", descending=False)] == ["j-a", "j-b", "j-c"]
+
+
+def test_the_default_sort_is_by_submit_time_not_by_id() -> None:
+    # Ids are not in submission order (a restarted server, another generator).
+    rows = [
+        job_row(row(id="j-b", submit_time=NOW - 30), NOW),
+        job_row(row(id="j-a", submit_time=NOW - 10), NOW),
+        job_row(row(id="j-c", submit_time=NOW - 20), NOW),
+    ]
+    assert [r.id for r in sort_jobs(rows, "submit_time", descending=True)] == ["j-a", "j-c", "j-b"]
+
+
+def test_a_requeued_jobs_wait_counts_from_its_requeue() -> None:
+    # Started 90 s ago after no wait, evicted and requeued 30 s ago: it has waited 30 s.
+    requeued = row(state="Pending", submit_time=NOW - 90, first_start=NOW - 90,
+                   start_time=NOW - 90, evictions=1)  # fmt: skip
+    assert job_row(requeued, NOW, requeued_at=NOW - 30).wait == pytest.approx(30.0)
+    # Started again 10 s ago: its latest wait was 20 s.
+    again = {**requeued, "state": "Running", "start_time": NOW - 10}
+    assert job_row(again, NOW, requeued_at=NOW - 30).wait == pytest.approx(20.0)
 
 
 def event(t: float, kind: str, job: str, **data: Any) -> dict[str, Any]:
@@ -171,6 +191,14 @@ def test_the_package_serves_htmx_itself() -> None:
     assert "/ui/static/vendor/htmx.min.js" in base and "https://" not in base
 
 
+class FakeStore:
+    def __init__(self, jobs: dict[str, dict[str, Any]]) -> None:
+        self.jobs = jobs
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        return self.jobs.get(job_id)
+
+
 class FakeRuntime:
     """The read views the dashboard asks the runtime for, fixed by the test."""
 
@@ -195,7 +223,9 @@ class FakeRuntime:
             throttles={},
             jobs_by_state={},
             queue_of={"j-mine": "team-a", "j-theirs": "team-b"},
+            name_of={"j-mine": "my-train", "j-theirs": "their-train"},
         )
+        self.store = FakeStore({"j-big": {"name": "pretrain", "queue": "team-a"}})
         self.queues = [
             QueueView(Queue("team-a", weight=3), 2000, 1, 0, 2, "j-big", NOW - 42),
             QueueView(Queue("team-b", deserved=Resources(gpu=1000)), 1500, 0, 0, 1, None),
@@ -229,6 +259,36 @@ def test_the_gpu_map_hides_other_queues_jobs_behind_their_queue() -> None:
     assert gpu_maps(FakeRuntime(), admin)[0].cells[1].holders == ("j-theirs",)  # type: ignore[arg-type]
 
 
+def test_the_gpu_map_names_the_jobs_a_viewer_may_see() -> None:
+    from caldera.service.ui.live import gpu_maps
+
+    alice = Viewer("alice", frozenset({"team-a"}), admin=False)
+    (node,) = gpu_maps(FakeRuntime(), alice)  # type: ignore[arg-type]
+    assert [c.names for c in node.cells] == [("my-train",), ("",), ("", "my-train"), ()]
+
+
+def test_every_queue_bar_has_one_scale_and_every_colour_is_in_the_legend() -> None:
+    from caldera.service.ui.live import queue_rows
+
+    admin = Viewer("ops", frozenset(), admin=True)
+    team_a, team_b = queue_rows(FakeRuntime(), admin, NOW)  # type: ignore[arg-type]
+    assert team_a.scale == team_b.scale == 3.0  # team-a's deserved, the largest number
+    assert team_b.percent(team_b.allocated) == 50.0  # 1.5 of 3, not 1.5 of its own 1.5
+    templates = STATIC.parent / "templates"
+    live = (templates / "_live.html").read_text()
+    bar = live.split("{% macro queue_bar(q) -%}")[1].split("{%- endmacro %}")[0]
+    legend = live.split("{% macro bar_legend() -%}")[1].split("{%- endmacro %}")[0]
+    for colour in ("fill", "over", "deserved", "guarantee", "capability"):
+        assert colour in bar and f'class="key {colour}"' in legend, colour
+    for page in ("queues.html", "_overview.html"):
+        assert "bar_legend()" in (templates / page).read_text(), page
+
+
+def test_the_preemption_list_names_its_jobs() -> None:
+    (found,) = preemptions([EVICT], [], {}, {"j-v": "victim-run", "j-p": "big-run"})
+    assert (found.victim_name, found.preemptor_name) == ("victim-run", "big-run")
+
+
 def test_queue_rows_split_the_cluster_by_weight_and_time_the_throttle() -> None:
     from caldera.service.ui.live import queue_rows, state_counts
 
@@ -236,6 +296,7 @@ def test_queue_rows_split_the_cluster_by_weight_and_time_the_throttle() -> None:
     team_a, team_b = queue_rows(FakeRuntime(), admin, NOW)  # type: ignore[arg-type]
     assert (team_a.deserved, team_a.deserved_set) == (3.0, False)  # 4 GPUs x 3 / (3 + 1)
     assert (team_a.throttled_for, team_a.throttled_seconds) == ("j-big", 42.0)
+    assert team_a.throttled_name == "pretrain"
     assert (team_b.deserved, team_b.deserved_set, team_b.throttled_for) == (1.0, True, None)
     assert state_counts([team_a, team_b]) == {"Held": 0, "Pending": 1, "Running": 3}
     alice = Viewer("alice", frozenset({"team-a"}), admin=False)

@@ -166,12 +166,11 @@ class _StateCollector(Collector):
             if capacity and observed
             else 0.0,
         )
-        if large_max is not None:
-            yield GaugeMetricFamily(
-                "caldera_large_job_max_wait",
-                "Longest wait of a large job, seconds (a waiting one counts up to now).",
-                value=large_max,
-            )
+        yield GaugeMetricFamily(  # 0 until a large job waits: the series exists from start
+            "caldera_large_job_max_wait",
+            "Longest wait of a large job, seconds (a waiting one counts up to now; 0: none yet).",
+            value=large_max or 0.0,
+        )
         yield CounterMetricFamily(
             "caldera_throttle_episodes",
             "Times a queue entered waiting mode for a large job.",

@@ -344,6 +344,18 @@ class Store:
         with self.engine.connect() as connection:
             return [dict(row) for row in connection.execute(query).mappings()]
 
+    def requeued_at(self, job_ids: Sequence[str]) -> dict[str, float]:
+        """Each job's latest requeue time, for those requeued (where its current wait began)."""
+        if not job_ids:
+            return {}
+        query = (
+            select(EventRecord.job, func.max(EventRecord.t))
+            .where(EventRecord.kind == "requeue", EventRecord.job.in_(list(job_ids)))
+            .group_by(EventRecord.job)
+        )
+        with self.engine.connect() as connection:
+            return {str(job): float(t) for job, t in connection.execute(query)}
+
     def active_jobs(self) -> list[dict[str, Any]]:
         """Jobs a restarted runtime must take back: not finished, or still holding tasks."""
         live = ("Held", "Pending", "Running", "Releasing")
@@ -354,11 +366,16 @@ class Store:
             return [dict(r) for r in rows if r["state"] in live or r["tasks"]]
 
     def events(
-        self, *, job: str | None = None, after: int = 0, limit: int = 1000
+        self, *, job: str | None = None, after: int = 0, limit: int = 1000, user: str | None = None
     ) -> list[dict[str, Any]]:
+        """Events oldest first; `user`: only those of that user's jobs, chosen before `limit`
+        (a page of everyone's events filtered afterwards may hold none of theirs)."""
         query = select(EventRecord.__table__).where(EventRecord.id > after)
         if job is not None:
             query = query.where(EventRecord.job == job)
+        if user is not None:
+            theirs = select(JobRecord.id).where(JobRecord.user == user)
+            query = query.where(EventRecord.job.in_(theirs))
         query = query.order_by(EventRecord.id).limit(limit)
         with self.engine.connect() as connection:
             return [dict(row) for row in connection.execute(query).mappings()]

@@ -61,6 +61,8 @@ class ClusterView:
     jobs_by_state: Mapping[str, int]  # live jobs
     held: int = 0  # milli-GPUs kept away from work by health drains (not free, not allocated)
     queue_of: Mapping[str, str] = field(default_factory=dict)  # each holder's queue
+    user_of: Mapping[str, str] = field(default_factory=dict)  # each live job's user
+    name_of: Mapping[str, str] = field(default_factory=dict)  # each live job's name
 
     @property
     def gpus(self) -> int:
@@ -138,12 +140,15 @@ def cluster_view(runtime: Runtime) -> ClusterView:
     holders: dict[tuple[int, int], list[str]] = {}
     leaving: set[tuple[int, int]] = set()
     queue_of: dict[str, str] = {}
+    user_of: dict[str, str] = {}
+    name_of: dict[str, str] = {}
     counts: dict[str, int] = {}
     with runtime.lock:
         free = [tuple(f) for f in runtime.room.free]
         throttles = {q: t.job for q, t in runtime.throttles.items()}
         for job in runtime.jobs.values():
             counts[job.state.value] = counts.get(job.state.value, 0) + 1
+            user_of[job.id], name_of[job.id] = job.spec.user, job.spec.name
             if job.tasks:
                 queue_of[job.id] = job.spec.queue
             for task in job.tasks:
@@ -175,7 +180,7 @@ def cluster_view(runtime: Runtime) -> ClusterView:
         )
         for node in runtime.nodes
     )
-    return ClusterView(nodes, throttles, counts, held, queue_of)
+    return ClusterView(nodes, throttles, counts, held, queue_of, user_of, name_of)
 
 
 def queue_views(runtime: Runtime) -> list[QueueView]:

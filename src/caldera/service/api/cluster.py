@@ -6,6 +6,7 @@ store.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -73,18 +74,19 @@ def events(
 ) -> list[EventOut]:
     """Scheduling events, oldest first; non-admins see their own jobs' events."""
     store = _runtime(request).store
-    rows = store.events(after=after, limit=limit)
-    if not who.admin:
-        mine = {row["id"] for row in store.jobs(user=who.user) if row["user"] == who.user}
-        rows = [row for row in rows if row["job"] in mine]
+    rows = store.events(after=after, limit=limit, user=None if who.admin else who.user)
     return [event_out(row) for row in rows]
 
 
 @router.get("/cluster", tags=["service"])
 def cluster(who: Caller, request: Request) -> ClusterOut:
-    """Nodes, each device's free share and who holds it, waiting modes, job counts."""
-    del who
+    """Nodes, each device's free share and who holds it, waiting modes, job counts. A plain
+    user sees the ids of their own jobs only (another team's job is a share held)."""
     view = _runtime(request).cluster_view()
+
+    def shown(jobs: Iterable[str]) -> list[str]:
+        return [j for j in jobs if who.admin or view.user_of.get(j) == who.user]
+
     nodes = [
         NodeOut(
             name=node.name,
@@ -93,7 +95,7 @@ def cluster(who: Caller, request: Request) -> ClusterOut:
                 GPUOut(
                     index=d.index,
                     free=d.free / GPU_MILLI,
-                    jobs=list(d.jobs),
+                    jobs=shown(d.jobs),
                     uuid=d.uuid,
                     drained=d.drained,
                     profile=d.profile,
@@ -107,7 +109,7 @@ def cluster(who: Caller, request: Request) -> ClusterOut:
         gpus=view.gpus,
         gpus_allocated=view.allocated_gpus,
         nodes=nodes,
-        throttles=dict(view.throttles),
+        throttles={q: job for q, job in view.throttles.items() if shown((job,))},
         jobs=dict(view.jobs_by_state),
     )
 

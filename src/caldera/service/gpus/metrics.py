@@ -7,6 +7,12 @@
 | GPUHighTemperature: DCGM_FI_DEV_GPU_TEMP  | `caldera_gpu_temperature_celsius > 85`           |
 
 plus what only the scheduler knows: `caldera_gpu_drained` (1 per drained GPU, with why).
+
+Every series a rule or the dashboard reads exists from the first scrape (Prometheus
+practice: `increase()` cannot see a counter's first step from absent to 1): each GPU's
+`caldera_gpu_drained` is 0 with an empty reason while it is healthy, and its
+`caldera_gpu_xid_errors_total` is 0 for every fatal XID (`gpus.health.FATAL_XIDS`) until
+one is seen. Another XID's series starts at its first count.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from caldera.service.gpus.health import FATAL_XIDS
 from caldera.service.gpus.host import HostGPUs
 from caldera.service.gpus.watch import GpuWatch
 
@@ -99,10 +106,13 @@ class GpuCollector(Collector):
             healthy.add_metric(labels, 0.0 if index in drained or index in lost else 1.0)
             if index in drained:
                 drain.add_metric([*labels, *drained[index]], 1.0)
+            else:
+                drain.add_metric([*labels, "", ""], 0.0)
+            seen = reading.xids if reading is not None else {}
+            for xid in sorted(FATAL_XIDS | set(seen)):
+                xids.add_metric([*labels, str(xid)], seen.get(xid, 0))
             if reading is None:
                 continue
-            for xid, count in sorted(reading.xids.items()):
-                xids.add_metric([*labels, str(xid)], count)
             if reading.ecc_uncorrected is not None:
                 ecc.add_metric(labels, reading.ecc_uncorrected)
             if reading.temperature is not None:

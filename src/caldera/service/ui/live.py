@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from caldera.core import Waiting
 from caldera.model import GPU_MILLI, Resources
-from caldera.service.ui.reads import GpuCell, NodeMap, QueueRow, Viewer
+from caldera.service.ui.reads import GpuCell, NodeMap, QueueRow, Viewer, common_scale
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -61,9 +61,15 @@ def queue_rows(runtime: ServiceRuntime, viewer: Viewer, now: float) -> list[Queu
                 running=view.running,
                 throttled_for=view.throttled_for,
                 throttled_seconds=max(now - since, 0.0) if since is not None else None,
+                throttled_name=_name(runtime, view.throttled_for),
             )
         )
-    return rows
+    return common_scale(rows)
+
+
+def _name(runtime: ServiceRuntime, job_id: str | None) -> str:
+    found = runtime.store.job(job_id) if job_id else None
+    return str(found["name"]) if found else ""
 
 
 def state_counts(rows: Iterable[QueueRow]) -> dict[str, int]:
@@ -85,6 +91,10 @@ def gpu_maps(runtime: ServiceRuntime, viewer: Viewer) -> list[NodeMap]:
         queue = cluster.queue_of.get(job, "")
         return job if viewer.sees_queue(queue) else queue or "another queue"
 
+    def name(job: str) -> str:
+        seen = viewer.sees_queue(cluster.queue_of.get(job, ""))
+        return cluster.name_of.get(job, "") if seen else ""
+
     return [
         NodeMap(
             name=view.name,
@@ -95,7 +105,8 @@ def gpu_maps(runtime: ServiceRuntime, viewer: Viewer) -> list[NodeMap]:
                 GpuCell(
                     index=d.index,
                     free=d.free / GPU_MILLI,
-                    holders=tuple(dict.fromkeys(shown(j) for j in d.jobs)),
+                    holders=tuple(h for h, _ in _unique((shown(j), name(j)) for j in d.jobs)),
+                    names=tuple(n for _, n in _unique((shown(j), name(j)) for j in d.jobs)),
                     releasing=d.releasing,
                     drained=d.drained,
                 )
@@ -104,6 +115,14 @@ def gpu_maps(runtime: ServiceRuntime, viewer: Viewer) -> list[NodeMap]:
         )
         for node, view in zip(runtime.nodes, cluster.nodes, strict=True)
     ]
+
+
+def _unique(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(holder, name) pairs once each, by holder, in order (a queue shown for two jobs once)."""
+    found: dict[str, str] = {}
+    for holder, name in pairs:
+        found.setdefault(holder, name)
+    return list(found.items())
 
 
 def waiting_reason(runtime: ServiceRuntime, job_id: str) -> Waiting | None:

@@ -9,6 +9,7 @@ preemptions (who took what from whom, over time). Login and logout.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,10 @@ from caldera.service.launcher import JobFiles
 from caldera.service.ui import live
 from caldera.service.ui.auth import Looker, set_login, viewer_of
 from caldera.service.ui.reads import (
-    JOB_COLUMNS,
     LIVE_STATES,
+    SORTABLE,
     TYPES,
+    TimelineEntry,
     Viewer,
     domain_room,
     job_row,
@@ -187,8 +189,10 @@ def jobs(
         newest_first=True,
     )
     now = time.time()
-    shown = [job_row(r, now) for r in rows if viewer.sees_queue(r["queue"])]
-    column = sort if sort in (*JOB_COLUMNS, "submit_time") else "submit_time"
+    rows = [r for r in rows if viewer.sees_queue(r["queue"])]
+    requeued = runtime.store.requeued_at([r["id"] for r in rows if r["first_start"] is not None])
+    shown = [job_row(r, now, requeued.get(r["id"])) for r in rows]
+    column = sort if sort in SORTABLE else "submit_time"
     shown = sort_jobs(shown, column, order != "asc")
     filters = {"queue": queue, "type": type, "state": state, "user": user}
 
@@ -252,10 +256,10 @@ def job(request: Request, job_id: str, viewer: Looker) -> Response:
         "job.html",
         "_job.html",
         viewer,
-        job=job_row(row, time.time()),
+        job=job_row(row, time.time(), runtime.store.requeued_at([job_id]).get(job_id)),
         row=row,
         waiting=live.waiting_reason(runtime, job_id),
-        timeline=timeline(own, caused),
+        timeline=_named(runtime, viewer, timeline(own, caused)),
         log=log,
         placement=placement,
     )
@@ -283,11 +287,12 @@ def preemption_list(request: Request, viewer: Looker) -> Response:
     ids: set[str] = {e["job"] for e in evictions}
     ids.update(p for e in evictions if (p := (e["data"] or {}).get("preemptor")))
     queue_of: dict[str, str] = {}
+    name_of: dict[str, str] = {}
     for job_id in ids:
         found = store.job(job_id)
         if found is not None:
-            queue_of[job_id] = found["queue"]
-    found_all = preemptions(evictions, store.events_of_kind("requeue"), queue_of)
+            queue_of[job_id], name_of[job_id] = found["queue"], found["name"]
+    found_all = preemptions(evictions, store.events_of_kind("requeue"), queue_of, name_of)
     visible = [
         p
         for p in found_all
@@ -308,6 +313,19 @@ def preemption_list(request: Request, viewer: Looker) -> Response:
         peak=max((b.total for b in buckets), default=0),
         reasons=sorted({r for b in buckets for r in b.counts}),
     )
+
+
+def _named(
+    runtime: ServiceRuntime, viewer: Viewer, entries: list[TimelineEntry]
+) -> list[TimelineEntry]:
+    """The timeline with the name of each job an entry names, beside its id (a job of a
+    queue the viewer may not see keeps its name to itself)."""
+    names: dict[str, str] = {}
+    for other in {e.other for e in entries if e.other}:
+        found = runtime.store.job(other)
+        seen = found is not None and viewer.sees_queue(found["queue"])
+        names[other] = str(found["name"]) if found and seen else ""
+    return [replace(e, other_name=names[e.other]) if e.other else e for e in entries]
 
 
 def _node_name(runtime: Any, index: int) -> str:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from caldera.model import GPU_MILLI, JobType, Node
 
 __all__ = [
+    "SORTABLE",
     "Bucket",
     "DomainRoom",
     "GpuCell",
@@ -25,6 +26,7 @@ __all__ = [
     "QueueRow",
     "TimelineEntry",
     "Viewer",
+    "common_scale",
     "domain_room",
     "job_row",
     "preemption_buckets",
@@ -46,6 +48,7 @@ JOB_COLUMNS = (
     "runtime",
     "evictions",
 )
+SORTABLE = (*JOB_COLUMNS, "submit_time")  # the jobs page sorts by submit time unless told
 
 
 @dataclass(frozen=True)
@@ -76,14 +79,27 @@ class QueueRow:
     running: int
     throttled_for: str | None  # the large job the queue's waiting mode is for
     throttled_seconds: float | None
+    throttled_name: str = ""  # that job's name
+    span: float = 0.0  # the GPUs every queue's bar spans (`common_scale`); 0: its own numbers
+
+    @property
+    def largest(self) -> float:
+        return max(self.allocated, self.deserved, self.guarantee or 0, self.capability or 0, 1)
 
     @property
     def scale(self) -> float:
-        """The GPUs the queue's bar spans: the largest of its numbers."""
-        return max(self.allocated, self.deserved, self.guarantee or 0, self.capability or 0, 1)
+        """The GPUs the bar spans: the same for every queue shown, so bars compare."""
+        return self.span or self.largest
 
     def percent(self, gpus: float | None) -> float:
         return 0.0 if gpus is None else round(100 * gpus / self.scale, 1)
+
+
+def common_scale(rows: Sequence[QueueRow]) -> list[QueueRow]:
+    """The rows with one span for every bar: the largest number of any of them (a queue
+    of 2 GPUs next to one of 64 must not draw as long)."""
+    span = max((row.largest for row in rows), default=1.0)
+    return [replace(row, span=span) for row in rows]
 
 
 @dataclass(frozen=True)
@@ -96,7 +112,7 @@ class JobRow:
     state: str
     gpus: float
     submit_time: float
-    wait: float | None  # first start - submit, or waiting so far
+    wait: float | None  # the latest wait: from submit or the latest requeue, to a start or now
     runtime: float | None  # since the last start (running), or last start to end
     evictions: int
     lost_gpu_hours: float
@@ -107,10 +123,19 @@ class JobRow:
         return (value is None, value if value is not None else 0)
 
 
-def job_row(row: dict[str, Any], now: float) -> JobRow:
+def job_row(row: dict[str, Any], now: float, requeued_at: float | None = None) -> JobRow:
+    """`requeued_at`: the job's latest requeue (`Store.requeued_at`): its wait starts there,
+    not at its submission (a requeued victim waits again; its first wait is history)."""
     request = row["request"]
     first, last, end = row["first_start"], row["start_time"], row["end_time"]
-    wait = (first if first is not None else (end if end is not None else now)) - row["submit_time"]
+    if requeued_at is not None:
+        started = last if last is not None and last >= requeued_at else None
+        wait = (started if started is not None else (end if end is not None else now)) - (
+            requeued_at
+        )
+    else:
+        until = first if first is not None else (end if end is not None else now)
+        wait = until - row["submit_time"]
     running: float | None = None  # the current run, or the last one of an ended job
     if last is not None and row["state"] in ("Running", "Releasing"):
         running = now - last
@@ -134,8 +159,9 @@ def job_row(row: dict[str, Any], now: float) -> JobRow:
 
 
 def sort_jobs(rows: list[JobRow], column: str, descending: bool) -> list[JobRow]:
-    if column not in JOB_COLUMNS:
-        column = "id"
+    """By `column` (one of SORTABLE; anything else: submit time), then submit time, then id."""
+    if column not in SORTABLE:
+        column = "submit_time"
     return sorted(rows, key=lambda r: (r.key(column), r.submit_time, r.id), reverse=descending)
 
 
@@ -145,6 +171,7 @@ class TimelineEntry:
     kind: str
     text: str
     other: str | None = None  # a job the entry names (preemptor or victim)
+    other_name: str = ""
 
 
 def _gpus(value: Any) -> str:
@@ -196,7 +223,8 @@ _SAYS: dict[str, Callable[[dict[str, Any]], str]] = {
 def timeline(
     own: Iterable[dict[str, Any]], caused: Iterable[dict[str, Any]]
 ) -> list[TimelineEntry]:
-    """A job's history from its own events, plus the evictions it caused as a preemptor."""
+    """A job's history from its own events, plus the evictions it caused as a preemptor
+    (the jobs named are given their names by the page, `TimelineEntry.other_name`)."""
     entries: list[TimelineEntry] = []
     for event in own:
         data = event["data"] or {}
@@ -222,6 +250,8 @@ class Preemption:
     preemptor: str | None
     preemptor_type: str | None
     preemptor_queue: str | None
+    victim_name: str
+    preemptor_name: str
     reason: str
     gpus: float
     lost_gpu_hours: float | None  # known once the victim is requeued
@@ -231,9 +261,11 @@ def preemptions(
     evictions: Iterable[dict[str, Any]],
     requeues: Iterable[dict[str, Any]],
     queue_of: dict[str, str],
+    name_of: dict[str, str] | None = None,
 ) -> list[Preemption]:
     """Evictions (not cancels), newest first, each with the work its victim lost: the
-    victim's next requeue after the eviction carries it."""
+    victim's next requeue after the eviction carries it. `name_of`: the jobs' names."""
+    name_of = name_of or {}
     later: dict[str, list[tuple[float, float]]] = {}
     for event in requeues:
         data = event["data"] or {}
@@ -258,6 +290,8 @@ def preemptions(
                 preemptor=preemptor,
                 preemptor_type=data.get("preemptor_type"),
                 preemptor_queue=queue_of.get(preemptor) if preemptor else None,
+                victim_name=name_of.get(victim, ""),
+                preemptor_name=name_of.get(preemptor, "") if preemptor else "",
                 reason=str(data.get("reason")),
                 gpus=float(data.get("gpus") or 0.0),
                 lost_gpu_hours=lost / 3600 if lost is not None else None,
@@ -299,6 +333,7 @@ class GpuCell:
     holders: tuple[str, ...]  # job ids the viewer may see, else queue names
     releasing: bool
     drained: str | None = None  # why the GPU takes no new work (health); None: healthy
+    names: tuple[str, ...] = ()  # beside each holder: its job's name ('' for a queue)
 
 
 @dataclass(frozen=True)
