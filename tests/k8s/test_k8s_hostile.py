@@ -504,3 +504,47 @@ def test_a_template_the_client_would_refuse_is_rejected_at_intake() -> None:
     accepted = read(obj)
     with pytest.raises(RenderError, match=r"tasks\[0\]\.template\.spec\.containers\.0\.env\.0"):
         accepted.workload.check(SETTINGS)
+
+
+# -- why a job waits -----------------------------------------------------------------------
+
+
+def test_a_waiting_job_says_why_once_and_stops_saying_it_when_it_starts() -> None:
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("first", gpus=8)
+    world.step()
+    world.submit("second", gpus=8)
+    world.step(1)
+    world.step(1)
+    status = world.status("second")
+    assert status["state"] == "Pending"
+    assert status["reason"].startswith("waiting: "), status["reason"]
+    assert world.condition("second", "Waiting")[0] == "True"
+    assert world.events("second").count("Waiting") == 1
+    for pod in world.pods("first"):
+        world.cluster.finish("team", pod["metadata"]["name"], 0)
+    world.step(1)
+    world.step(1)
+    assert world.state("second") == "Running"
+    assert world.condition("second", "Waiting") == ("False", "Started")
+    assert world.events("second").count("Waiting") == 1
+
+
+def test_no_node_to_use_is_said_as_such() -> None:
+    world = World().start()
+    world.submit("lonely", gpus=8)
+    world.step()
+    world.step(1)
+    assert world.condition("lonely", "Waiting") == ("True", "NoNodes")
+    assert "no node caldera may use" in world.status("lonely")["reason"]
+
+
+def test_state_column_says_starting_until_the_pods_run() -> None:
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("job", gpus=8)
+    world.rt.step()  # started, the pods not yet bound (the fake binds on settle)
+    status = world.status("job")
+    assert (status["state"], status["phase"]) == ("Running", "Starting")
+    world.cluster.settle()
+    world.step(1)
+    assert world.status("job")["phase"] == "Running"

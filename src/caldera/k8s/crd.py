@@ -53,7 +53,16 @@ __all__ = [
 ]
 
 # Condition types, each True/False with a reason; `kubectl wait --for=condition=Finished`.
-CONDITION_TYPES = ("Admitted", "Held", "Running", "Preempted", "Finished", "Failed", "Rejected")
+CONDITION_TYPES = (
+    "Admitted",
+    "Held",
+    "Waiting",
+    "Running",
+    "Preempted",
+    "Finished",
+    "Failed",
+    "Rejected",
+)
 
 # Bounds the schema and the controller's own reading (`caldera.k8s.trainingjob`) share.
 MAX_TASK_GROUPS = 16
@@ -176,6 +185,10 @@ def _status_schema() -> dict[str, Any]:
         "type": "object",
         "properties": {
             "state": {"type": "string"},
+            "phase": {
+                "type": "string",
+                "description": "the state, but Starting until the pods it needs run",
+            },
             "queue": {"type": "string"},
             "gpus": {"type": "string"},
             "wait": {"type": "string"},
@@ -210,7 +223,7 @@ def training_job_crd() -> dict[str, Any]:
     columns = [
         ("Queue", "string", ".status.queue"),
         ("Type", "string", ".spec.type"),
-        ("State", "string", ".status.state"),
+        ("State", "string", ".status.phase"),
         ("GPUs", "string", ".status.gpus"),
         ("Wait", "string", ".status.wait"),
         ("Age", "date", ".metadata.creationTimestamp"),

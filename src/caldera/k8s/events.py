@@ -52,6 +52,7 @@ class Reason(StrEnum):
     CREATE_REFUSED = "CreateRefused"
     POD_GROUP_REFUSED = "PodGroupRefused"
     BAD_REPORT = "BadReport"
+    WAITING = "Waiting"
 
 
 _WARNINGS = frozenset(
@@ -157,6 +158,9 @@ def narrate(
         text = f"attempt {job.attempts} on {_where(data.get('placement') or {})}"
         if grow:
             return Reason.STARTED, f"grown: {text}"
+        if job.waiting_kind is not None:
+            job.condition("Waiting", False, "Started", text, now)
+        job.waiting = job.waiting_kind = None
         job.condition("Running", False, "Starting", f"{text}: waiting for the pods to run", now)
         preempted = job.conditions.get("Preempted")
         if preempted is not None and preempted.status:
@@ -220,6 +224,10 @@ def narrate(
             running = job.running_since is not None
             job.condition("Running", running, "Running" if running else "Starting", text, now)
         return Reason.EVICTION_REFUSED, text
+    if kind is Reason.WAITING:
+        text = str(data.get("message") or "waiting")
+        job.condition("Waiting", True, str(data.get("wait") or "Waiting"), text, now)
+        return Reason.WAITING, text
     if isinstance(kind, Reason):
         return kind, str(data.get("message") or kind.value)  # the controller's own findings
     return None

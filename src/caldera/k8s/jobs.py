@@ -99,6 +99,8 @@ class KubeJob(TrackedJob[KubeTask]):
     lost_tasks: int = 0  # tasks whose pod or node vanished while the controller was away
     expected_tasks: int = 0  # running tasks of the attempt when the status was written
     bad_report: str | None = None  # the last progress/checkpoint report ignored (said once)
+    waiting: str | None = None  # why it waits, one line (caldera.k8s.waiting), while Pending
+    waiting_kind: str | None = None  # the Waiting condition's reason last said
 
     def condition(self, kind: str, status: bool, reason: str, message: str, now: float) -> bool:
         """Set a condition; its transition time moves only when its status flips. True if

@@ -58,6 +58,7 @@ from caldera.k8s.nodes import Blocked, NodeState, foreign_usage, read_nodes
 from caldera.k8s.pods import PodWatcher
 from caldera.k8s.settings import KubeSettings
 from caldera.k8s.statemap import read_throttles
+from caldera.k8s.waiting import tell_waits
 from caldera.model import GPU_MILLI, JobState, Node, Queue, QueueState
 from caldera.policies import get_policy
 from caldera.runtime import MAX_CYCLES_AT_ONCE, Kernel, Outcome, run_again
@@ -226,6 +227,7 @@ class KubeRuntime:
             self.stats.cycles += 1
             self._last_cycle = now
             self.kernel.apply(decisions, snapshot)
+            tell_waits(self, decisions, snapshot)  # why pending jobs wait (issue 34)
             self.actuator.flush()
             if self.observer is not None:
                 self.observer(took, decisions, now)

@@ -35,13 +35,22 @@ from caldera.runtime.wire import (
 __all__ = [
     "duration_text",
     "gpus_text",
+    "phase",
     "rejected_status",
     "restore",
     "status_body",
     "submit_time",
 ]
 
-_CONDITION_ORDER = ("Admitted", "Held", "Running", "Preempted", "Finished", "Succeeded")
+_CONDITION_ORDER = (
+    "Admitted",
+    "Held",
+    "Waiting",
+    "Running",
+    "Preempted",
+    "Finished",
+    "Succeeded",
+)
 
 
 def duration_text(seconds: float) -> str:
@@ -88,7 +97,10 @@ def status_body(job: KubeJob, keys: NodeKeys) -> dict[str, Any]:
         "queue": job.spec.queue,
         "gpus": gpus_text(job),
         "wait": duration_text(wait) if wait is not None else None,
-        "reason": job.reason or (job.hold_reason if job.state is JobState.HELD else None),
+        "phase": phase(job),
+        "reason": job.reason
+        or (job.hold_reason if job.state is JobState.HELD else None)
+        or (job.waiting if job.state is JobState.PENDING else None),
         "attempts": job.attempts,
         "retries": job.retries,
         "evictions": job.evictions,
@@ -104,6 +116,15 @@ def status_body(job: KubeJob, keys: NodeKeys) -> dict[str, Any]:
     }
 
 
+def phase(job: KubeJob) -> str:
+    """What `kubectl get`'s STATE column shows: the state, except that a started job reads
+    `Starting` until `min_available` of its pods run — never Running while its pods are
+    Pending (issue 34). `state` itself stays the lifecycle's, for a restarted controller."""
+    if job.state is JobState.RUNNING and job.running_since is None:
+        return "Starting"
+    return job.state.value
+
+
 def rejected_status(reason: str, now: float, obj: Mapping[str, Any]) -> dict[str, Any]:
     """The status of a TrainingJob refused before it became a job."""
     generation = int((obj.get("metadata") or {}).get("generation") or 1)
@@ -114,6 +135,7 @@ def rejected_status(reason: str, now: float, obj: Mapping[str, Any]) -> dict[str
     ]
     return {
         "state": JobState.REJECTED.value,
+        "phase": JobState.REJECTED.value,
         "reason": reason,
         "submitTime": when,
         "endTime": when,
@@ -149,3 +171,6 @@ def restore(job: KubeJob, status: Mapping[str, Any], keys: NodeKeys) -> None:
         if isinstance(data, Mapping) and data.get("type"):
             condition = Condition.from_wire(data)
             job.conditions[condition.type] = condition
+    waiting = job.conditions.get("Waiting")
+    if waiting is not None and waiting.status and job.state is JobState.PENDING:
+        job.waiting, job.waiting_kind = waiting.message, waiting.reason
