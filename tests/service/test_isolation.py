@@ -8,6 +8,7 @@ never under CI); the rules for building the isolation are checked as any user.""
 
 from __future__ import annotations
 
+import os
 import pwd
 import stat
 from pathlib import Path
@@ -15,7 +16,18 @@ from typing import Any
 
 import httpx
 import pytest
-from service_support import ALICE, BOB, OPS, Server, job_log, job_state, wait_for
+from service_support import (
+    ALICE,
+    BOB,
+    OPS,
+    ROOT,
+    SANDBOX,
+    Server,
+    job_log,
+    job_state,
+    reachable_dir,
+    wait_for,
+)
 
 from caldera.errors import ConfigError
 from caldera.service import isolation as isolation_module
@@ -177,3 +189,31 @@ def test_a_server_that_is_not_root_says_its_jobs_share_its_user(
     account = root.account("alice")
     assert account is not None and account.name == "nobody"
     assert "never as root" in root.describe()
+
+
+@pytest.mark.parametrize("database_url", [None])
+def test_a_workdir_the_jobs_account_cannot_enter_is_refused_at_submit(
+    make_server, tmp_path: Path
+) -> None:
+    """Run as root, `caldera submit` from root's home sends a workdir the jobs' account cannot
+    enter: refused then, in one line, rather than a task that exits with 127."""
+    if not ROOT:
+        if os.environ.get("CI") == "true":
+            pytest.fail("needs root (CI runs as root)")
+        pytest.skip("needs root: a server that is not root runs jobs as itself")
+    server = make_server()
+    private = tmp_path / "private"  # pytest's folders are root's alone (0700)
+    private.mkdir()
+    job = {"queue": "team-a", "command": ["true"], "gpus": 0}
+    answer = httpx.post(
+        server.url + "/v1/jobs",
+        json={**job, "workdir": str(private)},
+        headers={"Authorization": f"Bearer {ALICE}"},
+        timeout=30,
+    )
+    assert answer.status_code == 400
+    reason = answer.json()["detail"]
+    assert reason.startswith(f"workdir {private}: the jobs' account {SANDBOX} cannot enter ")
+    assert "\n" not in reason
+    reachable = reachable_dir("caldera-workdir-")
+    assert server.client().submit(["true"], "team-a", gpus=0, workdir=str(reachable))["id"]

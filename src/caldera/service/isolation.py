@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,6 +170,38 @@ class Isolation:
         if found is None:
             raise LookupError(f"no OS account for caldera user {user!r}")
         return found
+
+    def workdir_problem(self, user: str, workdir: str) -> str | None:
+        """Why `user`'s jobs could not enter `workdir`, as one line (None: they can). Asked
+        at submission, so that a folder the job's account cannot reach (root's home, another
+        user's 0700 folder) is refused then, not found out by a task that exits with 127."""
+        try:
+            account = self.account(user) or self.server
+        except LookupError:
+            return None  # the launcher fails the task with its own reason
+        if account.uid == 0:
+            return None
+        real = Path(os.path.realpath(workdir))
+        for folder in (*reversed(real.parents), real):
+            try:
+                info = os.stat(folder)
+            except OSError as error:
+                return f"workdir {workdir}: {folder}: {error.strerror or error}"
+            if folder == real and not stat.S_ISDIR(info.st_mode):
+                return f"workdir {workdir} is not a folder"
+            if info.st_uid == account.uid:
+                bit = stat.S_IXUSR
+            elif info.st_gid == account.gid or info.st_gid in account.groups:
+                bit = stat.S_IXGRP
+            else:
+                bit = stat.S_IXOTH
+            if not info.st_mode & bit:
+                return (
+                    f"workdir {workdir}: the jobs' account {account.name} cannot enter "
+                    f"{folder} (mode {stat.S_IMODE(info.st_mode):04o}); submit from a folder "
+                    "it can reach"
+                )
+        return None
 
     def describe_limits(self) -> str:
         if self.cgroups is None:

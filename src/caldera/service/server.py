@@ -178,6 +178,7 @@ def build_service(
             runtime.stop()
 
     app = create_app(runtime, metrics.render, lifespan, config.limits)
+    app.state.isolation = isolation
     mount_ui(app, runtime, metrics.registry)
     audit = AuditWriter(store)
     # Inside Server-Timing (the time a request waits for its audit row is the server's

@@ -77,6 +77,7 @@ def create_app(
     app.state.tokens = runtime.tokens
     app.state.limits = limits
     app.state.admission = Admission(limits, runtime.store.count_waiting)
+    app.state.isolation = None  # `caldera serve` sets its Isolation: workdirs are checked
     app.add_middleware(SubmitRoute)  # innermost: well-formed submissions skip FastAPI's routing
     app.add_middleware(RequestGuard, body_bytes=limits.body_bytes)
     app.add_middleware(ServerTiming)  # outermost

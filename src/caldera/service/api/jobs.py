@@ -15,6 +15,7 @@ from caldera.service.api.auth import Caller
 from caldera.service.api.schemas import EventOut, JobOut, JobRequest, event_out, job_out
 from caldera.service.audit import audit_entry
 from caldera.service.intake import Submission
+from caldera.service.isolation import Isolation
 from caldera.service.limits import Admission, LimitError, Limits, RateLimiter, check_sizes
 from caldera.service.views import ServiceRuntime
 
@@ -78,6 +79,11 @@ async def submit(body: JobRequest, who: Caller, request: Request) -> Response:
         raise _limit_error(error) from None
     except ValueError as error:
         raise HTTPException(400, str(error)) from None
+    isolation: Isolation | None = request.app.state.isolation
+    if isolation is not None and normalised["workdir"] is not None:
+        problem = isolation.workdir_problem(who.user, normalised["workdir"])
+        if problem is not None:
+            raise HTTPException(400, problem)
     # Whether the job's own progress claims may defend it (DESIGN §4.2; docs/service.md).
     normalised["trust_progress"] = who.trust_progress
     names = _node_names(runtime)
