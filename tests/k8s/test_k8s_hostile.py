@@ -548,3 +548,32 @@ def test_state_column_says_starting_until_the_pods_run() -> None:
     world.cluster.settle()
     world.step(1)
     assert world.status("job")["phase"] == "Running"
+
+
+# -- ownership by owner, not by label ------------------------------------------------------
+
+
+def test_a_pod_that_loses_calderas_labels_stays_its_jobs() -> None:
+    """Issue 34, item 4: removing `caldera.io/managed` from a running pod made caldera start
+    attempt 2 beside it (16 GPUs for an 8-GPU job). The pod is claimed back by its owner
+    reference: the job keeps attempt 1, its room stays counted, a newcomer waits."""
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("job", gpus=8)
+    world.step()
+    world.step(1)
+    (pod,) = world.pods("job")
+    name = pod["metadata"]["name"]
+    labels = world.cluster.pod("team", name)["metadata"]["labels"]
+    for key in (names.MANAGED, names.JOB, names.RANK, names.ATTEMPT):
+        labels.pop(key, None)
+    world.submit("newcomer", gpus=8)
+    for _ in range(5):
+        world.step(30)
+    status = world.status("job")
+    assert (status["state"], status["attempts"]) == ("Running", 1)
+    assert world.state("newcomer") == "Pending"
+    assert world.rt.jobs["team/job"].tasks[0].pod == name
+    world.restart()  # a restarted controller takes it back too
+    world.step(1)
+    assert world.status("job")["attempts"] == 1
+    assert world.state("newcomer") == "Pending"

@@ -204,6 +204,8 @@ def foreign_usage(
     usage: dict[str, list[int]] = {}
     for pod in pods:
         metadata = pod.get("metadata") or {}
+        # A pod that lost the label but is a job's comes with it restored
+        # (caldera.k8s.pods.claim_unlabelled).
         ours = (metadata.get("labels") or {}).get(names.MANAGED) == "true"
         if ours and (not settings.namespaces or metadata.get("namespace") in settings.namespaces):
             continue

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from caldera.k8s import names
@@ -36,7 +36,13 @@ from caldera.model import JobState
 if TYPE_CHECKING:
     from caldera.k8s.runtime import KubeRuntime
 
-__all__ = ["PodWatcher", "exit_code", "read_reports", "started_at"]
+__all__ = [
+    "PodWatcher",
+    "claim_unlabelled",
+    "exit_code",
+    "read_reports",
+    "started_at",
+]
 
 log = logging.getLogger("caldera.k8s")
 
@@ -299,3 +305,72 @@ def read_reports(
         elif problem is None:
             problem = f"{names.CHECKPOINT}={str(text)[:40]!r} is not a past unix time"
     return progress, at, problem
+
+
+def _owner(pod: Mapping[str, Any], owners: Mapping[str, str]) -> str | None:
+    """The name of the TrainingJob (by uid, among `owners`) that controls `pod`, or None."""
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if (
+            isinstance(ref, Mapping)
+            and ref.get("kind") == names.KIND
+            and str(ref.get("apiVersion", "")).startswith(f"{names.GROUP}/")
+            and ref.get("uid") in owners
+        ):
+            return owners[str(ref["uid"])]
+    return None
+
+
+def claim_unlabelled(
+    running: list[Object],
+    listed: Iterable[Object],
+    jobs: Iterable[Object],
+    namespaces: Iterable[str],
+) -> tuple[list[Object], list[Object]]:
+    """Live pods a TrainingJob owns that lost caldera's labels (issue 34: removing
+    `caldera.io/managed` made caldera start attempt 2 while attempt 1 ran on, beyond its
+    reach). Ownership is the ownerReference to the TrainingJob's uid — which only the
+    controller's create set — and the name caldera gave the pod (JOB-ATTEMPT-RANK); each
+    comes back as a copy with caldera's labels restored, so it stays counted and stoppable.
+
+    Returns (the claimed copies, `running` with each claimed pod replaced by its copy: the
+    room it holds is then the job's, not a stranger's)."""
+    served = set(namespaces)
+    owners = {
+        str((obj.get("metadata") or {}).get("uid")): str((obj.get("metadata") or {}).get("name"))
+        for obj in jobs
+    }
+    seen = {
+        ((p.get("metadata") or {}).get("namespace"), (p.get("metadata") or {}).get("name"))
+        for p in listed
+    }
+    found: list[Object] = []
+    for pod in running:
+        metadata = pod.get("metadata") or {}
+        namespace, name = metadata.get("namespace"), str(metadata.get("name", ""))
+        if namespace not in served or (namespace, name) in seen:
+            continue
+        job = _owner(pod, owners)
+        if job is None or not name.startswith(f"{job}-"):
+            continue
+        parts = name[len(job) + 1 :].split("-")
+        if len(parts) != 2 or not all(part.isdigit() for part in parts):
+            continue
+        labels = {
+            **(metadata.get("labels") or {}),
+            names.MANAGED: "true",
+            names.JOB: job,
+            names.ATTEMPT: parts[0],
+            names.RANK: parts[1],
+        }
+        log.warning("pod %s/%s lost caldera's labels; still job %s's", namespace, name, job)
+        found.append({**pod, "metadata": {**metadata, "labels": labels}})
+    if not found:
+        return found, list(running)
+    copies = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in found}
+    rest = [
+        copies.get(
+            ((p.get("metadata") or {}).get("namespace"), (p.get("metadata") or {}).get("name")), p
+        )
+        for p in running
+    ]
+    return found, rest

@@ -55,7 +55,7 @@ from caldera.k8s.guard import Purpose
 from caldera.k8s.intake import Intake
 from caldera.k8s.jobs import KubeJob, KubeTask
 from caldera.k8s.nodes import Blocked, NodeState, foreign_usage, read_nodes
-from caldera.k8s.pods import PodWatcher
+from caldera.k8s.pods import PodWatcher, claim_unlabelled
 from caldera.k8s.settings import KubeSettings
 from caldera.k8s.statemap import read_throttles
 from caldera.k8s.waiting import tell_waits
@@ -209,6 +209,8 @@ class KubeRuntime:
         objects = [obj for namespace in served for obj in reads.jobs(namespace)]
         ours = [pod for namespace in served for pod in reads.pods(namespace)]
         running = reads.running()
+        claimed, running = claim_unlabelled(running, ours, objects, served)  # by owner uid
+        ours += claimed
         self.intake.reconcile(objects, ours, now)
         self.pods.reconcile(ours, now)
         self._block(running)
