@@ -1,8 +1,13 @@
 """caldera installed on the session's real control plane, as an operator installs it, and the
 controller running as users run it (`caldera k8s run`, its own process).
 
-- `caldera` (session): the TrainingJob CRD, the users' ClusterRoles and the admission policy
-  from `caldera k8s render --crds --rbac`; namespaces `team-a` (normal jobs), `serving`
+- `caldera` (session): `helm install` of deploy/helm/caldera (the TrainingJob CRD, the
+  controller's least-privilege RBAC, the users' ClusterRoles, the admission policy), with the
+  chart's Deployment scaled to 0: the controller runs here as its own process, **as the
+  chart's ServiceAccount** (a token from the TokenRequest API, never admin), so every
+  end-to-end test exercises exactly the RBAC the chart grants, and the API server's audit log
+  records what it used (tests/k8s_real/test_real_zz_chart_lifecycle.py); namespaces
+  `team-a` (normal jobs), `serving`
   (critical allowed) and `elsewhere` (not served); RoleBindings: alice (group team-a) and
   bob (group team-b) may submit in all three, only group team-a holds the `critical` verb,
   in `serving`; one controller for the session (grace period 3 s, resync 2 s, short start
@@ -21,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -40,10 +46,25 @@ from caldera.k8s.admission import POLICY_NAME
 from caldera.k8s.client import load_api_client
 from caldera.k8s.devcluster import DevCluster
 
-__all__ = ["GRACE", "Cluster", "caldera", "clean", "training_job", "without_admission_policy"]
+__all__ = [
+    "CHART",
+    "CONTROLLER_USER",
+    "GRACE",
+    "Cluster",
+    "caldera",
+    "clean",
+    "free_port",
+    "helm",
+    "helm_values",
+    "service_account_kubeconfig",
+    "training_job",
+    "without_admission_policy",
+]
 
 k8s: Any = kubernetes
 CALDERA = Path(sys.executable).with_name("caldera")
+CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "caldera"
+CONTROLLER_USER = "system:serviceaccount:caldera-system:caldera-controller"
 GRACE = 3  # the policy's grace period, seconds
 SERVED = ("team-a", "serving")
 ELSEWHERE = "elsewhere"
@@ -112,8 +133,11 @@ class Cluster:
     folder: Path
     log: Path
     config: Path
+    helm: Path
     proc: subprocess.Popen[bytes] | None = None
     clients: list[Any] = field(default_factory=list)
+    controller_kubeconfig: Path = Path()  # the chart's ServiceAccount's token
+    metrics_port: int = 0
 
     # -- the controller ----------------------------------------------------------------------
 
@@ -121,12 +145,13 @@ class Cluster:
         self.proc = self.spawn_controller(self.log)
 
     def spawn_controller(self, log: Path) -> subprocess.Popen[bytes]:
-        """`caldera k8s run` as its own process, logging to `log` (a replica: with leader
-        election on, it leads or waits as a standby)."""
+        """`caldera k8s run` as its own process, as the chart's ServiceAccount, logging to
+        `log` (a replica: with leader election on, it leads or waits as a standby)."""
         out = log.open("ab")
         proc = subprocess.Popen(
             [str(CALDERA), "k8s", "run",
-             "--kubeconfig", str(self.dev.kubeconfig()), "--config", str(self.config)],
+             "--kubeconfig", str(self.controller_kubeconfig), "--config", str(self.config),
+             "--metrics-bind", f"127.0.0.1:{self.metrics_port}"],
             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1"},
         )  # fmt: skip
         out.close()
@@ -262,16 +287,56 @@ def without_admission_policy(cluster: Cluster) -> Iterator[None]:
         wait_for("the policy binding back", lambda: not policy_gone())
 
 
+def helm_values(config: dict[str, Any], **chart: Any) -> dict[str, Any]:
+    """The chart's values for a caldera.yaml `config`: the controller runs outside (0 replicas)."""
+    return {"config": config, "controller": {"replicas": 0}, **chart}
+
+
+def helm(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """The Helm built from Go modules (scripts/helm-bin.sh), as admin, its state in the folder."""
+    home = cluster.folder / "helm"
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+    return subprocess.run(
+        [str(cluster.helm), "--kubeconfig", str(cluster.dev.kubeconfig()), *args],
+        capture_output=True, text=True, timeout=300, check=False, env=env,
+    )  # fmt: skip
+
+
+def service_account_kubeconfig(cluster: Cluster, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig holding a token of `account` from the TokenRequest API (one day)."""
+    core = k8s.client.CoreV1Api(cluster.client())
+    token = core.create_namespaced_service_account_token(
+        account, namespace, {"spec": {"expirationSeconds": 86400}}
+    ).status.token
+    admin = yaml.safe_load(cluster.dev.kubeconfig().read_text())
+    user = f"system:serviceaccount:{namespace}:{account}"
+    admin["users"] = [{"name": user, "user": {"token": token}}]
+    for context in admin["contexts"]:
+        context["context"]["user"] = user
+    path.write_text(yaml.safe_dump(admin))
+    path.chmod(0o600)
+    return path
+
+
 def _install(cluster: Cluster) -> None:
-    """What an operator applies: the CRD, roles, admission policy; namespaces and bindings."""
-    rendered = subprocess.run(
-        [str(CALDERA), "k8s", "render", str(cluster.config), "--crds", "--rbac"],
-        capture_output=True, text=True, check=True, timeout=120,
-    ).stdout  # fmt: skip
+    """What an operator does: namespaces, `helm install` of the chart, the users' bindings."""
     for namespace in (*SERVED, ELSEWHERE):
         cluster.kubectl("admin", "create", "namespace", namespace)
-    done = cluster.kubectl("admin", "apply", "-f", "-", stdin=rendered)
+    values = cluster.folder / "values.yaml"
+    values.write_text(yaml.safe_dump(helm_values(CONFIG)))
+    done = helm(
+        cluster, "install", "caldera", str(CHART), "--namespace", "caldera-system",
+        "--create-namespace", "--values", str(values),
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    cluster.controller_kubeconfig = service_account_kubeconfig(
+        cluster, "caldera-system", "caldera-controller", cluster.folder / "controller.kubeconfig"
+    )
     cluster.kubectl(
         "admin", "wait", "--for=condition=Established",
         f"crd/{names.PLURAL}.{names.GROUP}", "--timeout=60s",
@@ -298,11 +363,14 @@ def _install(cluster: Cluster) -> None:
 
 
 @pytest.fixture(scope="session")
-def caldera(dev_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def caldera(
+    dev_cluster: DevCluster, helm_bin: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
     folder = tmp_path_factory.mktemp("caldera")
     config = folder / "caldera.yaml"
     config.write_text(yaml.safe_dump(CONFIG))
-    cluster = Cluster(dev_cluster, folder, folder / "controller.log", config)
+    cluster = Cluster(dev_cluster, folder, folder / "controller.log", config, helm_bin)
+    cluster.metrics_port = free_port()
     _install(cluster)
     cluster.start_controller()
     try:
@@ -329,6 +397,12 @@ def clean(caldera: Cluster) -> Iterator[Cluster]:
 
     wait_for("every caldera pod gone", no_pods)
     sys.stderr.write(f"[{time.monotonic() - began:.0f} s]\n")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def dump(value: Any) -> str:

@@ -11,13 +11,18 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 import pytest
-from caldera_support import caldera, clean  # noqa: F401 (one controller per session, for every module)
+from caldera_support import (  # noqa: F401 (one controller per session, for every module)
+    CONTROLLER_USER,
+    caldera,
+    clean,
+)
 from real_support import NODES, wait_for
 
 from caldera.k8s.client import load_api_client
@@ -60,11 +65,29 @@ def volcano_bins(cluster_bins: Path) -> VolcanoBins:
 
 
 @pytest.fixture(scope="session")
+def helm_bin() -> Path:
+    """Helm v4, built from Go modules by scripts/helm-bin.sh into ~/.cache/caldera (built here
+    under CI=true; off CI a missing Helm skips)."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "helm-bin.sh"
+    found = subprocess.run([str(script), "--path"], capture_output=True, text=True, check=False)
+    if found.returncode == 0:
+        return Path(found.stdout.strip())
+    if not CI:
+        pytest.skip("Helm not built (make cluster-bins builds it)")
+    built = subprocess.run([str(script)], capture_output=True, text=True, check=False)
+    if built.returncode != 0:
+        pytest.fail(f"Helm: {built.stderr.strip().splitlines()[-1:]}")
+    return Path(built.stdout.strip())
+
+
+@pytest.fixture(scope="session")
 def dev_cluster(
     tmp_path_factory: pytest.TempPathFactory, cluster_bins: Path
 ) -> Iterator[DevCluster]:
     folder = tmp_path_factory.mktemp("dev-cluster")
-    cluster = DevCluster(folder=folder, bins=cluster_bins, nodes=NODES)
+    cluster = DevCluster(
+        folder=folder, bins=cluster_bins, nodes=NODES, audit_users=(CONTROLLER_USER,)
+    )
     cluster.start()
     try:
         yield cluster

@@ -446,6 +446,9 @@ class DevCluster:
     # KWOK's node leases last a third of it. On a loaded machine KWOK renews a thousand leases
     # of 40 s late and nodes flap NotReady, tainted.
     node_grace: float | None = None
+    # Users whose every request the API server writes to its audit log (`audit_log()`, JSON
+    # lines at level Metadata): what a ServiceAccount really used, against what its RBAC grants.
+    audit_users: Sequence[str] = ()
     _owns_folder: bool = field(default=False, repr=False)
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     _state: dict[str, Any] = field(default_factory=dict, repr=False)  # holds the tokens
@@ -471,6 +474,32 @@ class DevCluster:
 
     def ca_file(self) -> Path:
         return Path(self._state["ca"])
+
+    def audit_log(self) -> Path:
+        """The API server's audit log (requests of `audit_users`, one JSON event a line)."""
+        assert self.folder is not None
+        return self.folder / "audit.log"
+
+    def _audit_flags(self, folder: Path) -> list[str]:
+        if not self.audit_users:
+            return []
+        policy = {
+            "apiVersion": "audit.k8s.io/v1",
+            "kind": "Policy",
+            "omitStages": ["RequestReceived"],
+            "rules": [
+                {"level": "Metadata", "users": list(self.audit_users)},
+                {"level": "None"},
+            ],
+        }
+        path = folder / "audit-policy.yaml"
+        path.write_text(yaml.safe_dump(policy))
+        return [
+            f"--audit-policy-file={path}",
+            f"--audit-log-path={self.audit_log()}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=0",
+        ]
 
     def start(self) -> DevCluster:
         bins = self.bins or find_bins()
@@ -666,6 +695,7 @@ class DevCluster:
                 # privileged pods are refused by caldera's own filter, not by a server flag
                 "--allow-privileged=true",
                 "--profiling=false",
+                *self._audit_flags(folder),
                 "--v=1",
             ],
         )
