@@ -352,12 +352,14 @@ def kill_recorded_tasks(data_dir: Path, wait: float = 0.0) -> int:
     runners were told. `wait`: seconds to wait for the told runners to be gone (they write
     their last status as they go, so a caller about to remove `data_dir` must wait)."""
     told: list[tuple[int, int | None]] = []
+    limited: list[Path] = []
     for record in data_dir.glob("jobs/*/run/*.runner"):
         data = _read_json(record)
         if data is None:
             continue
         if isinstance(data.get("cgroup"), str):
             cgroup_kill(Path(str(data["cgroup"])))
+        limited.extend(_limit_cgroups(data))
         limit_cgroups.kill_all(_limit_cgroups(data))
         pid, ticks = data.get("pid"), data.get("start_ticks")
         start = ticks if isinstance(ticks, int) else None
@@ -370,4 +372,7 @@ def kill_recorded_tasks(data_dir: Path, wait: float = 0.0) -> int:
     while alive and time.monotonic() < deadline:
         time.sleep(0.05)
         alive = [(pid, start) for pid, start in alive if process_alive(pid, start)]
+    for folder in limited:  # emptied above; its runner may be killed before it removes it
+        with contextlib.suppress(OSError):
+            folder.rmdir()
     return len(told)
