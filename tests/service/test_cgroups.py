@@ -14,6 +14,7 @@ import pytest
 from caldera.service.cgroups import CgroupsV1, CgroupsV2, TaskLimits, detect, usage
 from caldera.service.isolation import Isolation, IsolationModel
 from caldera.service.launcher import JobFiles, end_reason
+from caldera.service.proctree import find_cgroup_root
 
 LIMITS = TaskLimits(memory_bytes=128 << 20, pids=64, millicores=1500)
 
@@ -159,3 +160,16 @@ def test_an_oom_kill_in_the_exit_file_is_the_jobs_reason(tmp_path: Path) -> None
     assert end_reason(files, 0, 0) == "out of memory (limit 1 GiB)"
     exit_file.write_text(json.dumps({"exit_code": 1, "oom_kills": 0}))
     assert end_reason(files, 0, 0) is None
+
+
+def test_the_kernels_v2_hierarchy_is_used_only_where_it_offers_a_controller() -> None:
+    """On this host's real unified hierarchy (CI's offers no controller: v1 limits there)."""
+    root, why = find_cgroup_root()
+    if root is None:
+        pytest.skip(f"no cgroup v2 folder for tasks here: {why}")
+    offered = set((root.parent / "cgroup.controllers").read_text().split())
+    found, why = CgroupsV2.enable(root)
+    if not offered & {"memory", "pids", "cpu"}:
+        assert found is None and why.endswith("(it offers none)")
+    elif found is not None:
+        assert set(found.controllers) <= offered

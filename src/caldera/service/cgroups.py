@@ -203,8 +203,8 @@ class CgroupsV2:
                 continue
             enabled.append(controller)
         if not enabled:
-            parent = _read(root.parent / "cgroup.controllers")
-            why = "it offers none" if not (parent or "").split() else "they cannot be enabled"
+            parent = set((_read(root.parent / "cgroup.controllers") or "").split())
+            why = "they cannot be enabled" if parent & set(CONTROLLERS) else "it offers none"
             return None, f"cgroup v2 has no memory, pids or cpu controller for {root} ({why})"
         return cls(root, enabled), ""
 
