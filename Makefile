@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit install clean bench fast pure system-deps ui-assets cluster-bins cluster-bins-if-go replay replay-volcano
+.PHONY: demo test lint typecheck unit install clean bench fast pure system-deps ui-assets cluster-bins cluster-bins-if-go replay replay-volcano image chart
 
 # The dashboard's front-end files are committed (src/caldera/service/ui/static/vendor/), so a
 # wheel or an editable install carries them with no Node.js; `make ui-assets` refreshes them
@@ -63,11 +63,23 @@ clean: pure
 cluster-bins:
 	./scripts/cluster-bins.sh
 	./scripts/volcano-bins.sh
+	./scripts/helm-bin.sh
+
+# caldera's OCI image from Debian packages and PyPI wheels (mmdebstrap + umoci, as root):
+# build/image/caldera-<version>.oci.tar; the Debian + dependencies layer is cached in
+# ~/.cache/caldera/image. docs/kubernetes.md "Install".
+image: $(STAMP) system-deps
+	PYTHON=$(abspath $(BIN)/python) ./scripts/image.sh
+
+# The chart's parts generated from caldera's own definitions (CRD, admission policy, roles).
+chart: $(STAMP)
+	$(BIN)/python scripts/chart-files.py
 
 # Outside CI a Volcano that does not build is one line and its tests skip; under CI=true it
 # fails the run, as the control plane does.
 cluster-bins-if-go:
 	@if command -v go >/dev/null 2>&1; then ./scripts/cluster-bins.sh >/dev/null; \
+	  ./scripts/helm-bin.sh >/dev/null || { [ "$$CI" != "true" ] || { echo "make: CI needs Helm (scripts/helm-bin.sh failed)" >&2; exit 1; }; }; \
 	  if ! ./scripts/volcano-bins.sh >/dev/null; then \
 	    if [ "$$CI" = "true" ]; then echo "make: CI needs the real Volcano (scripts/volcano-bins.sh failed)" >&2; exit 1; fi; \
 	    echo "make: Volcano did not build: its tests (tests/k8s_real) will skip" >&2; fi; \
