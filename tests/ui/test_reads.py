@@ -114,6 +114,12 @@ EVICT = event(
 )  # fmt: skip
 
 
+def test_a_timeline_says_a_task_was_killed_at_its_memory_limit() -> None:
+    oom = event(NOW - 5, "oom", "j-1", task=0, reason="out of memory (limit 128 MiB)")
+    (entry,) = timeline([oom], [])
+    assert entry.text == "task 0 killed: out of memory (limit 128 MiB)"
+
+
 def test_a_timeline_names_the_preemptor_and_the_victim() -> None:
     own = [
         event(NOW - 100, "submit", "j-v", user="alice"),

@@ -213,6 +213,7 @@ _SAYS: dict[str, Callable[[dict[str, Any]], str]] = {
     "requeue": _requeued,
     "finish": lambda d: "finished: exit 0",
     "fail": _failed,
+    "oom": lambda d: f"task {d.get('task')} killed: {d.get('reason')}",
     "cancel": lambda d: f"cancelled ({d.get('reason')})",
     "throttle_on": lambda d: f"queue {d.get('queue')} held new submissions for it (waiting mode)",
     "throttle_off": lambda d: f"queue {d.get('queue')} left waiting mode ({d.get('reason')})",
