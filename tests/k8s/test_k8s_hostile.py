@@ -577,3 +577,24 @@ def test_a_pod_that_loses_calderas_labels_stays_its_jobs() -> None:
     world.step(1)
     assert world.status("job")["attempts"] == 1
     assert world.state("newcomer") == "Pending"
+
+
+# -- pinned pods that cannot bind ----------------------------------------------------------
+
+
+def test_a_start_that_never_binds_is_placed_elsewhere_not_pinned_again() -> None:
+    """The scheduler disagreed with caldera's view of a node (here: it was cordoned only
+    while the pod waited): after the start timeout the node's free room is withheld for a
+    while, so the job goes to the empty node instead of being pinned there again."""
+    world = World().hypernode("a", "n", count=2).start()
+    world.submit("job")
+    world.rt.step()
+    (first,) = world.pinned("job")
+    world.cluster.nodes[first]["spec"]["unschedulable"] = True
+    world.step(world.settings.bind_timeout + 1)
+    assert "StartTimeout" in world.events("job")
+    world.cluster.nodes[first]["spec"]["unschedulable"] = False
+    for _ in range(3):
+        world.step(5)
+    assert world.state("job") == "Running"
+    assert world.pinned("job")[-1] != first

@@ -12,6 +12,7 @@ full node and never bound; `progress=nan` made every later status write fail."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import kubernetes
@@ -181,3 +182,73 @@ def test_a_pods_nan_progress_is_ignored_with_a_warning(clean: Cluster) -> None:
 
     wait_for("progress 0.25 in the status", lambda: reported() == 0.25)
     _alive(clean)
+
+
+def test_a_pod_that_loses_its_managed_label_stays_its_jobs(clean: Cluster) -> None:
+    """Removing `caldera.io/managed` from a running pod made caldera count its task gone and
+    start attempt 2 beside it (16 GPUs for an 8-GPU job, the old pod beyond reach). It is
+    still the job's by its ownerReference: one attempt, one pod, and deleting the job
+    stops it."""
+    assert clean.apply("bob", "team-a", training_job("unlabelled")).returncode == 0
+    clean.wait("team-a", "unlabelled", "Running")
+    (pod,) = clean.running_pods("team-a", "unlabelled")
+    done = clean.kubectl(
+        "admin", "-n", "team-a", "label", f"pod/{pod.metadata.name}", f"{names.MANAGED}-"
+    )
+    assert done.returncode == 0, done.stderr
+    core = k8s.client.CoreV1Api(clean.client())
+
+    def owned() -> list[Any]:
+        return [
+            p
+            for p in core.list_namespaced_pod("team-a").items
+            if any(ref.uid == clean.job("team-a", "unlabelled")["metadata"]["uid"]
+                   for ref in p.metadata.owner_references or [])
+        ]  # fmt: skip
+
+    for _ in range(10):  # 20 s: the controller steps every 2 s (resync) at least
+        status = clean.status("team-a", "unlabelled")
+        assert status["attempts"] == 1 and status["state"] == "Running", status
+        assert [p.metadata.name for p in owned()] == [pod.metadata.name]
+        time.sleep(2)
+    _alive(clean)
+    uid = clean.job("team-a", "unlabelled")["metadata"]["uid"]
+    clean.kubectl("bob", "-n", "team-a", "delete", names.PLURAL, "unlabelled", "--wait=false")
+    wait_for(
+        "the unlabelled pod gone with its job",
+        lambda: (
+            not [
+                p
+                for p in core.list_namespaced_pod("team-a").items
+                if any(ref.uid == uid for ref in p.metadata.owner_references or [])
+            ]
+        ),
+        timeout=60,
+    )
+
+
+def test_a_waiting_job_says_why_and_a_started_one_is_not_running_before_its_pods(
+    clean: Cluster,
+) -> None:
+    """A job waiting for room had an empty reason and no Event; a job whose pods cannot
+    bind (a PVC that does not exist) showed STATE Running. Now: `status.reason` and a
+    Waiting Event say why it waits, and the State column (`status.phase`) reads Starting
+    while the pods are Pending."""
+    assert clean.apply("alice", "team-a", training_job("gang", replicas=3)).returncode == 0
+    clean.wait("team-a", "gang", "Running")
+    stuck = training_job("stuck")
+    stuck["spec"]["tasks"][0]["template"]["spec"]["volumes"] = [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "absent"}}
+    ]
+    assert clean.apply("bob", "team-a", stuck).returncode == 0
+    wait_for("stuck Starting", lambda: clean.status("team-a", "stuck").get("phase") == "Starting")
+    assert clean.status("team-a", "stuck")["state"] == "Running"  # the lifecycle's own
+    printed = clean.kubectl("admin", "-n", "team-a", "get", names.PLURAL, "stuck").stdout
+    (row,) = [line for line in printed.splitlines() if line.startswith("stuck ")]
+    assert " Starting " in row and " Running " not in row, printed
+    assert clean.apply("bob", "team-a", training_job("late")).returncode == 0
+    wait_for("late's Waiting event", lambda: _messages(clean, "team-a", "late", "Waiting"))
+    status = clean.status("team-a", "late")
+    assert status["state"] == "Pending" and status["reason"].startswith("waiting: "), status
+    found = clean.condition("team-a", "late", "Waiting")
+    assert found is not None and found[0] == "True", found

@@ -76,10 +76,33 @@ def _waiting_reason(pod: Mapping[str, Any]) -> str:
     return str((pod.get("status") or {}).get("phase") or "Pending")
 
 
+def _unscheduled_reason(pod: Mapping[str, Any]) -> str:
+    """The scheduler's own word on why a pod is not bound ("0/4 nodes are available: …"),
+    from its PodScheduled condition; "" when it said nothing."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            text = " ".join(str(condition.get("message") or condition.get("reason") or "").split())
+            return text[:300]
+    return ""
+
+
+# Seconds a node whose pods would not bind keeps its free room from new starts: the
+# scheduler disagreed with caldera's view of it (issue 34: a job was pinned there again
+# after every start timeout while other nodes sat empty).
+WITHHOLD = 300.0
+
+
 class PodWatcher:
     def __init__(self, runtime: KubeRuntime) -> None:
         self.runtime = runtime
         self._collected: set[tuple[str, str]] = set()  # ended orphans already deleted
+        self.suspect: dict[str, float] = {}  # node → until when its free room is withheld
+
+    def withheld(self, now: float) -> frozenset[str]:
+        """Nodes whose free room new starts may not use now (see `WITHHOLD`)."""
+        for node in [n for n, until in self.suspect.items() if until <= now]:
+            del self.suspect[node]
+        return frozenset(self.suspect)
 
     def reconcile(self, pods: list[Object], now: float) -> None:
         runtime = self.runtime
@@ -144,9 +167,14 @@ class PodWatcher:
             waited = now - task.created_at
             if not (task.leaving or task.kill_at is not None):
                 if not task.bound and waited > settings.bind_timeout:
+                    said = _unscheduled_reason(pod)
                     late = late or (
                         f"pod {task.pod} not bound to its node in {settings.bind_timeout:g} s"
+                        + (f" ({said})" if said else "")
                     )
+                    node = self._node_name(task)
+                    if node is not None:
+                        self.suspect[node] = now + WITHHOLD
                 elif task.bound and phase != "Running" and waited > settings.ready_timeout:
                     late = late or (
                         f"pod {task.pod} not running {settings.ready_timeout:g} s after its "
@@ -161,8 +189,16 @@ class PodWatcher:
         elif late is not None and job.state is JobState.RUNNING:
             log.warning("%s: %s; giving the start up", job.id, late)
             reason = Reason.START_TIMEOUT if "not bound" in late else Reason.NOT_READY
-            runtime.actuator.note(reason, job, now, f"{late}: stopping the gang, requeued")
+            then = "stopping the gang, requeued"
+            if reason is Reason.START_TIMEOUT and self.suspect:
+                then += f"; node(s) {', '.join(sorted(self.suspect))} withheld {WITHHOLD:.0f} s"
+            runtime.actuator.note(reason, job, now, f"{late}: {then}")
             runtime.stop_gang(job, now)
+
+    def _node_name(self, task: KubeTask) -> str | None:
+        nodes = self.runtime.nodes
+        index = task.placement.node
+        return nodes[index].name if 0 <= index < len(nodes) else None
 
     def _stuck(self, job: KubeJob, task: KubeTask, now: float) -> bool:
         """A leaving or stopping pod still there `terminating_timeout` after its grace period

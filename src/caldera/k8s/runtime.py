@@ -450,7 +450,7 @@ class KubeRuntime:
         """Keep room caldera does not own out of the index: foreign pods' requests, and all
         that is free on nodes that accept no new pods (cordoned, not Ready)."""
         usage = foreign_usage(pods, (n.name for n in self.nodes), self.settings)
-        closed = self.node_state.closed
+        closed = self.node_state.closed | self.pods.withheld(self.clock())
         for node in self.nodes:
             old = self._blocked.pop(node.index, None)
             if old is not None:
