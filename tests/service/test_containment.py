@@ -204,3 +204,17 @@ def test_without_a_request_a_task_gets_its_queues_memory_default(
     job = server.client().submit(_python(HOG), queue="team-a", gpus=0, name="hog")
     ended = _ended(server, job["id"])
     assert (ended["state"], ended["reason"]) == ("Failed", "out of memory (limit 96 MiB)")
+
+
+def test_a_retried_job_keeps_the_oom_in_its_events_not_in_its_reason(contained: Server) -> None:
+    code = 'import os\nif os.environ["CALDERA_ATTEMPT"] == "1":\n' + HOG.replace("\n", "\n    ")
+    client = contained.client()
+    job = client.submit(
+        _python(code), queue="team-a", gpus=0, memory="128Mi", max_retries=1, name="retried"
+    )
+    ended = _ended(contained, job["id"])
+    assert (ended["state"], ended["reason"]) == ("Succeeded", None)
+    events = client.events(job["id"])
+    assert [e["data"]["reason"] for e in events if e["kind"] == "oom"] == [
+        "out of memory (limit 128 MiB)"
+    ]

@@ -276,14 +276,16 @@ class Runtime:
         self._integrate(now)
         busy = list(self.actuator.holding.values())
         ended: dict[str, LiveJob] = {}
+        out_of_memory: set[str] = set()
         for seen in observe(busy, self.launcher, self.data_dir, now):
             job = seen.job
             if isinstance(seen, Exited):
                 seen.task.done = True
                 seen.task.exit_code = seen.exit_code
                 ended[job.id] = job
-                if seen.reason is not None:  # the job fails (or retries) for this reason
+                if seen.reason is not None:  # the job fails for this reason, or is retried
                     job.reason = seen.reason
+                    out_of_memory.add(job.id)
                     self.actuator.note(now, "oom", job.id, task=seen.task.rank, reason=seen.reason)
             elif isinstance(seen, KillDue):
                 seen.task.killed = True
@@ -293,6 +295,9 @@ class Runtime:
             self.kernel.mark(job)
         for job in ended.values():
             self.settle(job, now)
+            if job.id in out_of_memory and job.state is JobState.PENDING:
+                job.reason = None  # retried: the oom event keeps what happened to that attempt
+                self.kernel.mark(job)
 
     def _integrate(self, now: float) -> None:
         """Allocated and gang-hang GPU time since the last look (for /metrics)."""
