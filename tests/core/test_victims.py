@@ -521,16 +521,55 @@ RECLAIM = [
         queues=two_teams(queue("a").deserved(gpu=16), queue("b").deserved(gpu=0)),
     ),
     Case(
-        # 10 h run and 90 % done: W_eff escalated to the 800 ceiling, out of reach of every
-        # non-critical preemptor, reclaim included (DESIGN §4.2)
-        "a job escalated to the ceiling is not reclaimed",
+        # 10 h run and 90 % done: W_eff escalated to the 800 ceiling, and expected to end in
+        # 30 min, before P's one-hour start SLO runs out: waited for, not reclaimed (DESIGN
+        # §4.1 as amended, issue 37)
+        "a job escalated to the ceiling that ends inside the SLO is not reclaimed",
+        nodes(2),
+        [
+            normal("old").progress(0.9).expected(NOW + 1800).queue("b").on("n-0"),
+            normal("x").protected().queue("a").on("n-1"),
+            preemptor().queue("a"),
+        ],
+        {},
+        queues=two_teams(queue("a").deserved(gpu=16), queue("b").deserved(gpu=0)),
+    ),
+    Case(
+        # the same, expected to end in 2 h, after P's SLO runs out: reclaimed like any
+        # other borrower (DESIGN §4.1 as amended)
+        "a job escalated to the ceiling that ends after the SLO is reclaimed",
+        nodes(2),
+        [
+            normal("old").progress(0.9).expected(NOW + 7200).queue("b").on("n-0"),
+            normal("x").protected().queue("a").on("n-1"),
+            preemptor().queue("a"),
+        ],
+        {"old": ("reclaim", "P", ())},
+        queues=two_teams(queue("a").deserved(gpu=16), queue("b").deserved(gpu=0)),
+    ),
+    Case(
+        # escalated by the progress it reports, with no expected_duration and nothing
+        # learned of its queue: nobody can say it ends inside the SLO, so it is reclaimed
+        "a job escalated to the ceiling with no expected end is reclaimed",
         nodes(2),
         [
             normal("old").progress(0.9).queue("b").on("n-0"),
             normal("x").protected().queue("a").on("n-1"),
             preemptor().queue("a"),
         ],
-        {},
+        {"old": ("reclaim", "P", ())},
+        queues=two_teams(queue("a").deserved(gpu=16), queue("b").deserved(gpu=0)),
+    ),
+    Case(
+        # ... and a job the same age whose SLO already ran out: it waits for nobody
+        "a preemptor past its SLO reclaims a job escalated to the ceiling",
+        nodes(2),
+        [
+            normal("old").progress(0.9).expected(NOW + 60).queue("b").on("n-0"),
+            normal("x").protected().queue("a").on("n-1"),
+            job("P").large().gpus(8).submitted(NOW - 2 * HOUR).queue("a"),
+        ],
+        {"old": ("reclaim", "P", ())},
         queues=two_teams(queue("a").deserved(gpu=16), queue("b").deserved(gpu=0)),
     ),
     Case(

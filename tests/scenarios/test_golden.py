@@ -11,6 +11,7 @@ import functools
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -392,3 +393,84 @@ def test_a_starving_large_job_keeps_freed_room_against_equal_priority_competitor
     assert events(STARVING, "evict") == []
     # the stream jobs submitted before it started wait for it, and start when it ends
     assert [job(STARVING, name)["start"] for name in ("w0", "w1")] == [12600.0, 12600.0]
+
+
+# -- a borrower at the W_eff ceiling: waited for only while it ends inside the SLO (§4.1) ----
+
+CEILING_OUTSIDE = "ceiling-borrower-outside-slo.yaml"
+CEILING_INSIDE = "ceiling-borrower-inside-slo.yaml"
+CEILING_OVERRUNS = "ceiling-borrower-overruns.yaml"
+
+
+def _reclaimed(name: str) -> list[tuple[float, str]]:
+    return [(e["t"], e["job"]) for e in events(name, "evict") if e["reason"] == "reclaim"]
+
+
+def test_a_ceiling_borrower_that_ends_after_the_slo_is_reclaimed() -> None:
+    taken = _reclaimed(CEILING_OUTSIDE)
+    assert len(taken) == 7 and {t for t, _ in taken} <= {36000.0, 36001.0, 36002.0, 36003.0}
+    assert all(e["preemptor"] == "big" for e in events(CEILING_OUTSIDE, "evict"))
+    big = job(CEILING_OUTSIDE, "big")
+    assert big["start"] == 36063.0
+    assert big["start"] - big["submit"] <= 3600  # within the large-job start SLO
+    assert result(CEILING_OUTSIDE)["metrics"]["sla_attainment"]["large-job"] == 1.0
+    assert result(CEILING_OUTSIDE)["metrics"]["wasted_gpu_hours"] == 0
+    assert all(j["state"] == "Succeeded" for j in result(CEILING_OUTSIDE)["jobs"])
+
+
+def test_a_ceiling_borrower_that_ends_inside_the_slo_is_waited_for() -> None:
+    assert events(CEILING_INSIDE, "evict") == []
+    assert job(CEILING_INSIDE, "big")["start"] == 38000.0
+    assert result(CEILING_INSIDE)["metrics"]["sla_attainment"]["large-job"] == 1.0
+
+
+def test_a_ceiling_borrower_that_overruns_its_expected_end_is_reclaimed_when_the_slo_ends() -> None:
+    taken = _reclaimed(CEILING_OVERRUNS)
+    assert len(taken) == 7
+    assert all(39600.0 <= t <= 39603.0 for t, _ in taken)
+    assert job(CEILING_OVERRUNS, "big")["start"] == 39663.0
+    assert result(CEILING_OVERRUNS)["metrics"]["wasted_gpu_hours"] == 0
+
+
+# -- evictions timed to a victim's periodic checkpoint (§4.4) --------------------------------
+
+TIMED = "checkpoint-timed-eviction.yaml"
+
+
+def test_an_eviction_waits_for_the_victims_checkpoint_inside_the_slo() -> None:
+    (first, second) = events(TIMED, "evict")
+    assert (first["t"], first["job"], first["preemptor"]) == (3601.0, "v1", "big1")
+    assert job(TIMED, "v1")["lost_gpu_seconds"] == 8.0  # the 1 s margin, not 1500 s
+    assert job(TIMED, "big1")["start"] == 3721.0  # 421 s after its submission
+    # a checkpoint past the slack is not waited for
+    assert (second["t"], second["job"], second["preemptor"]) == (7000.0, "v2", "big2")
+    assert job(TIMED, "v2")["lost_gpu_seconds"] == 7000.0 * 8
+    assert result(TIMED)["metrics"]["sla_attainment"]["large-job"] == 1.0
+
+
+# -- planned start: backfill into a starving large job's reserved room (§4.4) ---------------
+
+PLANNED = "planned-backfill.yaml"
+
+
+def test_backfill_that_ends_before_the_planned_start_may_use_the_reserved_room() -> None:
+    short = job(PLANNED, "short")
+    assert (short["start"], short["end"]) == (1600.0, 3100.0)
+    (start,) = events(PLANNED, "start", "short")
+    assert start["placement"] == {"n-2": 8}  # the room reserved for big
+
+
+def test_backfill_that_would_overrun_the_planned_start_is_kept_out() -> None:
+    big = job(PLANNED, "big")
+    assert big["start"] == 3600.0  # when p ends: the plan's time, delayed by nothing
+    assert job(PLANNED, "long")["start"] >= big["start"]
+    assert events(PLANNED, "evict") == []
+
+
+def test_without_planned_backfill_the_reserved_room_stays_empty() -> None:
+    """The default (`planned_backfill` off, config.py says why): short waits for big."""
+    data = load_scenario(HERE / PLANNED)
+    off = simulate(replace(data, config=replace(data.config, planned_backfill=False)))
+    starts = {e["job"]: e["t"] for e in off["events"] if e["kind"] == "start"}
+    assert starts["big"] == 3600.0
+    assert starts["short"] >= 3600.0

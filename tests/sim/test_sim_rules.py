@@ -73,10 +73,8 @@ def test_emergency_checkpoint_releases_at_its_cost_and_keeps_progress() -> None:
     assert v["end"] == 1530.0 + 9000.0
 
 
-def test_no_emergency_checkpoint_waits_the_grace_period_and_loses_work() -> None:
-    """checkpoint_on_sigterm false, periodic checkpoint every 600 s: evicted at 1000 it keeps
-    600 s of work, loses 400 s × 8 GPUs = 3200 GPU-seconds, releases at 1000 + 120."""
-    result = simulate(
+def _no_emergency_checkpoint(**extra: Any) -> dict[str, Any]:
+    return simulate(
         parse_scenario(
             scenario(
                 [
@@ -87,16 +85,38 @@ def test_no_emergency_checkpoint_waits_the_grace_period_and_loses_work() -> None
                         "checkpoint_on_sigterm": False,
                     },
                     {"name": "big", "type": "large-job", "submit": 1000, "duration": 500},
-                ]
+                ],
+                **extra,
             )
         )
     )
+
+
+def test_no_emergency_checkpoint_waits_the_grace_period_and_loses_work() -> None:
+    """checkpoint_on_sigterm false, periodic checkpoint every 600 s, evictions never timed
+    (checkpoint_wait 0): evicted at 1000 it keeps 600 s of work, loses 400 s × 8 GPUs = 3200
+    GPU-seconds, releases at 1000 + 120."""
+    result = _no_emergency_checkpoint(policy={"checkpoint_wait": 0})
     (evict,) = events(result, "evict", "v")
     assert evict["released_at"] == 1120.0
     assert record(result, "v")["lost_gpu_seconds"] == 3200.0
     assert result["metrics"]["wasted_gpu_hours"] == round(3200 / 3600, 6)
     # resumes at 1620 (big: 1120..1620) with 10000 - 600 s of work left
     assert record(result, "v")["end"] == 1620.0 + 9400.0
+
+
+def test_an_eviction_is_timed_to_the_victims_next_checkpoint() -> None:
+    """The same with the defaults (DESIGN §4.4, core/timing.py): v's next checkpoint (1200)
+    plus the 1 s margin and the 120 s grace lets big start at 1321, inside checkpoint_wait
+    (600 s after its submission) and its SLO: v is signalled at 1201 and loses the margin's
+    1 s × 8 GPUs, not 3200 GPU-seconds."""
+    result = _no_emergency_checkpoint()
+    (evict,) = events(result, "evict", "v")
+    assert (evict["t"], evict["released_at"]) == (1201.0, 1321.0)
+    assert record(result, "v")["lost_gpu_seconds"] == 8.0
+    assert record(result, "big")["start"] == 1321.0
+    # resumes at 1821 (big: 1321..1821) with 10000 - 1200 s of work left
+    assert record(result, "v")["end"] == 1821.0 + 8800.0
 
 
 def test_checkpoint_too_slow_for_the_grace_period_counts_as_none() -> None:

@@ -94,6 +94,8 @@ class PolicyModel(StrictModel):
     preempt_backoff: Number | None = None
     weight_band: Number | None = None
     lossy_patience: Number | None = None
+    checkpoint_wait: Number | None = None
+    planned_backfill: bool | None = None
     ceiling: Annotated[int, Field(ge=0)] | None = None
     slo: dict[str, Number | None] | None = None
 

@@ -2,17 +2,22 @@
 
 May: add the extra tasks of elastic jobs (tasks above `min_available`) — running ones, and
 those allocate started at their minimum this cycle — binpacked, queues with the lowest share
-first, as far as their queue's capability allows. May not: touch room reserved for a preemptor, or
-evict. (DESIGN lets backfill lend reserved room to jobs expected to finish first; caldera does
-not: an expected duration is a promise nothing enforces, and a filler that overruns would hold
-a critical or large job's room — the reservation lasts only a grace period anyway.)
+first, as far as their queue's capability allows; with `planned_backfill` (off by default,
+config.py says why), start a waiting job in room reserved for a starving large job's planned
+start (core/planning.py) when it is expected to end before that start (Slurm's backfill: it
+delays no reservation, as far as expected ends hold). May not:
+touch room reserved for a preemptor's victims (a nomination), start a job in reserved room
+whose end is unknown or later than the planned start, or evict.
 """
 
 from __future__ import annotations
 
 from caldera.core.allocate import job_order
 from caldera.core.context import CycleContext
+from caldera.core.estimates import expected_end
+from caldera.core.eviction import fits_on_free_room
 from caldera.core.placement import place_job
+from caldera.core.planning import plans
 from caldera.core.snapshot import JobView
 from caldera.model import JobState
 
@@ -21,6 +26,7 @@ __all__ = ["backfill"]
 
 def backfill(cycle: CycleContext) -> None:
     _grow_elastic(cycle)
+    _fill_planned_room(cycle)
 
 
 def _grow_elastic(cycle: CycleContext) -> None:
@@ -77,3 +83,38 @@ def _nodes_of(cycle: CycleContext, job: JobView, just_started: bool) -> tuple[in
     if topology.highest_tier <= 1:
         return tuple(room.tier1_nodes[first.tier1])
     return tuple(room.tier2_nodes[first.tier2])
+
+
+def _fill_planned_room(cycle: CycleContext) -> None:
+    """Start waiting jobs in room reserved for a planned start, each only if it is expected
+    to end before every planned start whose room it may use (Slurm's backfill). In rank
+    order over the waiting groups' first jobs (a group's later jobs wait behind it)."""
+    planned = plans(cycle)
+    if not planned or not cycle.config.planned_backfill:
+        return
+    estimates = cycle.snapshot.estimates
+    now = cycle.now
+    heads: list[JobView] = []
+    for (key, jobs), first in cycle.waiting:
+        if not cycle.in_pass(key):
+            continue
+        job = jobs[first]
+        if job.id in cycle.started or job.id in cycle.reservations or job.id in planned:
+            continue
+        if job.id in cycle.blocked or job.nomination is not None:
+            continue
+        heads.append(job)
+    heads.sort(key=lambda job: job.spec.rank)
+    for job in heads:
+        end = expected_end(job, estimates, now)
+        usable = [
+            plan for plan in planned.values() if end <= plan.at and plan.job in cycle.reservations
+        ]
+        if not usable:
+            continue
+        given = {plan.job: cycle.unreserve(plan.job) for plan in usable}
+        placement = fits_on_free_room(cycle, job)
+        if placement is not None:
+            cycle.start(job, placement)
+        for holder, parts in given.items():
+            cycle.reserve(holder, parts)  # what the job did not take (`CycleContext._hold`)

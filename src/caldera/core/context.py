@@ -47,7 +47,19 @@ from caldera.model import (
 if TYPE_CHECKING:
     from caldera.core.victims import Plan
 
-__all__ = ["CycleContext", "Handover", "KnownSearch", "PendingGroup", "QueueUsage", "shape_key"]
+__all__ = [
+    "DEADLINE_WAKES",
+    "CycleContext",
+    "Handover",
+    "KnownSearch",
+    "PendingGroup",
+    "QueueUsage",
+    "shape_key",
+]
+
+DEADLINE_WAKES = "deadline wakes"
+"""The cycle memo of reclaim's wake-ups at a preemptor's SLO end: job id -> time
+(reclaim._wake_when_slo_runs_out), kept with a failed search (`FailedSearch.wake`)."""
 
 KnownSearch = tuple[str, int, "Plan | None", bool]
 """A victim search already run on a cycle's state: (preemptor, its pool's units, the plan,
@@ -554,6 +566,8 @@ class CycleContext:
         failed = self.failed.get(key)
         if failed is not None and failed.head == head.id and self.now < failed.until:
             self.memo_hits += 1
+            if failed.wake is not None and failed.wake > self.now:
+                self.wakeups.append(failed.wake)
             return True
         return False
 
@@ -568,15 +582,22 @@ class CycleContext:
             slo = self.config.slo.get(spec.type.value)
             if slo is not None and spec.submit + slo >= self.now:
                 until = min(until, spec.submit + slo)
-        elif self.config.lossy_patience > 0:
-            ends = spec.submit + self.config.lossy_patience
-            if ends > self.now:
-                until = min(until, ends)
+        else:
+            # Its SLO running out: reclaim no longer waits for borrowers at the ceiling.
+            slo = self.config.slo.get(spec.type.value)
+            if slo is not None and spec.submit + slo >= self.now:
+                until = min(until, math.nextafter(spec.submit + slo, math.inf))
+            if self.config.lossy_patience > 0:
+                ends = spec.submit + self.config.lossy_patience
+                if ends > self.now:
+                    until = min(until, ends)
         starves = starving_from(spec, self.config)  # then it searches with its reserved room
         if starves is not None and starves > self.now:
             until = min(until, starves)
         if until > self.now:
-            self.failed[key] = FailedSearch(head.id, until)
+            wakes: dict[str, float] = self.memo(DEADLINE_WAKES, dict)
+            wake = wakes.get(head.id) if key[0] == "reclaim" else None
+            self.failed[key] = FailedSearch(head.id, until, wake)
 
     def _next_cooldown_end(self) -> float:
         """When the next running job leaves its cooldown and may be a victim again."""

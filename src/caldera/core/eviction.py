@@ -12,17 +12,20 @@ other queues borrowed (reclaim), each as a `VictimIndex`.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable, Mapping, Sequence
 
 from caldera.core.allocate import job_order
 from caldera.core.context import CycleContext, QueueUsage
 from caldera.core.decisions import Evict, EvictReason, Nominate
+from caldera.core.estimates import expected_end, slo_deadline
 from caldera.core.jobindex import GroupKey, group_key
 from caldera.core.packing import count_non_evictable, leaf_load, never_evicted
 from caldera.core.placement import place_job
 from caldera.core.room import TaskPlacement
 from caldera.core.snapshot import JobView, Nomination, PendingVictim
+from caldera.core.timing import next_signal, signal_times
 from caldera.core.victims import (
     Enough,
     Plan,
@@ -60,10 +63,11 @@ effective weight and victim units at the cycle's time, and the pools built while
 had decided nothing): another cycle on the same snapshot may start from them (core/quiet.py,
 5)."""
 
-PoolKey = tuple[str, str, int]
-"""(own, borrowers or combined; the preemptor's queue; its priority)."""
+PoolKey = tuple[str, str, int, int]
+"""(own, borrowers or combined; the preemptor's queue; its priority; how many of the
+borrowers at the W_eff ceiling it waits for — `VictimPools.waits_for`)."""
 
-SharedKey = PoolKey | tuple[str, str, str, int]
+SharedKey = PoolKey | tuple[str, str, str, int, int]
 """A pool, or ("chosen", own or borrowers, queue, priority): the candidates picked for it."""
 
 Candidates = tuple[list[JobView], list[JobView]]
@@ -148,7 +152,8 @@ class VictimPools:
       priority (preempt; equal priorities never preempt each other);
     - `borrowers(P)`: running jobs of other queues that are reclaimable and above their
       deserved share, whatever their priority (reclaim) — but a job whose effective weight
-      escalated to the ceiling stays out of a non-critical preemptor's reach (DESIGN §4.2);
+      escalated to the ceiling stays out of a non-critical preemptor's reach while it is
+      expected to end before P's start SLO runs out (DESIGN §4.1, `waits_for`);
     - `combined(P)`: both, borrowers first.
     Never: jobs signalled this cycle or promised to another plan, jobs evicted within the
     cooldown (unless P is critical); `VictimIndex` skips jobs evicted meanwhile on reading.
@@ -168,6 +173,8 @@ class VictimPools:
         # candidacy or a queue's usage), so every phase of the cycle — and the phases after a
         # quiet check on the same snapshot — may take them while they too decided nothing.
         self._undecided: dict[SharedKey, object] = cycle.memo(SNAPSHOT_MEMOS[2], dict)
+        # The borrowers escalated to the ceiling, by expected end (`_ceiling`).
+        self._escalated: list[tuple[float, str]] | None = None
 
     def _shared(self, key: SharedKey) -> object | None:
         """What an undecided phase of this cycle made under `key`, while still undecided."""
@@ -213,7 +220,7 @@ class VictimPools:
             units = [*own.units, *borrowers.units]
             return VictimIndex(units, lambda u: int(u.queue == queue))
 
-        return self._pool(("combined", queue, job.spec.priority), build)
+        return self._pool(self._key("combined", job), build)
 
     def own_never_fits(self, job: JobView) -> bool:
         """Would every search among `own(job)` fail, even taking all of it? `victims.never_fits`
@@ -271,14 +278,14 @@ class VictimPools:
 
     def _built(self, kind: str, job: JobView) -> VictimIndex | None:
         """`kind`'s pool for `job` if this phase or an undecided one has built it."""
-        key = (kind, job.spec.queue, job.spec.priority)
+        key = self._key(kind, job)
         index = self._indexes.get(key)
         return index if index is not None else self._shared_index(key)
 
     def _chosen_for(self, kind: str, job: JobView) -> Candidates:
         """The candidates of `kind`'s pool for `job`, chosen now if not before (kept for the
         index), with those passed over."""
-        key = (kind, job.spec.queue, job.spec.priority)
+        key = self._key(kind, job)
         chosen = self._chosen.get(key)
         if chosen is None:
             chosen = self._chosen[key] = self._candidates(kind, job)
@@ -286,7 +293,7 @@ class VictimPools:
 
     def _candidates(self, kind: str, job: JobView) -> Candidates:
         """`_own_jobs` or `_borrowed_jobs`, or what an undecided phase of this cycle chose."""
-        key = ("chosen", kind, job.spec.queue, job.spec.priority)
+        key = ("chosen", *self._key(kind, job))
         shared = self._shared(key)
         if isinstance(shared, tuple):
             return shared
@@ -295,7 +302,7 @@ class VictimPools:
         return chosen
 
     def _index(self, kind: str, job: JobView) -> VictimIndex:
-        key = (kind, job.spec.queue, job.spec.priority)
+        key = self._key(kind, job)
 
         def build() -> VictimIndex:
             chosen = self._chosen.pop(key, None)
@@ -303,6 +310,51 @@ class VictimPools:
             return VictimIndex([unit for victim in jobs for unit in self._units(victim)])
 
         return self._pool(key, build)
+
+    def _key(self, kind: str, job: JobView) -> PoolKey:
+        spec = job.spec
+        return (kind, spec.queue, spec.priority, 0 if kind == "own" else self.waits_for(job))
+
+    def _ceiling(self) -> list[tuple[float, str]]:
+        """The running jobs of reclaimable queues whose effective weight escalated to the
+        ceiling, by (expected end, id): made once per phase, the same for every preemptor,
+        so that how many of them a preemptor waits for names the ones it waits for."""
+        if self._escalated is None:
+            cycle = self.cycle
+            config, now, estimates = cycle.config, cycle.now, cycle.snapshot.estimates
+            ceiling = config.ceiling
+            found: list[tuple[float, str]] = []
+            for queue, by_priority in cycle.snapshot.job_index.victims.items():
+                usage = cycle.usage.get(queue)
+                if usage is None or not usage.queue.reclaimable:
+                    continue
+                for value, jobs in by_priority.items():
+                    if value >= ceiling:
+                        continue
+                    for victim in jobs.values():
+                        if ceiling <= self.weight(victim):
+                            found.append((expected_end(victim, estimates, now), victim.id))
+            found.sort()
+            self._escalated = found
+        return self._escalated
+
+    def waits_for(self, job: JobView) -> int:
+        """How many borrowers at the W_eff ceiling (the first of `_ceiling`) preemptor `job`
+        waits for rather than reclaims (DESIGN §4.1): those expected to end before its start
+        SLO runs out — none once it has run out, all if its type has no SLO. A critical
+        preemptor waits for none."""
+        spec = job.spec
+        if spec.priority >= CRITICAL_PRIORITY:
+            return 0
+        escalated = self._ceiling()
+        if not escalated:
+            return 0
+        deadline = slo_deadline(spec, self.cycle.config)
+        if deadline is None:
+            return len(escalated)
+        if deadline < self.cycle.now:
+            return 0
+        return bisect.bisect_right(escalated, (deadline, "\U0010ffff"))
 
     def _own_jobs(self, job: JobView) -> Candidates:
         """The candidate rules (not signalled or promised, not cooling down) and `weight`
@@ -344,6 +396,9 @@ class VictimPools:
         config, now, weights = cycle.config, cycle.now, self._weights
         ceiling, cooldown = config.ceiling, config.cooldown
         evicted, claimed = cycle.evicted, cycle.claimed
+        waited: set[str] = set()
+        if not critical:
+            waited = {victim for _, victim in self._ceiling()[: self.waits_for(job)]}
         found: list[JobView] = []
         for queue, by_priority in cycle.snapshot.job_index.victims.items():
             usage = cycle.usage.get(queue)
@@ -366,8 +421,8 @@ class VictimPools:
                         weight = weights.get(victim_id)
                         if weight is None:
                             weight = weights[victim_id] = effective_weight(victim, config, now)
-                        if ceiling <= weight:
-                            continue  # escalated to the ceiling: nearly done or long running
+                        if ceiling <= weight and victim_id in waited:
+                            continue  # escalated to the ceiling, and ends before P's SLO
                     found.append(victim)
         return found
 
@@ -598,9 +653,15 @@ def _reason(holder: JobView, victim: JobView) -> EvictReason:
 
 def _execute(cycle: CycleContext, job: JobView, plan: Plan) -> None:
     pending: list[PendingVictim] = []
+    timed = signal_times(job, plan, cycle.config, cycle.now)
     for victim, tasks in _by_victim(plan):
         gpu = victim.spec.gpu * (len(tasks) if tasks else len(victim.placement))
-        if gpu <= cycle.eviction_budget or cycle.evicted_gpu == 0:
+        at = timed.get(victim.id)
+        if at is not None and at > cycle.now:  # a timed eviction: signalled later
+            placements = tuple(victim.placement[i] for i in tasks)
+            pending.append(PendingVictim(victim.id, placements, at))
+            cycle.commit(victim, pending[-1])
+        elif gpu <= cycle.eviction_budget or cycle.evicted_gpu == 0:
             cycle.evict(Evict(victim.id, _reason(job, victim), job.id, tasks, gpu), victim)
         else:
             placements = tuple(victim.placement[i] for i in tasks)
@@ -617,7 +678,7 @@ def _execute(cycle: CycleContext, job: JobView, plan: Plan) -> None:
     if never_evicted(job.spec):
         count_non_evictable(cycle, plan.placement)
     if pending:
-        cycle.wakeups.append(cycle.now + 1)
+        cycle.wakeups.append(next_signal(pending, cycle.now))
 
 
 def _no_longer_a_victim(cycle: CycleContext, holder: JobView, pending: PendingVictim) -> bool:
@@ -727,6 +788,9 @@ def continue_nominations(cycle: CycleContext) -> None:
             victim = cycle.jobs.get(pending.job)
             if victim is None or victim.state is not JobState.RUNNING:
                 continue  # gone by itself: its room is free already
+            if pending.at is not None and pending.at > cycle.now:
+                still.append(pending)  # a timed eviction, not due yet
+                continue
             if pending.tasks:
                 wanted = set(pending.tasks)
                 tasks = tuple(i for i, t in enumerate(victim.placement) if t in wanted)
@@ -756,4 +820,4 @@ def continue_nominations(cycle: CycleContext) -> None:
             )
             cycle.nominations.append(Nominate(job.id, updated))
         if still:
-            cycle.wakeups.append(cycle.now + 1)
+            cycle.wakeups.append(next_signal(still, cycle.now))

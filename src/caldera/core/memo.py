@@ -72,10 +72,14 @@ SearchKey = tuple[str, GroupKey]
 
 @dataclass(frozen=True, slots=True)
 class FailedSearch:
-    """The group's first job found no plan; settled until `until` (simulated time)."""
+    """The group's first job found no plan; settled until `until` (simulated time).
+    `wake`: the wake-up its search asked for (reclaim: when its start SLO runs out, core/
+    reclaim.py), asked again on every hit so that a cycle with the memo asks what one
+    without it would."""
 
     head: str
     until: float
+    wake: float | None = None
 
 
 @dataclass(frozen=True)

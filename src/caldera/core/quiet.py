@@ -321,6 +321,8 @@ def _check_head(
         hits += 1
         if critical:
             wakeups.append(now + backoff)
+        if entry.wake is not None and entry.wake > now:
+            wakeups.append(entry.wake)  # as the search asked (context.known_failure)
     if hits:
         tally.misses.add(job.id)
     tally.hits += hits

@@ -15,15 +15,18 @@ May: evict under those rules, graceful, only what lets P actually be placed; a v
 may lose a job while it is above its deserved share before that eviction (so its last victim
 may take it below, as Volcano's proportion plugin does), never below its guarantee.
 May not: take from a queue marked `reclaimable: false`, reclaim for a debug job, or take a
-job whose effective weight escalated to the ceiling for a non-critical preemptor.
+job whose effective weight escalated to the ceiling for a non-critical preemptor while that
+job is expected to end before the preemptor's start SLO runs out (core/estimates.py).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
-from caldera.core.context import CycleContext
+from caldera.core.context import DEADLINE_WAKES, CycleContext
 from caldera.core.decisions import EvictReason
+from caldera.core.estimates import slo_deadline
 from caldera.core.eviction import (
     VictimPools,
     freed_by,
@@ -85,6 +88,26 @@ def borrowers_first(cycle: CycleContext, job: JobView, key: GroupKey | None = No
     return answer
 
 
+def _wake_when_slo_runs_out(cycle: CycleContext, job: JobView) -> None:
+    """A non-critical preemptor that may reclaim while others borrow looks again just after
+    its start SLO runs out: borrowers at the W_eff ceiling it waited for are fair game then
+    (DESIGN §4.1). Asked on what only the queues' usage decides (not on whether such a
+    borrower runs, which time changes), so that a failed search the memo settles asks the
+    same (`FailedSearch.wake`)."""
+    spec = job.spec
+    if spec.priority >= CRITICAL_PRIORITY or not _others_borrow(cycle, spec.queue):
+        return
+    if not may_reclaim(cycle, job):
+        return
+    deadline = slo_deadline(spec, cycle.config)
+    if deadline is None or deadline < cycle.now:
+        return
+    wake = math.nextafter(deadline, math.inf)
+    wakes: dict[str, float] = cycle.memo(DEADLINE_WAKES, dict)
+    wakes[job.id] = wake
+    cycle.wakeups.append(wake)
+
+
 def reclaim(cycle: CycleContext) -> None:
     deferred: set[str] = cycle.memo("borrowers_first", set)
 
@@ -94,6 +117,7 @@ def reclaim(cycle: CycleContext) -> None:
         gang = job.spec.gang_request
         over = over_capability(usage, gang)
         best = None
+        _wake_when_slo_runs_out(cycle, job)
         if may_reclaim(cycle, job) and not pools.empty("borrowers", job):
             best = search(cycle, job, pools.borrowers(job), pools.floor_veto(queue))
             if best is not None and best.cost.lost == 0 and not best.cost.late:

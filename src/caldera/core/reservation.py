@@ -27,6 +27,7 @@ from functools import partial
 from caldera.core.context import CycleContext, starving_from
 from caldera.core.packing import non_evictable, pinned_only
 from caldera.core.placement import place_job
+from caldera.core.planning import plan_start, plans
 from caldera.core.room import DomainLayout, Room, TaskPlacement
 from caldera.core.snapshot import JobView
 from caldera.model import GPU_MILLI, PRIORITY_CLASSES, JobSpec, JobType, TopologyMode
@@ -73,7 +74,12 @@ def reserve_for_starving(cycle: CycleContext) -> set[str]:
             continue
         domain = _domain(cycle, spec)
         if domain is not None:
+            # Its planned start, where someone reads it: its waiting reason, backfill.
+            wanted = cycle.snapshot.explain or cycle.config.planned_backfill
+            planned = plan_start(cycle, job, domain) if wanted else None
             cycle.reserve(job.id, _free_whole(cycle, spec, domain))
+            if planned is not None:
+                plans(cycle)[job.id] = planned
     return started
 
 

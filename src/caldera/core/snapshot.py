@@ -46,6 +46,9 @@ class Snapshot:
     # pass over the pending groups each cycle; a runtime nobody looks at (the simulator)
     # turns it off — it changes no decision.
     explain: bool = True
+    # Per (queue, type): the learned duration of a job that gave no `expected_duration`
+    # (core/estimates.py), kept by the runtime from the jobs that finished.
+    estimates: Mapping[tuple[str, str], float] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.now):

@@ -12,10 +12,13 @@ __all__ = ["JobView", "Nomination", "PendingVictim", "Throttle"]
 
 @dataclass(frozen=True, slots=True)
 class PendingVictim:
-    """A victim of a plan not signalled yet: the whole job (`tasks` empty) or those tasks."""
+    """A victim of a plan not signalled yet: the whole job (`tasks` empty) or those tasks.
+    `at`: a timed eviction — signal it no earlier than then, just after its next periodic
+    checkpoint (core/timing.py); None: as soon as the eviction budget allows."""
 
     job: str
     tasks: tuple[TaskPlacement, ...] = ()
+    at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

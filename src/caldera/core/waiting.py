@@ -18,6 +18,10 @@ reserved room. Checked in this order:
   7. no-room      not enough free GPUs (a debug job never preempts; other jobs were not
                   searched for because the cycle's eviction budget was spent).
 
+A starving large job with a planned start (core/planning.py) gets its own entry too: its
+group's reason, the plan first — "planned on leaf-3 at 14:20 (in 35 min); needs 64 GPUs; 3
+free" — so every runtime shows it where it shows a waiting reason.
+
 Held jobs get no entry: their hold reason (throttle, window) says why they wait.
 The cost is per pending group and per preemptor, never per pending job.
 """
@@ -30,6 +34,7 @@ from dataclasses import dataclass, field
 from caldera.core.context import CycleContext
 from caldera.core.decisions import Waiting, WaitReason
 from caldera.core.jobindex import GroupKey, group_key
+from caldera.core.planning import plans
 from caldera.core.snapshot import JobView, Nomination
 from caldera.model import CRITICAL_PRIORITY, GPU_MILLI, JobSpec, QueueState, TopologyMode
 
@@ -67,6 +72,7 @@ def waiting_reasons(cycle: CycleContext) -> tuple[Waiting, ...]:
     eligible = {key for key, _ in cycle.eligible_groups}
     first_waiting = {key: first for (key, _), first in cycle.waiting}
     unplaced = {job.id for job in cycle.unplaced}
+    planned_starts = plans(cycle)
     found: list[Waiting] = []
     for key, jobs in cycle.snapshot.job_index.pending.items():
         position = first_waiting.get(key, 0)
@@ -78,6 +84,10 @@ def waiting_reasons(cycle: CycleContext) -> tuple[Waiting, ...]:
             reason = _group_reason(cycle, key, job, key in eligible, key in first_waiting, unplaced)
             if reason is not None:
                 found.append(Waiting(key, *reason))
+                planned = planned_starts.get(job.id)
+                if planned is not None:  # its own entry: the plan leads, the reason follows
+                    described = planned.describe(cycle.now, cycle.config.week_offset)
+                    found.append(Waiting(key, reason[0], f"{described}; {reason[1]}", job.id))
             break
     for job_id, nomination in sorted(nominations.items()):
         preemptor = cycle.jobs.get(job_id)

@@ -53,6 +53,7 @@ from caldera.core import (
     ThrottleOn,
 )
 from caldera.core.decisions import release_timing
+from caldera.core.estimates import DurationEstimates
 from caldera.model import CRITICAL_PRIORITY, JobState, Node, Queue, check_transition
 from caldera.model.lifecycle import TERMINAL
 from caldera.runtime.job import TaskT, TrackedJob, refresh_index
@@ -193,6 +194,9 @@ class Kernel(Generic[JobT, TaskT]):
     memo: SearchMemo | None = None
     # Ask each cycle why pending jobs wait (`Decisions.waiting`); off where nobody reads it.
     explain: bool = True
+    # How long finished jobs of each queue and type ran: the expected end of a job that gave
+    # no expected_duration (core/estimates.py).
+    estimates: DurationEstimates = field(default_factory=DurationEstimates)
 
     def snapshot(
         self, now: float, nodes: tuple[Node, ...], queues: Mapping[str, Queue], room: Room
@@ -212,6 +216,7 @@ class Kernel(Generic[JobT, TaskT]):
             index=self.index,
             memo=self.memo if self.memoize else None,
             explain=self.explain,
+            estimates=self.estimates.view(),
         )
 
     # -- decisions -------------------------------------------------------------------------
@@ -486,6 +491,7 @@ class Kernel(Generic[JobT, TaskT]):
             self.effects.record(EventKind.CANCEL, job, now, reason="user")
         elif what is Outcome.SUCCEED:
             job.exit_code = 0
+            self.estimates.observe(job.spec, job.work_base)
             self.set_state(job, JobState.SUCCEEDED)
             self.effects.record(EventKind.FINISH, job, now, exit_code=0)
         elif what is Outcome.RETRY:

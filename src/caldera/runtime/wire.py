@@ -126,7 +126,7 @@ def nomination_to_wire(nomination: Nomination | None, keys: NodeKeys) -> dict[st
         "placement": [placement_to_wire(t, keys) for t in nomination.placement],
         "victims": list(nomination.victims),
         "pending": [
-            {"job": v.job, "tasks": [placement_to_wire(t, keys) for t in v.tasks]}
+            {"job": v.job, "tasks": [placement_to_wire(t, keys) for t in v.tasks], "at": v.at}
             for v in nomination.pending
         ],
         "since": nomination.since,
@@ -144,7 +144,14 @@ def nomination_from_wire(data: Mapping[str, Any] | None, keys: NodeKeys) -> Nomi
         tasks = [placement_from_wire(t, keys) for t in victim["tasks"]]
         if any(t is None for t in tasks):
             return None
-        pending.append(PendingVictim(str(victim["job"]), tuple(t for t in tasks if t)))
+        at = victim.get("at")  # a timed eviction (core/timing.py); absent in older records
+        pending.append(
+            PendingVictim(
+                str(victim["job"]),
+                tuple(t for t in tasks if t),
+                None if at is None else float(at),
+            )
+        )
     if any(t is None for t in placement):
         return None
     return Nomination(

@@ -1,0 +1,102 @@
+"""When a running job is expected to end (DESIGN §4.1, §4.4): its `expected_duration`, else
+an estimate learned from finished jobs of the same queue and type.
+
+The rules that wait for a job to finish — a reclaim borrower at the W_eff ceiling is waited
+for only while it is expected to end before the preemptor's start SLO runs out — need a
+number even for jobs that never said how long they run. A runtime learns one per (queue,
+type) from the useful work of the jobs that finished there (`DurationEstimates`, the p90 of
+the last `WINDOW` of them, once `MIN_SAMPLES` finished) and hands the estimates in with the
+snapshot; the core only reads them. A job that has already run past its estimate is
+expected to end any moment (its end is `now`), never "unknown": the estimate is corrected by
+the job's own progress, and a preemptor's deadline still bounds how long anybody waits.
+
+Estimates change only when a job finishes — which the search memo counts already (a running
+job leaving, core/memo.py 2) — so no decision depends on them changing in between.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from caldera.core.config import PolicyConfig
+from caldera.core.views import JobView
+from caldera.model import JobSpec
+
+__all__ = [
+    "MIN_SAMPLES",
+    "QUANTILE",
+    "WINDOW",
+    "DurationEstimates",
+    "EstimateKey",
+    "expected_end",
+    "slo_deadline",
+]
+
+EstimateKey = tuple[str, str]
+"""(queue, job type value)."""
+
+QUANTILE = 0.9
+"""Which quantile of finished jobs' durations a job without `expected_duration` is expected
+to need: p90 — a generous guess, so that waiting for a job is rarely a mistake."""
+
+WINDOW = 200
+"""How many of the last finished jobs of a (queue, type) the estimate is taken over: recent
+enough to follow a queue whose work changes, large enough for a stable p90."""
+
+MIN_SAMPLES = 5
+"""Fewer finished jobs than this give no estimate (the job's end is unknown)."""
+
+
+class DurationEstimates:
+    """Learns, per (queue, type), the p90 of finished jobs' useful work (seconds).
+
+    Kept by a runtime across cycles (the kernel observes each job that succeeds); `view()`
+    is what a snapshot carries. Deterministic: the same finishes in the same order give the
+    same estimates."""
+
+    def __init__(self) -> None:
+        self._recent: dict[EstimateKey, deque[float]] = {}
+        self._sorted: dict[EstimateKey, list[float]] = {}
+        self._view: Mapping[EstimateKey, float] = MappingProxyType({})
+
+    def observe(self, spec: JobSpec, work: float) -> None:
+        """A job of `spec` finished after `work` seconds of useful work."""
+        if not work > 0:
+            return
+        key = (spec.queue, spec.type.value)
+        recent = self._recent.setdefault(key, deque())
+        ordered = self._sorted.setdefault(key, [])
+        if len(recent) == WINDOW:
+            del ordered[bisect.bisect_left(ordered, recent.popleft())]
+        recent.append(work)
+        bisect.insort(ordered, work)
+        estimates = dict(self._view)
+        if len(ordered) >= MIN_SAMPLES:
+            estimates[key] = ordered[min(int(QUANTILE * len(ordered)), len(ordered) - 1)]
+        self._view = MappingProxyType(estimates)
+
+    def view(self) -> Mapping[EstimateKey, float]:
+        """The current estimates, immutable (a new mapping after each change)."""
+        return self._view
+
+
+def expected_end(job: JobView, estimates: Mapping[EstimateKey, float], now: float) -> float:
+    """When `job` is expected to end (inf: nobody can tell). From its `expected_duration`,
+    else its queue's and type's learned estimate, less the work it has done; a job past that
+    is expected to end now."""
+    spec = job.spec
+    total = spec.expected_duration
+    if total is None or total <= 0:
+        total = estimates.get((spec.queue, spec.type.value))
+        if total is None:
+            return float("inf")
+    return now + max(total - job.work_done(now), 0.0)
+
+
+def slo_deadline(spec: JobSpec, config: PolicyConfig) -> float | None:
+    """When a job's start SLO runs out (None: its type has none)."""
+    slo = config.slo.get(spec.type.value)
+    return None if slo is None else spec.submit + slo
