@@ -598,3 +598,65 @@ def test_a_start_that_never_binds_is_placed_elsewhere_not_pinned_again() -> None
         world.step(5)
     assert world.state("job") == "Running"
     assert world.pinned("job")[-1] != first
+
+
+# -- what a template may ask for -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pod_spec", "want"),
+    [
+        ({"securityContext": {"runAsUser": 0}}, "runAsUser: 0"),
+        ({"containers": [{"name": "c", "securityContext": {"runAsUser": 0}}]}, "runAsUser: 0"),
+        (
+            {"containers": [{"name": "c", "securityContext": {"procMount": "Unmasked"}}]},
+            "procMount",
+        ),
+        ({"securityContext": {"seccompProfile": {"type": "Unconfined"}}}, "unconfined"),
+        ({"runtimeClassName": "kata"}, "runtimeClassName"),
+        ({"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}}, "sysctl"),
+    ],
+    ids=["root", "root-container", "procmount", "seccomp", "runtime-class", "sysctl"],
+)
+def test_pod_security_baseline_is_the_controllers_check_too(
+    pod_spec: dict[str, Any], want: str
+) -> None:
+    pod_spec = {"containers": [container()], **pod_spec}
+    with pytest.raises(RecordError, match=want):
+        read(
+            manifest(pod_spec["containers"])
+            | {"spec": {"tasks": [{"replicas": 1, "template": {"spec": pod_spec}}]}}
+        )
+
+
+def test_the_policy_asks_the_authorizer_about_every_secret_configmap_and_claim() -> None:
+    from caldera.k8s.admission import admission_policy
+
+    policy, _ = admission_policy(SETTINGS)
+    rules = " ".join(v["expression"] for v in policy["spec"]["validations"])
+    for resource in ("secrets", "configmaps", "persistentvolumeclaims"):
+        assert f"resource('{resource}')" in rules
+    for path in ("secretKeyRef", "configMapKeyRef", "envFrom", "projected", "runAsUser"):
+        assert path in rules
+    safe = read(
+        manifest([container()])
+        | {
+            "spec": {
+                "tasks": [
+                    {
+                        "replicas": 1,
+                        "template": {
+                            "spec": {
+                                "containers": [container()],
+                                "securityContext": {
+                                    "runAsUser": 1000,
+                                    "sysctls": [{"name": "net.ipv4.tcp_syncookies", "value": "1"}],
+                                },
+                            }
+                        },
+                    }
+                ]
+            }
+        }
+    )
+    assert safe.spec.tasks == 1

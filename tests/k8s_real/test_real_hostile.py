@@ -252,3 +252,67 @@ def test_a_waiting_job_says_why_and_a_started_one_is_not_running_before_its_pods
     assert status["state"] == "Pending" and status["reason"].startswith("waiting: "), status
     found = clean.condition("team-a", "late", "Waiting")
     assert found is not None and found[0] == "True", found
+
+
+def _pod_spec_with(**extra: Any) -> dict[str, Any]:
+    return {"containers": [_gpu_container("main", 8)], **extra}
+
+
+def test_a_template_reaches_only_what_its_submitter_may_get(clean: Cluster) -> None:
+    """bob may not `get secrets`, yet the controller created pods mounting the namespace's
+    `deployer-token` for him (and `pods/log` is his). The admission policy asks the API
+    server's authorizer with bob's own rights: a Secret volume, a Secret in env, a
+    ConfigMap he may not read are refused at the door, with why."""
+    secret_volume = _with_template(
+        "secretvol",
+        _pod_spec_with(volumes=[{"name": "t", "secret": {"secretName": "deployer-token"}}]),
+    )
+    secret_env = _with_template("secretenv", _pod_spec_with())
+    secret_env["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "T", "valueFrom": {"secretKeyRef": {"name": "deployer-token", "key": "token"}}}
+    ]
+    config_from = _with_template("configfrom", _pod_spec_with())
+    config_from["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["envFrom"] = [
+        {"configMapRef": {"name": "settings"}}
+    ]
+    for job in (secret_volume, secret_env, config_from):
+        done = clean.apply("bob", "team-a", job)
+        assert done.returncode != 0, f"{job['metadata']['name']} was accepted"
+        assert "its submitter may get" in done.stderr, done.stderr
+    # What a user may get stays theirs to use: the controller's own service account token
+    # aside, an emptyDir and a plain env are fine.
+    plain = _with_template("plain", _pod_spec_with(volumes=[{"name": "s", "emptyDir": {}}]))
+    assert clean.apply("bob", "team-a", plain).returncode == 0
+    clean.wait("team-a", "plain", "Running")
+
+
+def test_pod_security_baseline_is_refused_by_the_policy_and_the_controller(
+    clean: Cluster,
+) -> None:
+    """`runAsUser: 0`, `procMount: Unmasked`, a `runtimeClassName` and an unsafe sysctl
+    passed both lines. The policy refuses them at apply; without the policy, the
+    controller Rejects them with the same reason."""
+    from caldera_support import without_admission_policy
+
+    cases = {
+        "root": _pod_spec_with(securityContext={"runAsUser": 0}),
+        "procmount": {
+            "containers": [
+                {**_gpu_container("main", 8), "securityContext": {"procMount": "Unmasked"}}
+            ]
+        },
+        "runtime": _pod_spec_with(runtimeClassName="kata"),
+        "sysctl": _pod_spec_with(
+            securityContext={"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}
+        ),
+    }
+    for name, pod_spec in cases.items():
+        done = clean.apply("bob", "team-a", _with_template(name, pod_spec))
+        assert done.returncode != 0 and "pod template may not" in done.stderr, (name, done)
+    with without_admission_policy(clean):
+        for name, pod_spec in cases.items():
+            assert clean.apply("bob", "team-a", _with_template(name, pod_spec)).returncode == 0
+        for name in cases:
+            wait_for(f"{name} Rejected", lambda n=name: clean.state("team-a", n) == "Rejected")
+            assert "pod template may not" in clean.status("team-a", name)["reason"]
+    _alive(clean)

@@ -20,7 +20,11 @@ this module renders:
     RBAC, groups included); `protected: true` likewise with the verb `protect`;
   * the pod templates ask for nothing the submitter could not do alone: no host network,
     PID or IPC, no hostPath volume, no privileged container or added capability, no host
-    port, and a service account only from the namespace's list.
+    port, a service account only from the namespace's list; no root user, procMount,
+    unconfined seccomp or AppArmor, runtimeClassName or unsafe sysctl (Pod Security's
+    baseline, issue 34); and only Secrets, ConfigMaps and PersistentVolumeClaims the
+    *submitter* may `get` (CEL `authorizer`, their own RBAC: the pods are created with the
+    controller's rights, and `pods/log` would show what they read).
   The controller checks the same template rules and bindings again before it creates a pod
   (`caldera.k8s.trainingjob`), for a cluster where the policy is missing.
 """
@@ -34,6 +38,7 @@ from typing import Any
 
 from caldera.k8s import names
 from caldera.k8s.settings import KubeSettings
+from caldera.k8s.trainingjob import SAFE_SYSCTLS
 
 __all__ = [
     "CONTROLLER_READ_RULES",
@@ -205,7 +210,62 @@ def _pod_rules() -> list[tuple[str, str]]:
             f"!{containers}.exists(c, c.?ports.orValue([]).exists(p, has(p.hostPort)))",
             "a pod template may not bind a host port",
         ),
+        (
+            f"{_SPEC}.?securityContext.?runAsUser.orValue(1) != 0 && "
+            f"!{containers}.exists(c, c.?securityContext.?runAsUser.orValue(1) == 0)",
+            "a pod template may not run as root (runAsUser: 0)",
+        ),
+        (
+            f"!{containers}.exists(c, c.?securityContext.?procMount.orValue('Default') "
+            "!= 'Default')",
+            "a pod template may not set procMount (Pod Security: baseline)",
+        ),
+        (
+            f"!([{_SPEC}.?securityContext.orValue({{}})] + "
+            f"{containers}.map(c, c.?securityContext.orValue({{}}))).exists(x, "
+            "x.?seccompProfile.?type.orValue('') == 'Unconfined' || "
+            "x.?appArmorProfile.?type.orValue('') == 'Unconfined')",
+            "a pod template may not run unconfined (seccomp or AppArmor: Pod Security: baseline)",
+        ),
+        (
+            f"!has({_SPEC}.runtimeClassName)",
+            "a pod template may not choose a runtimeClassName (the operator's to set)",
+        ),
+        (
+            f"{_SPEC}.?securityContext.?sysctls.orValue([]).all(x, "
+            f"x.?name.orValue('') in {_cel(sorted(SAFE_SYSCTLS))})",
+            "a pod template may not set an unsafe sysctl (Pod Security: baseline)",
+        ),
+        (
+            f"{_SPEC}.?volumes.orValue([]).all(v, "
+            f"(!has(v.secret) || {_may_get('secrets', 'v.secret.?secretName')}) && "
+            f"(!has(v.configMap) || {_may_get('configmaps', 'v.configMap.?name')}) && "
+            "(!has(v.persistentVolumeClaim) || "
+            f"{_may_get('persistentvolumeclaims', 'v.persistentVolumeClaim.?claimName')}) && "
+            "v.?projected.?sources.orValue([]).all(p, "
+            f"(!has(p.secret) || {_may_get('secrets', 'p.secret.?name')}) && "
+            f"(!has(p.configMap) || {_may_get('configmaps', 'p.configMap.?name')}))) && "
+            f"{containers}.all(c, c.?env.orValue([]).all(e, "
+            f"(!has(e.valueFrom) || !has(e.valueFrom.secretKeyRef) || "
+            f"{_may_get('secrets', 'e.valueFrom.secretKeyRef.?name')}) && "
+            f"(!has(e.valueFrom) || !has(e.valueFrom.configMapKeyRef) || "
+            f"{_may_get('configmaps', 'e.valueFrom.configMapKeyRef.?name')})) && "
+            "c.?envFrom.orValue([]).all(f, "
+            f"(!has(f.secretRef) || {_may_get('secrets', 'f.secretRef.?name')}) && "
+            f"(!has(f.configMapRef) || {_may_get('configmaps', 'f.configMapRef.?name')})))",
+            "a pod template may use only the Secrets, ConfigMaps and PersistentVolumeClaims "
+            "its submitter may get (the pods run with the controller's rights, not theirs)",
+        ),
     ]
+
+
+def _may_get(resource: str, name: str) -> str:
+    """CEL: the requesting user may `get` the named object of the namespace (`name` an
+    optional string: a reference without a name asks about the whole resource)."""
+    return (
+        f"authorizer.group('').resource('{resource}').namespace(request.namespace)"
+        f".name(string({name}.orValue(''))).check('get').allowed()"
+    )
 
 
 def admission_policy(settings: KubeSettings) -> list[dict[str, Any]]:

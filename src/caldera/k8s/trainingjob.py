@@ -11,7 +11,8 @@ is no less safe, and says in one line why a job cannot run:
   server's check: `caldera.k8s.admission`);
 - the pod templates ask for nothing their submitter could not do alone (`template_problem`:
   host namespaces, hostPath, privileged containers, added capabilities, host ports, a
-  service account the binding does not list) — issue 9, defect 8;
+  service account the binding does not list — issue 9, defect 8; root, procMount,
+  unconfined seccomp or AppArmor, a runtimeClassName, unsafe sysctls — issue 34);
 - the tasks are one gang of equal members (caldera's gangs are homogeneous: every replica
   of every task asks for the same GPUs, CPU and memory).
 
@@ -46,7 +47,7 @@ from caldera.model import (
     time_share,
 )
 
-__all__ = ["Accepted", "read_training_job", "template_problem"]
+__all__ = ["SAFE_SYSCTLS", "Accepted", "read_training_job", "template_problem"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,27 @@ class Accepted:
 
     spec: JobSpec
     workload: Workload
+
+
+# The sysctls Pod Security's baseline profile allows (Kubernetes 1.33).
+SAFE_SYSCTLS = frozenset(
+    {
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes",
+    }
+)
+
+
+def _kind(profile: Any) -> Any:
+    return profile.get("type") if isinstance(profile, Mapping) else None
 
 
 def _containers(pod_spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -88,6 +110,32 @@ def template_problem(template: Mapping[str, Any], binding: NamespaceBinding) -> 
             )
         if any(isinstance(p, Mapping) and "hostPort" in p for p in container.get("ports") or []):
             return "a pod template may not bind a host port"
+        if security.get("procMount") not in (None, "Default"):
+            return "a pod template may not set procMount (Pod Security: baseline)"
+    pod_security = pod_spec.get("securityContext") or {}
+    contexts = [
+        c
+        for c in (pod_security, *(c.get("securityContext") for c in _containers(pod_spec)))
+        if isinstance(c, Mapping)
+    ]
+    if any(c.get("runAsUser") == 0 for c in contexts):
+        return "a pod template may not run as root (runAsUser: 0)"
+    if any(
+        _kind(c.get("seccompProfile")) == "Unconfined"
+        or _kind(c.get("appArmorProfile")) == "Unconfined"
+        for c in contexts
+    ):
+        return "a pod template may not run unconfined (seccomp or AppArmor: Pod Security: baseline)"
+    if pod_spec.get("runtimeClassName"):
+        return "a pod template may not choose a runtimeClassName (the operator's to set)"
+    sysctls = pod_security.get("sysctls") if isinstance(pod_security, Mapping) else None
+    unsafe = [
+        str(s.get("name"))
+        for s in sysctls or []
+        if isinstance(s, Mapping) and s.get("name") not in SAFE_SYSCTLS
+    ]
+    if unsafe:
+        return f"a pod template may not set the unsafe sysctl {unsafe[0][:64]!r}"
     account = pod_spec.get("serviceAccountName") or pod_spec.get("serviceAccount")
     if account and account not in binding.service_accounts:
         allowed = ", ".join(binding.service_accounts)
