@@ -26,6 +26,7 @@ from typing import Any
 
 from caldera.k8s import FakeCluster, KubeRuntime, KubeSettings, NamespaceBinding, names
 from caldera.k8s.config import parse_kube_config
+from caldera.k8s.status import submit_time
 
 __all__ = ["NAMESPACE", "SETTINGS", "Serialized", "World", "training_job"]
 
@@ -215,7 +216,7 @@ class World:
         return [reason for reason, _ in self.cluster.events_of(namespace, name)]
 
     def submitted_at(self, name: str, namespace: str = NAMESPACE) -> float:
-        return float(self.status(name, namespace)["controller"]["submit"])
+        return float(submit_time(self.status(name, namespace)) or 0.0)
 
     def nomination(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any] | None:
         controller = self.status(name, namespace).get("controller") or {}

@@ -660,3 +660,24 @@ def test_the_policy_asks_the_authorizer_about_every_secret_configmap_and_claim()
         }
     )
     assert safe.spec.tasks == 1
+
+
+def test_describe_shows_readable_times_and_a_restart_reads_them_back() -> None:
+    """`kubectl describe` printed `preempt_failed_at: 1.796e+09`: every unix time in
+    `status.controller` is written as RFC 3339 (to the microsecond) and read back exactly."""
+    import re
+
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("job", gpus=8)
+    world.step(0.123456)
+    world.step(1)
+    status = world.status("job")
+    text = json.dumps(status)
+    assert not re.search(r"\d\.\d+e\+0\d", text), text
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", status["controller"]["submit"])
+    first = world.rt.jobs["team/job"]
+    before = (first.spec.submit, first.first_start, first.running_since)
+    world.restart()
+    world.step(1)
+    again = world.rt.jobs["team/job"]
+    assert (again.spec.submit, again.first_start, again.running_since) == pytest.approx(before)

@@ -18,6 +18,7 @@ turns True once `min_available` pods run), preempted by whom, requeued, resumed,
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from caldera.k8s.api import to_rfc3339
@@ -77,12 +78,47 @@ def _time(t: float | None) -> str | None:
     return to_rfc3339(t) if t is not None else None
 
 
+# Unix times among what `status.controller` carries: written as RFC 3339 with microseconds,
+# so `kubectl describe` shows "2026-12-04T10:25:47.123456Z", not "1.796e+09" (issue 34),
+# and read back as the same float to the microsecond.
+_TIMES = (
+    "first_start",
+    "start_time",
+    "end_time",
+    "running_since",
+    "last_evicted_at",
+    "signalled_at",
+    "hold_since",
+    "preempt_failed_at",
+    "checkpoint_seen",
+    "submit",
+)
+
+
+def _stamp(t: Any) -> Any:
+    if not isinstance(t, int | float) or isinstance(t, bool):
+        return t
+    moment = datetime.fromtimestamp(t, UTC).isoformat(timespec="microseconds")
+    return moment.replace("+00:00", "Z")
+
+
+def _unstamp(value: Any) -> Any:
+    """A time `_stamp` wrote (or a number an older controller wrote) as unix seconds."""
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return value
+
+
 def status_body(job: KubeJob, keys: NodeKeys) -> dict[str, Any]:
     """The whole status, as a JSON merge patch of `/status` (None removes a field)."""
     leaving = [t.rank for t in job.tasks if t.leaving] if job.state is JobState.RUNNING else []
+    wired = status_to_wire(job)
     controller = {
-        **status_to_wire(job),
-        "submit": job.spec.submit,
+        **{k: _stamp(v) if k in _TIMES else v for k, v in wired.items()},
+        "submit": _stamp(job.spec.submit),
         "queue": job.spec.queue,
         "nomination": nomination_to_wire(job.nomination, keys),
         "startedUnder": job.started_under,
@@ -156,13 +192,15 @@ def rejected_status(reason: str, now: float, obj: Mapping[str, Any]) -> dict[str
 
 def submit_time(status: Mapping[str, Any]) -> float | None:
     controller = status.get("controller") or {}
-    submit = controller.get("submit")
+    submit = _unstamp(controller.get("submit"))
     return float(submit) if submit is not None else None
 
 
 def restore(job: KubeJob, status: Mapping[str, Any], keys: NodeKeys) -> None:
     """Put back what the status carries into a job rebuilt from its TrainingJob."""
-    controller = status.get("controller") or {}
+    controller = {
+        k: _unstamp(v) if k in _TIMES else v for k, v in (status.get("controller") or {}).items()
+    }
     status_from_wire(job, controller)
     job.nomination = nomination_from_wire(controller.get("nomination"), keys)
     job.started_under = controller.get("startedUnder")
