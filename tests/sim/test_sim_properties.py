@@ -166,8 +166,8 @@ def scenarios(
         }
         if draw(st.booleans()):
             job["checkpoint_interval"] = draw(st.sampled_from([300, 1800]))
-        if draw(st.booleans()):
-            job["expected_duration"] = job["duration"]
+        if draw(st.booleans()):  # sometimes wrong: planned starts and waits trust it
+            job["expected_duration"] = job["duration"] * draw(st.sampled_from([1, 1, 0.5, 2]))
         if draw(st.integers(0, 9)) == 0:
             job["labels"] = {"protected": "true"}
         if draw(st.integers(0, 14)) == 0:
@@ -186,6 +186,10 @@ def scenarios(
         "grace_period": draw(st.sampled_from([30, 120])),
         "eviction_budget": draw(st.sampled_from([0.3, 1.0])),
         "throttle_timeout": 300,
+        # issue 37's rules: evictions timed to checkpoints (600 s is the default), backfill
+        # into a planned start's room
+        "checkpoint_wait": draw(st.sampled_from([600, 600, 0, 3600])),
+        "planned_backfill": draw(st.booleans()),
     }
     return {
         "cluster": {"nodes": groups},
