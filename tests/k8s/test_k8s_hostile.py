@@ -6,6 +6,7 @@ tests/k8s_real/test_real_hostile.py."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -681,3 +682,63 @@ def test_describe_shows_readable_times_and_a_restart_reads_them_back() -> None:
     world.step(1)
     again = world.rt.jobs["team/job"]
     assert (again.spec.submit, again.first_start, again.running_since) == pytest.approx(before)
+
+
+# -- a namespace that cannot be read -------------------------------------------------------
+
+
+class _Informed:
+    """The fake cluster as informers see it; one namespace's TrainingJobs cannot be listed
+    (as a 1,100-level template made the client's decoder fail on every list before)."""
+
+    def __init__(self, cluster: Any, broken: str) -> None:
+        self.cluster = cluster
+        self.broken = broken
+
+    def list_objects(
+        self, kind: str, namespace: str, label_selector: str = "", field_selector: str = ""
+    ) -> tuple[list[Any], str]:
+        from caldera.errors import ClusterError
+
+        if kind == "nodes":
+            return self.cluster.list_nodes(label_selector), "1"
+        if kind == "pods":
+            return self.cluster.list_pods(namespace, label_selector, field_selector), "1"
+        if namespace == self.broken:
+            raise ClusterError(f"list {kind} in {namespace}: cannot be decoded")
+        return self.cluster.list_jobs(namespace), "1"
+
+    def watch_objects(self, *args: Any) -> Any:
+        return iter(())
+
+
+def test_pods_of_a_namespace_whose_jobs_cannot_be_read_are_not_orphans() -> None:
+    """Issue 34: after a restart a namespace whose TrainingJobs could not be listed had a
+    running pod deleted as an orphan while its status still said Running."""
+    from caldera.k8s import KubeRuntime
+    from caldera.k8s.cache import InformerCache
+
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("steady", namespace="other", gpus=8)
+    world.step()
+    world.step(1)
+    assert world.state("steady", "other") == "Running"
+    cache = InformerCache(_Informed(world.cluster, "other"), world.settings)
+    from caldera.errors import ClusterError
+
+    for informer in cache.informers.values():
+        with contextlib.suppress(ClusterError):
+            informer.watch_once()
+    runtime = KubeRuntime(
+        world.cluster,
+        world.config.queues,
+        world.config.policy,
+        world.settings,
+        clock=world.cluster.clock,
+        reads=cache,
+    )
+    runtime.step()
+    world.cluster.advance(30)
+    runtime.step()
+    assert world.deleted() == []
+    assert cache.ready("team") and not cache.ready("other")

@@ -339,6 +339,15 @@ class InformerCache:
     def lists(self) -> int:
         return sum(i.lists for i in self.informers.values())
 
+    def ready(self, namespace: str) -> bool:
+        """Whether the namespace's TrainingJobs and caldera's pods there have been listed:
+        until then a pod no job claims is no orphan (its job may just be unread; issue 34:
+        a namespace whose informer could not list had its running pods deleted)."""
+        return all(
+            self.informers[key].synced.is_set()
+            for key in (f"jobs/{namespace}", f"pods/{namespace}")
+        )
+
     def nodes(self) -> list[Object]:
         return self.informers["nodes"].items()
 

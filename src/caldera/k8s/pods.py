@@ -252,6 +252,10 @@ class PodWatcher:
         runtime = self.runtime
         phase = (pod.get("status") or {}).get("phase")
         job = (pod["metadata"].get("labels") or {}).get(names.JOB, "")
+        ready = getattr(runtime.reads, "ready", None)  # an informer cache says; a listing has
+        if ready is not None and not ready(key[0]):
+            runtime.hold_orphan(key, pod)  # its namespace's jobs are not read yet: touch nothing
+            return
         if phase in _ENDED:
             runtime.release_orphan(key)
             if (key[0], job) not in runtime.intake.unreadable and key not in self._collected:
