@@ -230,16 +230,14 @@ def test_a_pod_that_loses_its_managed_label_stays_its_jobs(clean: Cluster) -> No
 def test_a_waiting_job_says_why_and_a_started_one_is_not_running_before_its_pods(
     clean: Cluster,
 ) -> None:
-    """A job waiting for room had an empty reason and no Event; a job whose pods cannot
-    bind (a PVC that does not exist) showed STATE Running. Now: `status.reason` and a
+    """A job waiting for room had an empty reason and no Event; a job whose pods do not run
+    (a missing PVC, an image that never pulls) showed STATE Running. Now: `status.reason` and a
     Waiting Event say why it waits, and the State column (`status.phase`) reads Starting
     while the pods are Pending."""
     assert clean.apply("alice", "team-a", training_job("gang", replicas=3)).returncode == 0
     clean.wait("team-a", "gang", "Running")
-    stuck = training_job("stuck")
-    stuck["spec"]["tasks"][0]["template"]["spec"]["volumes"] = [
-        {"name": "data", "persistentVolumeClaim": {"claimName": "absent"}}
-    ]
+    # Bound, never running (KWOK holds it in ImagePullBackOff), as a pod waiting for a volume.
+    stuck = training_job("stuck", annotations={"caldera.io/kwok-image-pull": "fail"})
     assert clean.apply("bob", "team-a", stuck).returncode == 0
     wait_for("stuck Starting", lambda: clean.status("team-a", "stuck").get("phase") == "Starting")
     assert clean.status("team-a", "stuck")["state"] == "Running"  # the lifecycle's own
