@@ -742,3 +742,10 @@ def test_pods_of_a_namespace_whose_jobs_cannot_be_read_are_not_orphans() -> None
     runtime.step()
     assert world.deleted() == []
     assert cache.ready("team") and not cache.ready("other")
+
+
+def test_every_reason_the_core_gives_has_a_condition_reason() -> None:
+    from caldera.core import WaitReason
+    from caldera.k8s.waiting import _KINDS
+
+    assert set(_KINDS) == set(WaitReason)

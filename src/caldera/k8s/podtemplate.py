@@ -27,7 +27,7 @@ admitted (issue 34):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
@@ -342,9 +342,3 @@ def typed_problem(template: Mapping[str, Any], where: str = "template") -> str |
             return f"{where}.{path}: {message}"[:300]
         return f"{where}: " + " ".join(str(error).split())[:200]
     return None
-
-
-def containers_of(pod_spec: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
-    """Every container and init container of a pod spec, in order."""
-    found = [*(pod_spec.get("containers") or []), *(pod_spec.get("initContainers") or [])]
-    return [c for c in found if isinstance(c, Mapping)]
