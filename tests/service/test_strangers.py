@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from service_support import ALICE, Server
 from caldera.service.api.strangers import TOO_MANY, StrangerLimit
 from caldera.service.audit import FailureTally
 from caldera.service.store import Store, database_url_for
+from polling import wait_for
 
 
 def _row(t: float, client: str = "10.0.0.1", status: int = 401) -> dict[str, Any]:
@@ -106,16 +108,25 @@ def test_a_flood_of_bad_tokens_is_refused_and_leaves_a_bounded_audit_log(make_se
     server: Server = make_server()
     wal = Path(str(database_url_for(server.data_dir)).removeprefix("sqlite:///") + "-wal")
     api = httpx.Client(base_url=server.url, timeout=30)
+    _p99(api)  # warm: the first requests pay for imports and connections
     quiet_p99 = _p99(api)
     wal_before = wal.stat().st_size if wal.exists() else 0
     job = {"queue": "team-a", "command": ["true"], "gpus": 0}
+    statuses: list[int] = []
+
+    def flood() -> None:
+        with httpx.Client(base_url=server.url, timeout=30) as stranger:
+            for i in range(3000):
+                headers = {"Authorization": f"Bearer bad-{i}"}
+                statuses.append(stranger.post("/v1/jobs", json=job, headers=headers).status_code)
+
     began = time.perf_counter()
-    statuses = [
-        api.post("/v1/jobs", json=job, headers={"Authorization": f"Bearer bad-{i}"}).status_code
-        for i in range(3000)
-    ]
+    flooding = threading.Thread(target=flood)
+    flooding.start()
+    wait_for("the flood to pass its burst", lambda: len(statuses) > 100, timeout=60)
+    flood_p99 = _p99(api)  # alice, from the same address, during the flood
+    flooding.join()
     flood_s = time.perf_counter() - began
-    flood_p99 = _p99(api)
     wal_after = wal.stat().st_size if wal.exists() else 0
     refused = api.post("/v1/jobs", json=job, headers={"Authorization": "Bearer bad"})
     assert refused.status_code == 429 and refused.json()["detail"] == TOO_MANY
@@ -138,5 +149,5 @@ def test_a_flood_of_bad_tokens_is_refused_and_leaves_a_bounded_audit_log(make_se
         f"\nflood: 3000 bad-token POSTs in {flood_s:.1f} s: {statuses.count(401)} x 401, "
         f"{statuses.count(429)} x 429; audit rows {len(rows)}; WAL {wal_before / 1e6:.2f} -> "
         f"{wal_after / 1e6:.2f} MB; alice's GET /v1/jobs p99 {quiet_p99:.1f} ms before, "
-        f"{flood_p99:.1f} ms after"
+        f"{flood_p99:.1f} ms during it"
     )
