@@ -38,6 +38,28 @@ DCGM_NAMES = frozenset(
 # caldera's own GPU readings through NVML: declared on every /metrics, with samples only on
 # real (or fake-NVML) GPUs, never on `--gpus N` virtual ones.
 NVML_NAMES = frozenset({"caldera_gpu_temperature_celsius", "caldera_gpu_xid_errors_total"})
+# Series only one of caldera's runtimes exports. The Kubernetes controller's health (leader,
+# informers, API requests) has no meaning in the service; the service's host GPU readings
+# (NVML, drains) have none in the controller, where dcgm-exporter reports the GPUs.
+CONTROLLER_ONLY = frozenset(
+    {
+        "caldera_leader",
+        "caldera_informer_lag_seconds",
+        "caldera_api_requests_total",
+        "caldera_api_retries_total",
+        "caldera_controller_steps_total",
+    }
+)
+SERVICE_ONLY = frozenset(
+    {
+        "caldera_gpus",
+        "caldera_gpus_available",
+        "caldera_gpus_lost",
+        "caldera_gpu_drained",
+        "caldera_gpu_temperature_celsius",
+        "caldera_gpu_xid_errors_total",
+    }
+)
 # Prometheus' own series: `up` is written by the scrape, not by caldera.
 PROMETHEUS_NAMES = frozenset({"up"})
 

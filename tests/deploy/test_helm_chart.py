@@ -196,5 +196,8 @@ def test_the_chart_renders_what_caldera_renders_for_the_same_config(
         assert json.loads(dashboard["data"]["caldera.json"]) == board
         (monitor,) = kinds(objects, "ServiceMonitor")
         assert monitor["metadata"]["labels"]["release"] == "kps"
+        # The rules read job="caldera": the Service's name label becomes the job.
+        assert monitor["spec"]["jobLabel"] == "app.kubernetes.io/name"
+        assert service["metadata"]["labels"]["app.kubernetes.io/name"] == "caldera"
     else:
         assert rules == [] and kinds(objects, "ServiceMonitor") == []

@@ -36,7 +36,7 @@ def test_a_fresh_controller_exports_every_alerted_series_at_zero() -> None:
     for name in (
         "caldera_large_job_max_wait",
         "caldera_wasted_gpu_hours",
-        "caldera_critical_preempted_total",
+        "caldera_critical_preempted",
         "caldera_refused_evictions_total",
         "caldera_gang_hang_gpu_hours",
         "caldera_throttle_episodes_total",
@@ -77,7 +77,7 @@ def test_a_preemption_is_counted_by_type_and_reason_and_the_wait_shows() -> None
     assert seen["caldera_wait_count"][(("type", "large-job"),)] == 1
     # Two 8-GPU nodes held the whole time since the first cycle: utilisation near 1.
     assert 0.9 <= seen["caldera_gpu_utilization"][()] <= 1.0
-    assert seen["caldera_critical_preempted_total"] == {(): 0.0}
+    assert seen["caldera_critical_preempted"] == {(): 0.0}
     assert world.state("big", NAMESPACE) == "Running"
 
 

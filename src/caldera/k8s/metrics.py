@@ -84,7 +84,7 @@ class ControllerMetrics:
             ["victim_type", "preemptor_type", "reason"],
             registry=self.registry,
         )
-        self.critical_preempted = Counter(
+        self.critical_preempted = Gauge(  # a gauge, as the service exports it
             "caldera_critical_preempted",
             "Critical jobs evicted (must be 0).",
             registry=self.registry,
