@@ -16,7 +16,7 @@ import httpx
 import pytest
 from service_support import ALICE, Server
 
-from caldera.service.api.strangers import TOO_MANY, StrangerLimit
+from caldera.service.api.strangers import TOO_MANY, StrangerLimit, known_token
 from caldera.service.audit import FailureTally
 from caldera.service.store import Store, database_url_for
 from polling import wait_for
@@ -151,3 +151,11 @@ def test_a_flood_of_bad_tokens_is_refused_and_leaves_a_bounded_audit_log(make_se
         f"{wal_after / 1e6:.2f} MB; alice's GET /v1/jobs p99 {quiet_p99:.1f} ms before, "
         f"{flood_p99:.1f} ms during it"
     )
+
+
+def test_the_dashboards_cookie_is_a_known_token_too() -> None:
+    tokens = {"good-token": object()}
+    cookie = [(b"cookie", b"theme=dark; caldera_token=good-token")]
+    assert known_token({"headers": cookie}, tokens)
+    assert not known_token({"headers": [(b"cookie", b"caldera_token=guess")]}, tokens)
+    assert not known_token({"headers": [(b"authorization", b"Basic good-token")]}, tokens)

@@ -20,11 +20,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from caldera.service.limits import RateLimiter
+from caldera.service.ui.auth import COOKIE
 
-__all__ = ["TOO_MANY", "StrangerLimit"]
+__all__ = ["TOO_MANY", "StrangerLimit", "known_token"]
 
 TOO_MANY = "too many failed authentications from this address"
-_COOKIE = b"caldera_token="  # the dashboard's (caldera.service.ui.auth.COOKIE)
+_COOKIE = f"{COOKIE}=".encode()  # the dashboard's login
 
 
 def known_token(scope: Mapping[str, Any], tokens: Mapping[str, Any]) -> bool:
