@@ -402,7 +402,7 @@ def claim_unlabelled(
             names.ATTEMPT: parts[0],
             names.RANK: parts[1],
         }
-        log.warning("pod %s/%s lost caldera's labels; still job %s's", namespace, name, job)
+        log.debug("pod %s/%s lost caldera's labels; still job %s's", namespace, name, job)
         found.append({**pod, "metadata": {**metadata, "labels": labels}})
     if not found:
         return found, list(running)
