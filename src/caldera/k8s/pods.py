@@ -88,20 +88,39 @@ def _unscheduled_reason(pod: Mapping[str, Any]) -> str:
 
 # Seconds a node whose pods would not bind keeps its free room from new starts: the
 # scheduler disagreed with caldera's view of it (issue 34: a job was pinned there again
-# after every start timeout while other nodes sat empty).
+# after every start timeout while other nodes sat empty). Given back sooner when the node
+# changes (a taint or cordon lifted, its allocatable moved): the disagreement may be over.
 WITHHOLD = 300.0
+
+
+def _node_view(node: Mapping[str, Any]) -> str:
+    """What of a node decides whether a pod binds there (not its heartbeats)."""
+    spec = node.get("spec") or {}
+    allocatable = (node.get("status") or {}).get("allocatable")
+    return json.dumps(
+        [spec.get("taints"), spec.get("unschedulable"), allocatable], sort_keys=True, default=str
+    )
 
 
 class PodWatcher:
     def __init__(self, runtime: KubeRuntime) -> None:
         self.runtime = runtime
         self._collected: set[tuple[str, str]] = set()  # ended orphans already deleted
-        self.suspect: dict[str, float] = {}  # node → until when its free room is withheld
+        # node → (until when its free room is withheld, the node as it was then)
+        self.suspect: dict[str, tuple[float, str]] = {}
+
+    def withhold(self, node: str, now: float) -> None:
+        found = [n for n in self.runtime.reads.nodes() if n["metadata"]["name"] == node]
+        self.suspect[node] = (now + WITHHOLD, _node_view(found[0]) if found else "")
 
     def withheld(self, now: float) -> frozenset[str]:
         """Nodes whose free room new starts may not use now (see `WITHHOLD`)."""
-        for node in [n for n, until in self.suspect.items() if until <= now]:
-            del self.suspect[node]
+        if not self.suspect:
+            return frozenset()
+        views = {n["metadata"]["name"]: _node_view(n) for n in self.runtime.reads.nodes()}
+        for node, (until, view) in list(self.suspect.items()):
+            if until <= now or views.get(node, view) != view:
+                del self.suspect[node]
         return frozenset(self.suspect)
 
     def reconcile(self, pods: list[Object], now: float) -> None:
@@ -174,7 +193,7 @@ class PodWatcher:
                     )
                     node = self._node_name(task)
                     if node is not None:
-                        self.suspect[node] = now + WITHHOLD
+                        self.withhold(node, now)
                 elif task.bound and phase != "Running" and waited > settings.ready_timeout:
                     late = late or (
                         f"pod {task.pod} not running {settings.ready_timeout:g} s after its "
