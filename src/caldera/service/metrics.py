@@ -15,9 +15,9 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_late
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from caldera.metrics_util import percentile
-from caldera.model import GPU_MILLI, JobState, JobType
+from caldera.model import GPU_MILLI, JobType
 from caldera.runtime.metrics import JobHistory, history_metrics
+from caldera.runtime.prom import history_families, queue_families
 from caldera.service.operator_metrics import OperatorCollector
 
 if TYPE_CHECKING:
@@ -86,42 +86,7 @@ class _StateCollector(Collector):
             runtime.policy_config.slo,
             now=runtime.clock(),
         )
-        types = [t.value for t in JobType]
-        wasted = history.wasted_gpu_seconds
-        large_max = history.large_job_max_wait
-
-        wait = GaugeMetricFamily(
-            "caldera_wait_seconds",
-            "First start minus submit, by job type (quantile or mean/max).",
-            labels=["type", "stat"],
-        )
-        count = GaugeMetricFamily(
-            "caldera_wait_count", "Jobs that have started, by type.", labels=["type"]
-        )
-        for kind, values in history.waits.items():
-            count.add_metric([kind], len(values))
-            if not values:
-                continue
-            wait.add_metric([kind, "mean"], sum(values) / len(values))
-            for q in (0.5, 0.95, 0.99):
-                wait.add_metric([kind, f"p{round(q * 100)}"], percentile(values, q))
-            wait.add_metric([kind, "max"], values[-1])
-        yield wait
-        yield count
-
-        sla = GaugeMetricFamily(
-            "caldera_sla_attainment",
-            "Share of jobs that started within the type's start SLO and were never preempted.",
-            labels=["type"],
-        )
-        for kind in types:
-            share = history.sla[kind]
-            if share is not None:
-                sla.add_metric([kind], share)
-        yield sla
-        yield GaugeMetricFamily(
-            "caldera_wasted_gpu_hours", "GPU-hours of work lost to evictions.", value=wasted / 3600
-        )
+        yield from history_families(history)
 
         preemptions = CounterMetricFamily(
             "caldera_preemptions",
@@ -166,11 +131,6 @@ class _StateCollector(Collector):
             if capacity and observed
             else 0.0,
         )
-        yield GaugeMetricFamily(  # 0 until a large job waits: the series exists from start
-            "caldera_large_job_max_wait",
-            "Longest wait of a large job, seconds (a waiting one counts up to now; 0: none yet).",
-            value=large_max or 0.0,
-        )
         yield CounterMetricFamily(
             "caldera_throttle_episodes",
             "Times a queue entered waiting mode for a large job.",
@@ -190,68 +150,16 @@ class _StateCollector(Collector):
 
     def _queues(self, capacity: float) -> Iterator[Metric]:
         runtime = self.runtime
-        allocated: dict[str, int] = {}
-        pending: dict[tuple[str, str], int] = {}
-        states: dict[str, int] = {}
-        demand = 0
-        with runtime.lock:
-            queues = dict(runtime.queues)
-            throttles = dict(runtime.throttles)
-            for job in runtime.jobs.values():
-                states[job.state.value] = states.get(job.state.value, 0) + 1
-                held = sum(t.placement.gpu for t in job.tasks)
-                if held:
-                    allocated[job.spec.queue] = allocated.get(job.spec.queue, 0) + held
-                if job.state in (JobState.PENDING, JobState.HELD):
-                    key = (job.spec.queue, job.spec.type.value)
-                    pending[key] = pending.get(key, 0) + 1
-                    demand += job.spec.gang_request.gpu
-        total = round(capacity * GPU_MILLI)
-        weights = sum(max(q.weight, 0) for q in queues.values()) or 1
-        alloc = GaugeMetricFamily(
-            "caldera_queue_allocated_gpus",
-            "GPUs held by the queue's running and releasing tasks.",
-            labels=["queue"],
-        )
-        deserved = GaugeMetricFamily(
-            "caldera_queue_deserved_gpus",
-            "The queue's deserved GPUs (set, or the cluster split by weight).",
-            labels=["queue"],
-        )
-        waiting = GaugeMetricFamily(
-            "caldera_queue_pending_jobs",
-            "Pending or Held jobs by queue and job type.",
-            labels=["queue", "type"],
-        )
-        throttled = GaugeMetricFamily(
-            "caldera_queue_throttled",
-            "1 while the queue is in waiting mode for a large job.",
-            labels=["queue"],
-        )
-        for name, queue in sorted(queues.items()):
-            alloc.add_metric([name], allocated.get(name, 0) / GPU_MILLI)
-            share = queue.deserved.gpu if queue.deserved and queue.deserved.gpu > 0 else 0
-            if not share:
-                share = total * max(queue.weight, 0) // weights
-            deserved.add_metric([name], share / GPU_MILLI)
-            throttled.add_metric([name], 1.0 if name in throttles else 0.0)
-            for kind in JobType:
-                waiting.add_metric([name, kind.value], pending.get((name, kind.value), 0))
-        yield alloc
-        yield deserved
-        yield waiting
-        yield throttled
-        jobs = GaugeMetricFamily("caldera_jobs", "Live jobs by state.", labels=["state"])
-        for state in (JobState.HELD, JobState.PENDING, JobState.RUNNING, JobState.RELEASING):
-            jobs.add_metric([state.value], states.get(state.value, 0))
-        yield jobs
-        used = sum(allocated.values())
-        possible = min(total, used + demand)
-        yield GaugeMetricFamily(
-            "caldera_gpu_allocation_rate",
-            "Allocated GPUs over what could be allocated now (capacity or demand).",
-            value=min(used / possible, 1.0) if possible else 0.0,
-        )
+        with runtime.lock:  # the jobs move under the runtime's lock: read them inside it
+            families = list(
+                queue_families(
+                    runtime.queues,
+                    runtime.jobs.values(),
+                    runtime.throttles,
+                    round(capacity * GPU_MILLI),
+                )
+            )
+        yield from families
         yield CounterMetricFamily(
             "caldera_cycles", "Scheduling cycles run by this server.", value=runtime.stats.cycles
         )
