@@ -608,11 +608,22 @@ def test_a_start_that_never_binds_is_placed_elsewhere_not_pinned_again(
         bind()
         for pod in held:
             pod["spec"].pop("nodeName", None)
+            pod["status"]["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
+                    "1 node(s) didn't satisfy plugin(s) [NodeAffinity].",
+                }
+            ]
 
     monkeypatch.setattr(cluster, "_bind", refusing)
     world.step(world.settings.bind_timeout + 1)
     assert "StartTimeout" in world.events("job")
     assert world.rt.pods.withheld(cluster.clock()) == {first}
+    said = [m for r, m in cluster.events_of("team", "job") if r == "StartTimeout"]
+    assert "0/2 nodes are available: 1 Insufficient nvidia.com/gpu" in said[0], said
     for _ in range(3):
         world.step(5)
     assert world.state("job") == "Running"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +92,7 @@ def _unscheduled_reason(pod: Mapping[str, Any]) -> str:
 # after every start timeout while other nodes sat empty). Given back sooner when the node
 # changes (a taint or cordon lifted, its allocatable moved): the disagreement may be over.
 WITHHOLD = 300.0
+_JUDGED = re.compile(r"\d+/\d+ nodes are")  # kube-scheduler's and Volcano's verdict on nodes
 
 
 def _node_view(node: Mapping[str, Any]) -> str:
@@ -192,7 +194,9 @@ class PodWatcher:
                         + (f" ({said})" if said else "")
                     )
                     node = self._node_name(task)
-                    if node is not None:
+                    if node is not None and _JUDGED.search(said):
+                        # The scheduler judged the node itself ("0/4 nodes are available: 1
+                        # Insufficient nvidia.com/gpu …"), not only the gang being incomplete.
                         self.withhold(node, now)
                 elif task.bound and phase != "Running" and waited > settings.ready_timeout:
                     late = late or (
