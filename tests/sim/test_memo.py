@@ -188,6 +188,10 @@ def test_pools_shared_while_undecided_are_the_pools_built_afresh(
             return None
         fresh = VictimPools(self.cycle)
         fresh._undecided = {}  # nothing to take: everything built again now
+        if key == ("ceiling",):  # the borrowers at the W_eff ceiling, by expected end
+            assert fresh._ceiling() == shared
+            taken.append(key)
+            return shared
         # (kind, queue, priority, ceiling borrowers waited for); ("chosen", *that)
         pool = key[1:] if key[0] == "chosen" else key
         job = next(

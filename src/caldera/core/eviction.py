@@ -63,11 +63,14 @@ effective weight and victim units at the cycle's time, and the pools built while
 had decided nothing): another cycle on the same snapshot may start from them (core/quiet.py,
 5)."""
 
+_CEILING = ("ceiling",)
+"""The shared key of the phase's list of borrowers at the ceiling (`VictimPools._ceiling`)."""
+
 PoolKey = tuple[str, str, int, int]
 """(own, borrowers or combined; the preemptor's queue; its priority; how many of the
 borrowers at the W_eff ceiling it waits for — `VictimPools.waits_for`)."""
 
-SharedKey = PoolKey | tuple[str, str, str, int, int]
+SharedKey = PoolKey | tuple[str, str, str, int, int] | tuple[str]
 """A pool, or ("chosen", own or borrowers, queue, priority): the candidates picked for it."""
 
 Candidates = tuple[list[JobView], list[JobView]]
@@ -173,8 +176,9 @@ class VictimPools:
         # candidacy or a queue's usage), so every phase of the cycle — and the phases after a
         # quiet check on the same snapshot — may take them while they too decided nothing.
         self._undecided: dict[SharedKey, object] = cycle.memo(SNAPSHOT_MEMOS[2], dict)
-        # The borrowers escalated to the ceiling, by expected end (`_ceiling`).
-        self._escalated: list[tuple[float, str]] | None = None
+        # The borrowers escalated to the ceiling, by expected end, and their ids (`_ceiling`).
+        self._escalated: tuple[list[tuple[float, str]], frozenset[str]] | None = None
+        self._waits: dict[str, int] = {}  # `waits_for`, per preemptor
 
     def _shared(self, key: SharedKey) -> object | None:
         """What an undecided phase of this cycle made under `key`, while still undecided."""
@@ -315,11 +319,18 @@ class VictimPools:
         spec = job.spec
         return (kind, spec.queue, spec.priority, 0 if kind == "own" else self.waits_for(job))
 
-    def _ceiling(self) -> list[tuple[float, str]]:
-        """The running jobs of reclaimable queues whose effective weight escalated to the
-        ceiling, by (expected end, id): made once per phase, the same for every preemptor,
-        so that how many of them a preemptor waits for names the ones it waits for."""
+    def _ceiling(self) -> tuple[list[tuple[float, str]], frozenset[str]]:
+        """The running jobs of queues that lend room (reclaimable, above their deserved share)
+        whose effective weight escalated to the ceiling, by (expected end, id), and their ids:
+        made once per phase (shared while the cycle is undecided), the same for every
+        preemptor, so that how many of them a preemptor waits for names the ones it waits
+        for. A queue that starts lending only later in the phase is not in it: its escalated
+        jobs are waited for, as before issue 37 (`_borrowed_jobs`)."""
         if self._escalated is None:
+            shared = self._shared(_CEILING)
+            if isinstance(shared, tuple):
+                self._escalated = shared
+                return shared
             cycle = self.cycle
             config, now, estimates = cycle.config, cycle.now, cycle.snapshot.estimates
             ceiling = config.ceiling
@@ -328,6 +339,8 @@ class VictimPools:
                 usage = cycle.usage.get(queue)
                 if usage is None or not usage.queue.reclaimable:
                     continue
+                if not usage.over_deserved(usage.kept):
+                    continue
                 for value, jobs in by_priority.items():
                     if value >= ceiling:
                         continue
@@ -335,7 +348,8 @@ class VictimPools:
                         if ceiling <= self.weight(victim):
                             found.append((expected_end(victim, estimates, now), victim.id))
             found.sort()
-            self._escalated = found
+            self._escalated = (found, frozenset(victim for _, victim in found))
+            self._share(_CEILING, self._escalated)
         return self._escalated
 
     def waits_for(self, job: JobView) -> int:
@@ -346,9 +360,16 @@ class VictimPools:
         spec = job.spec
         if spec.priority >= CRITICAL_PRIORITY:
             return 0
-        escalated = self._ceiling()
+        escalated = self._ceiling()[0]
         if not escalated:
             return 0
+        known = self._waits.get(job.id)
+        if known is None:
+            known = self._waits[job.id] = self._count_waited(job, escalated)
+        return known
+
+    def _count_waited(self, job: JobView, escalated: list[tuple[float, str]]) -> int:
+        spec = job.spec
         deadline = slo_deadline(spec, self.cycle.config)
         if deadline is None:
             return len(escalated)
@@ -397,8 +418,10 @@ class VictimPools:
         ceiling, cooldown = config.ceiling, config.cooldown
         evicted, claimed = cycle.evicted, cycle.claimed
         waited: set[str] = set()
+        listed: frozenset[str] = frozenset()
         if not critical:
-            waited = {victim for _, victim in self._ceiling()[: self.waits_for(job)]}
+            escalated, listed = self._ceiling()
+            waited = {victim for _, victim in escalated[: self.waits_for(job)]}
         found: list[JobView] = []
         for queue, by_priority in cycle.snapshot.job_index.victims.items():
             usage = cycle.usage.get(queue)
@@ -421,7 +444,7 @@ class VictimPools:
                         weight = weights.get(victim_id)
                         if weight is None:
                             weight = weights[victim_id] = effective_weight(victim, config, now)
-                        if ceiling <= weight and victim_id in waited:
+                        if ceiling <= weight and (victim_id in waited or victim_id not in listed):
                             continue  # escalated to the ceiling, and ends before P's SLO
                     found.append(victim)
         return found
