@@ -328,7 +328,7 @@ def _install(cluster: Cluster) -> None:
     for namespace in (*SERVED, ELSEWHERE):
         cluster.kubectl("admin", "create", "namespace", namespace)
     values = cluster.folder / "values.yaml"
-    values.write_text(yaml.safe_dump(helm_values(CONFIG)))
+    values.write_text(yaml.safe_dump(helm_values(yaml.safe_load(cluster.config.read_text()))))
     done = helm(
         cluster, "install", "caldera", str(CHART), "--namespace", "caldera-system",
         "--create-namespace", "--values", str(values),

@@ -28,7 +28,7 @@ from typing import Any
 import kubernetes
 import pytest
 import yaml
-from caldera_support import CALDERA, CONFIG, Cluster, _install, training_job
+from caldera_support import CALDERA, CONFIG, Cluster, _install, free_port, training_job
 from real_support import wait_for
 
 from caldera.k8s import Invalid, names
@@ -64,7 +64,10 @@ CONFIG_VOLCANO["kubernetes"]["scheduler_name"] = "volcano"
 
 @pytest.fixture(scope="module")
 def volcano(
-    cluster_bins: Path, volcano_bins: VolcanoBins, tmp_path_factory: pytest.TempPathFactory
+    cluster_bins: Path,
+    volcano_bins: VolcanoBins,
+    helm_bin: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Cluster]:
     folder = tmp_path_factory.mktemp("volcano-admission")
     dev = DevCluster(
@@ -78,7 +81,8 @@ def volcano(
     dev.start()
     config = folder / "caldera.yaml"
     config.write_text(yaml.safe_dump(CONFIG_VOLCANO))
-    cluster = Cluster(dev, folder, folder / "controller.log", config)
+    cluster = Cluster(dev, folder, folder / "controller.log", config, helm_bin)
+    cluster.metrics_port = free_port()
     try:
         _install(cluster)
         cluster.start_controller()

@@ -37,8 +37,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from caldera.k8s import names
+from caldera.k8s.leader import LEASE_NAME
 from caldera.k8s.settings import KubeSettings
 from caldera.k8s.trainingjob import SAFE_SYSCTLS
+from caldera.model import PRIORITY_CLASSES
 
 __all__ = [
     "CONTROLLER_READ_RULES",
@@ -59,34 +61,45 @@ _RBAC = "rbac.authorization.k8s.io/v1"
 _VOLCANO = "scheduling.volcano.sh"
 
 
-def _rule(group: str, resources: Iterable[str], verbs: Iterable[str]) -> dict[str, list[str]]:
-    return {"apiGroups": [group], "resources": list(resources), "verbs": list(verbs)}
+def _rule(
+    group: str, resources: Iterable[str], verbs: Iterable[str], names: Iterable[str] = ()
+) -> dict[str, list[str]]:
+    rule = {"apiGroups": [group], "resources": list(resources), "verbs": list(verbs)}
+    if names:
+        rule["resourceNames"] = list(names)  # `create` and `list` cannot be narrowed by name
+    return rule
 
 
+# Only the verbs the controller's client sends (caldera.k8s.client), each one seen in the API
+# server's audit log of the end-to-end tests (tests/k8s_real/test_real_zz_chart_lifecycle.py),
+# and by name where the object is known: the PriorityClasses, the Lease, the state ConfigMap.
+_CLASSES = [pc.name for pc in PRIORITY_CLASSES.values()]
 # Cluster-wide, read only (and the cluster-scoped objects caldera keeps: PriorityClasses,
-# Volcano Queues, the CRD check).
+# Volcano Queues).
 CONTROLLER_READ_RULES: tuple[dict[str, list[str]], ...] = (
-    _rule("", ["nodes"], ["get", "list", "watch"]),
+    _rule("", ["nodes"], ["list", "watch"]),
     _rule("", ["pods"], ["get", "list", "watch"]),
-    _rule("scheduling.k8s.io", ["priorityclasses"], ["get", "create"]),
+    _rule("scheduling.k8s.io", ["priorityclasses"], ["get"], _CLASSES),
+    _rule("scheduling.k8s.io", ["priorityclasses"], ["create"]),
     _rule(_VOLCANO, ["queues"], ["get", "list", "create", "update"]),
 )
-# In each served namespace only.
+# In each served namespace only (pods are read cluster-wide above).
 CONTROLLER_WRITE_RULES: tuple[dict[str, list[str]], ...] = (
-    _rule(names.GROUP, [names.PLURAL], ["get", "list", "watch"]),
-    _rule(names.GROUP, [f"{names.PLURAL}/status"], ["get", "patch", "update"]),
-    _rule("", ["pods"], ["get", "list", "watch", "create", "delete"]),
+    _rule(names.GROUP, [names.PLURAL], ["list", "watch"]),
+    _rule(names.GROUP, [f"{names.PLURAL}/status"], ["patch"]),
+    _rule("", ["pods"], ["create", "delete"]),
     _rule("", ["pods/eviction"], ["create"]),
     _rule("", ["services"], ["create", "delete"]),
-    _rule("", ["events"], ["create", "patch"]),
-    _rule("events.k8s.io", ["events"], ["create", "patch"]),
-    _rule(_VOLCANO, ["podgroups"], ["get", "list", "create", "delete"]),
+    _rule("", ["events"], ["create"]),
+    _rule(_VOLCANO, ["podgroups"], ["list", "create", "delete"]),
 )
 # In the controller's own namespace: the queues' waiting modes and the leader Lease.
 CONTROLLER_STATE_RULES: tuple[dict[str, list[str]], ...] = (
-    _rule("", ["configmaps"], ["get", "create", "patch"]),
-    _rule("coordination.k8s.io", ["leases"], ["get", "create", "update"]),
-    _rule("", ["events"], ["create", "patch"]),
+    _rule("", ["configmaps"], ["get", "patch"], [names.STATE_CONFIG_MAP]),
+    _rule("", ["configmaps"], ["create"]),
+    _rule("coordination.k8s.io", ["leases"], ["get", "update"], [LEASE_NAME]),
+    _rule("coordination.k8s.io", ["leases"], ["create"]),
+    _rule("", ["events"], ["create"]),
 )
 
 

@@ -35,9 +35,11 @@ from typing import Any, Protocol
 from caldera.errors import NotFound
 from caldera.k8s.api import ClusterConflict, ClusterError, Object
 
-__all__ = ["LeaderElector", "LeaseAPI", "default_identity"]
+__all__ = ["LEASE_NAME", "LeaderElector", "LeaseAPI", "default_identity"]
 
 log = logging.getLogger("caldera.k8s")
+
+LEASE_NAME = "caldera-controller"  # the leader-election Lease, in the state namespace
 
 
 class LeaseAPI(Protocol):
@@ -63,7 +65,7 @@ def _micro_time(t: float) -> str:
 class LeaderElector:
     api: LeaseAPI
     namespace: str
-    name: str = "caldera-controller"
+    name: str = LEASE_NAME
     identity: str = field(default_factory=default_identity)
     lease_duration: float = 15.0
     renew_deadline: float = 10.0

@@ -126,7 +126,12 @@ def nomination_to_wire(nomination: Nomination | None, keys: NodeKeys) -> dict[st
         "placement": [placement_to_wire(t, keys) for t in nomination.placement],
         "victims": list(nomination.victims),
         "pending": [
-            {"job": v.job, "tasks": [placement_to_wire(t, keys) for t in v.tasks], "at": v.at}
+            {
+                "job": v.job,
+                "tasks": [placement_to_wire(t, keys) for t in v.tasks],
+                # only a timed eviction carries its time: an untimed record reads as before
+                **({"at": v.at} if v.at is not None else {}),
+            }
             for v in nomination.pending
         ],
         "since": nomination.since,
