@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +62,9 @@ def browser() -> Iterator[Any]:
         launched.close()
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
+@contextmanager
+def serving(tmp_path: Path) -> Iterator[Server]:
+    """A `caldera serve` with UI_CONFIG, stopped and its tasks killed afterwards."""
     running = Server(tmp_path, None, UI_CONFIG)
     try:
         yield running.start()
@@ -70,6 +72,12 @@ def server(tmp_path: Path) -> Iterator[Server]:
         running.stop()
         running.kill_tasks()
         running.close_clients()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    with serving(tmp_path) as running:
+        yield running
 
 
 @pytest.fixture

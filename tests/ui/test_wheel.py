@@ -65,16 +65,11 @@ def wheel_caldera(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def wheel_server(
     wheel_caldera: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Server]:
-    from conftest import UI_CONFIG
+    from conftest import serving
 
     monkeypatch.setattr(service_support, "CALDERA", str(wheel_caldera))
-    running = Server(tmp_path, None, UI_CONFIG)
-    try:
-        yield running.start()
-    finally:
-        running.stop()
-        running.kill_tasks()
-        running.close_clients()
+    with serving(tmp_path) as running:
+        yield running
 
 
 def test_a_server_installed_from_the_wheel_serves_a_live_dashboard(
