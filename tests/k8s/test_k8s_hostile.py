@@ -780,3 +780,24 @@ def test_every_reason_the_core_gives_has_a_condition_reason() -> None:
     from caldera.k8s.waiting import _KINDS
 
     assert set(_KINDS) == set(WaitReason)
+
+
+# -- a node's pod capacity ------------------------------------------------------------------
+
+
+def test_a_nodes_pod_capacity_is_room_like_any_other() -> None:
+    """Issue 34, item 2: a 0-GPU gang of 600 tasks went onto one node past its 110-pod limit
+    (490 never bound, all recreated every ~70 s). A node's `pods` allocatable is a resource
+    the core places against: here 3 pods a node, a gang of 5 spreads, a second one waits."""
+    world = World().hypernode("a", "n", count=2)
+    for node in world.cluster.nodes.values():
+        node["status"]["allocatable"]["pods"] = "3"
+    world.start()
+    assert [n.pods for n in world.rt.nodes] == [3, 3]
+    world.submit("many", tasks=5, gpus=0)
+    world.step()
+    pinned = world.pinned("many")
+    assert len(pinned) == 5 and max(pinned.count(n) for n in set(pinned)) <= 3, pinned
+    world.submit("more", tasks=2, gpus=0)
+    world.step(1)
+    assert world.state("more") == "Pending" and world.pods("more") == []

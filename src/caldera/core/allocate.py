@@ -45,15 +45,18 @@ def placement_is_free(room: Room, placement: tuple[TaskPlacement, ...]) -> bool:
     need: dict[tuple[int, int], int] = {}
     cpu: dict[int, int] = {}
     memory: dict[int, int] = {}
+    pods: dict[int, int] = {}
     for task in placement:
         for device in task.devices:
             need[(task.node, device)] = need.get((task.node, device), 0) + task.milli
         cpu[task.node] = cpu.get(task.node, 0) + task.cpu
         memory[task.node] = memory.get(task.node, 0) + task.memory
+        pods[task.node] = pods.get(task.node, 0) + 1
     return (
         all(room.free[node][device] >= milli for (node, device), milli in need.items())
         and all(room.cpu[node] >= value for node, value in cpu.items())
         and all(room.memory[node] >= value for node, value in memory.items())
+        and all(room.pods[node] >= value for node, value in pods.items())
     )
 
 

@@ -544,7 +544,7 @@ class CycleContext:
         for task in placement:
             free = room.free[task.node]
             devices = tuple(d for d in task.devices if free[d] >= task.milli)
-            if not devices and task.devices:
+            if (not devices and task.devices) or room.pods[task.node] < 1:
                 continue
             whole = len(devices) == len(task.devices)
             cpu = task.cpu if whole and room.cpu[task.node] >= task.cpu else 0

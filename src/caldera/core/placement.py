@@ -52,7 +52,7 @@ def fit_on_node(
     room: Room, index: int, gpu: int, cpu: int, memory: int, profile: str | None = None
 ) -> TaskPlacement | None:
     """The best spot for one task on one node, or None. Does not change the room."""
-    if room.cpu[index] < cpu or room.memory[index] < memory:
+    if room.cpu[index] < cpu or room.memory[index] < memory or room.pods[index] < 1:
         return None
     if profile is not None:
         free_slices = room.slices[index].get(profile)

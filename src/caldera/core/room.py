@@ -29,6 +29,7 @@ from caldera.model import GPU_MILLI, Node, slice_milli
 __all__ = ["CapacityError", "Room", "TaskPlacement"]
 
 _TOKENS = count(1)
+_NO_LIMIT = 1 << 30  # free pod slots of a node without a pod limit: never the binding one
 
 DomainLayout = dict[int, tuple[tuple[int, ...], int]]
 """Topology domain -> (its usable nodes, their GPU capacity in milli-GPUs)."""
@@ -67,6 +68,8 @@ class Room:
         self.whole: list[int] = [n.gpus for n in nodes]
         self.cpu: list[int] = [n.cpu for n in nodes]
         self.memory: list[int] = [n.memory for n in nodes]
+        # Tasks each node may still take (one pod each; a node without a limit: _NO_LIMIT).
+        self.pods: list[int] = [n.pods if n.pods > 0 else _NO_LIMIT for n in nodes]
         self.max_gpus = max((n.gpus for n in nodes), default=0)
         self.models: tuple[str, ...] = tuple(sorted({n.gpu_model for n in nodes}))
         # buckets[model][k]: nodes of that model with exactly k whole free GPUs, as sorted
@@ -149,12 +152,14 @@ class Room:
                 and free[task.devices[0]] == task.milli
                 and self.cpu[task.node] >= task.cpu
                 and self.memory[task.node] >= task.memory
+                and self.pods[task.node] >= 1
             )
         return (
             len(set(task.devices)) == len(task.devices)
             and all(0 <= d < len(free) and free[d] >= task.milli for d in task.devices)
             and self.cpu[task.node] >= task.cpu
             and self.memory[task.node] >= task.memory
+            and self.pods[task.node] >= 1
         )
 
     def take_all(self, tasks: Iterable[TaskPlacement]) -> bool:
@@ -184,6 +189,8 @@ class Room:
         memory = self.memory[index] + sign * task.memory
         if cpu < 0 or memory < 0 or cpu > node.cpu or memory > node.memory:
             raise CapacityError(f"node {node.name}: cpu/memory out of range")
+        if self.pods[index] + sign < 0:
+            raise CapacityError(f"node {node.name}: no room for another pod")
         devices = task.devices
         for device in devices:
             after = free[device] + delta
@@ -215,6 +222,7 @@ class Room:
                 whole += 1
         self.cpu[index] += sign * task.cpu
         self.memory[index] += sign * task.memory
+        self.pods[index] += sign
         if whole != whole_before:
             buckets = self.buckets[node.gpu_model]
             bucket = buckets[whole_before]
@@ -258,9 +266,12 @@ class Room:
             raise CapacityError(f"node {node.name} slice {device}: taken twice or given twice")
         if cpu > node.cpu or memory > node.memory:
             raise CapacityError(f"node {node.name}: cpu/memory out of range")
+        if self.pods[index] + sign < 0:
+            raise CapacityError(f"node {node.name}: no room for another pod")
         free[device] = after
         self.cpu[index] = cpu
         self.memory[index] = memory
+        self.pods[index] += sign
         profile = node.slices[device - node.gpus]
         free_slices = self.slices[index][profile]
         if sign < 0:
@@ -344,6 +355,7 @@ class Room:
             tuple(tuple(f) for f in self.free),
             tuple(self.cpu),
             tuple(self.memory),
+            tuple(self.pods),
             tuple(self.whole),
             tuple(sorted(self.tier1_whole.items())),
             tuple(sorted(self.tier2_whole.items())),

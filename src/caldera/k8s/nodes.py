@@ -128,6 +128,15 @@ def _slices(allocatable: Mapping[str, Any], gpu_resource: str) -> tuple[str, ...
     return tuple(found)
 
 
+def _pods(allocatable: Mapping[str, Any]) -> int:
+    """How many pods the node takes (`pods` allocatable, 110 by the kubelet's default);
+    0 (no limit) when it does not say or says something unreadable."""
+    try:
+        return int(parse_quantity(allocatable["pods"])) if "pods" in allocatable else 0
+    except ValueError:
+        return 0
+
+
 def read_nodes(
     items: Iterable[Mapping[str, Any]],
     settings: KubeSettings,
@@ -172,6 +181,7 @@ def read_nodes(
                 tier2=tier2,
                 gpu_memory=_int_label(labels, keys.gpu_memory),
                 slices=_slices(allocatable, settings.gpu_resource),
+                pods=_pods(allocatable),
             )
         )
         why = _sick(row, health_taints, health_conditions)

@@ -469,7 +469,7 @@ class KubeRuntime:
                 min(want.cpu, self.room.cpu[node.index]),
                 min(want.memory, self.room.memory[node.index]),
             )
-            if pseudo.devices or pseudo.cpu or pseudo.memory:
+            if (pseudo.devices or pseudo.cpu or pseudo.memory) and self.room.pods[node.index]:
                 self.room.take(pseudo)
                 self._blocked[node.index] = pseudo
             if old != self._blocked.get(node.index):

@@ -36,6 +36,7 @@ class Node:
     tier2: int
     gpu_memory: int = 0  # MiB per GPU, 0 when unknown
     slices: tuple[str, ...] = ()  # MIG slices offered, one profile per device after the GPUs
+    pods: int = 0  # tasks (pods) it may hold at once; 0: no limit (Kubernetes: `pods` allocatable)
 
     @property
     def islands(self) -> int:
