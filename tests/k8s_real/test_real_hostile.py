@@ -314,3 +314,32 @@ def test_pod_security_baseline_is_refused_by_the_policy_and_the_controller(
             wait_for(f"{name} Rejected", lambda n=name: clean.state("team-a", n) == "Rejected")
             assert "pod template may not" in clean.status("team-a", name)["reason"]
     _alive(clean)
+
+
+def test_a_nodes_pod_limit_is_placed_against(clean: Cluster) -> None:
+    """A 0-GPU gang went onto one node past its pod limit (600 tasks, 110 pods: 490 never
+    bound, all recreated every ~70 s). Here every node takes 4 pods: a gang of 6 spreads
+    over two nodes and runs."""
+    core = k8s.client.CoreV1Api(clean.client())
+    nodes = [n.metadata.name for n in core.list_node(label_selector="caldera.io/kwok=true").items]
+    before = {}
+    for node in nodes:
+        found = core.read_node_status(node)
+        before[node] = found.status.allocatable["pods"]
+        core.patch_node_status(node, {"status": {"allocatable": {"pods": "4"}}})
+    try:
+        wait_for(
+            "the pod limit on every node",
+            lambda: all(core.read_node_status(n).status.allocatable["pods"] == "4" for n in nodes),
+        )
+        job = training_job("wide", replicas=6, gpus=0)
+        job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"] = {}
+        assert clean.apply("bob", "team-a", job).returncode == 0
+        clean.wait("team-a", "wide", "Running", timeout=90)
+        placed = [p.spec.node_name for p in clean.running_pods("team-a", "wide")]
+        assert len(placed) == 6 and max(placed.count(n) for n in placed) <= 4, placed
+        assert "StartTimeout" not in clean.events("team-a", "wide")
+    finally:
+        for node, pods in before.items():
+            core.patch_node_status(node, {"status": {"allocatable": {"pods": pods}}})
+    _alive(clean)
