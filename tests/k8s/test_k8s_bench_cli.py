@@ -7,6 +7,7 @@ from typer.testing import CliRunner
 
 from caldera.cli.main import app
 from caldera.k8s.bench import finishing
+from caldera.k8s.bench_side import GANG_MAX, GANG_MIN, is_write, per_pod, ratios, workload
 
 
 @pytest.mark.parametrize(
@@ -35,3 +36,54 @@ def test_more_jobs_than_fit_at_once_have_the_first_ones_make_room(
     nodes: int, gpus: int, jobs: int, per_job: int, want: int
 ) -> None:
     assert finishing(nodes, gpus, jobs, per_job) == want
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        (["--modes", "caldera,slurm"], "a comma list of distinct modes"),
+        (["--modes", "caldera,caldera"], "a comma list of distinct modes"),
+        (["--modes", ","], "a comma list of distinct modes"),
+        (["--modes", "caldera", "--gang-share", "1.5"], "between 0 and 1"),
+        (["--modes", "caldera", "--nodes", "2", "--jobs", "17"], "every pod fits at once"),
+    ],
+)
+def test_bench_k8s_side_by_side_refuses_bad_input_in_one_line(args: list[str], want: str) -> None:
+    result = CliRunner().invoke(app, ["bench", "k8s", *args])
+    assert result.exit_code == 2, result.output
+    assert want in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("pods", "share", "seed"), [(800, 0.2, 1), (50, 0.4, 7), (40, 0.0, 1)])
+def test_side_by_side_workload_has_its_share_of_gangs_of_8_to_64(
+    pods: int, share: float, seed: int
+) -> None:
+    sizes = workload(pods, share, seed)
+    gangs = [s for s in sizes if s > 1]
+    assert sum(sizes) == pods
+    assert all(GANG_MIN <= s <= GANG_MAX for s in gangs)
+    # every gang pod is within the share, and what is left of it is less than one gang
+    assert 0 <= int(pods * share) - sum(gangs) < GANG_MIN
+    assert workload(pods, share, seed) == sizes  # seeded: every mode gets the same jobs
+    if gangs and len(sizes) > len(gangs):
+        assert sizes != sorted(sizes) and sizes != sorted(sizes, reverse=True)  # mixed
+
+
+def test_requests_per_pod_leave_out_leases_heartbeats_and_non_resource_urls() -> None:
+    counts = {
+        "POST pods": 10,
+        "POST pods/binding": 10,
+        "PATCH pods/status": 10,
+        "WATCH pods": 2,
+        "PUT leases": 50,
+        "PATCH nodes/status": 40,
+        "GET ": 7,  # /metrics
+    }
+    assert per_pod(counts, 10) == (3.2, 3.0)
+    assert is_write("APPLY trainingjobs/status") and not is_write("LIST pods")
+
+
+def test_ratios_pair_caldera_with_what_it_stands_in_front_of() -> None:
+    got = ratios({"kube-scheduler": 40.0, "caldera": 38.0, "volcano": 20.0})
+    assert got == {"caldera/kube-scheduler": 0.95}  # caldera-volcano did not run
+    assert ratios({"caldera-volcano": 25.0, "volcano": 20.0}) == {"caldera-volcano/volcano": 1.25}

@@ -84,9 +84,22 @@ def k8s_command(
         typer.Option(help="Keep the control plane's and the controller's logs in this folder."),
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    modes: Annotated[
+        str | None,
+        typer.Option(
+            help="Side by side: a comma list out of kube-scheduler, volcano, caldera, "
+            "caldera-volcano, each on its own fresh dev cluster; --jobs is then the pods in "
+            "all, every one fitting at once. Without it: caldera alone, as before."
+        ),
+    ] = None,
+    gang_share: Annotated[
+        float, typer.Option(help="Side by side: the share of the pods in gangs of 8-64 tasks.")
+    ] = 0.2,
+    seed: Annotated[int, typer.Option(help="Side by side: the workload's seed.")] = 1,
 ) -> None:
     """The controller on a real control plane (dev cluster): decision-to-bind latency,
-    CPU and memory, recovery after a crash. Needs `make cluster-bins`."""
+    CPU and memory, recovery after a crash; with --modes, the same workload through each
+    runtime side by side. Needs `make cluster-bins`."""
     from caldera.k8s.bench import bench_k8s
     from caldera.k8s.devcluster import DevClusterError
 
@@ -97,6 +110,14 @@ def k8s_command(
         )
     if gpus_per_job > gpus_per_node or run_for <= 0:
         fail("a job's GPUs must fit in one node, and run-for must be positive", EXIT_BAD_INPUT)
+    if modes is not None:
+        from caldera.cli.bench_k8s_side import run_side_by_side
+
+        run_side_by_side(
+            modes, nodes, gpus_per_node, jobs, gpus_per_job, gang_share, seed, submitters,
+            timeout, json_output,
+        )  # fmt: skip
+        return
     try:
         result = bench_k8s(
             nodes, gpus_per_node, jobs, gpus_per_job, timeout, steady, submitters, logs, run_for

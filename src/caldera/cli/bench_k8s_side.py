@@ -1,0 +1,118 @@
+"""`caldera bench k8s --modes …`: the side-by-side run's input checks and its table
+(the run itself: caldera.k8s.bench_side)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from caldera.cli.errors import EXIT_BAD_INPUT, fail
+
+__all__ = ["run_side_by_side"]
+
+# The processes whose CPU seconds the table shows, as (column, dev-cluster process names).
+_CPU_COLUMNS = (
+    ("apiserver", ("kube-apiserver",)),
+    ("etcd", ("etcd",)),
+    ("sched+ctrl", ("kube-scheduler", "kube-controller-manager", "vc-scheduler",
+                    "vc-controller-manager", "caldera-controller")),
+)  # fmt: skip
+
+
+def run_side_by_side(
+    modes_text: str,
+    nodes: int,
+    gpus_per_node: int,
+    pods: int,
+    gpus_per_pod: int,
+    gang_share: float,
+    seed: int,
+    submitters: int,
+    timeout: float,
+    json_output: bool,
+) -> None:
+    """Check the input (one line on bad input, before any cluster starts), run, print."""
+    from caldera.k8s.bench_side import SideMode, bench_side_by_side
+    from caldera.k8s.devcluster import DevClusterError, find_bins
+    from caldera.k8s.devcluster_volcano import find_volcano
+
+    known = {m.value: m for m in SideMode}
+    asked = [m.strip() for m in modes_text.split(",") if m.strip()]
+    unknown = [m for m in asked if m not in known]
+    if not asked or unknown or len(set(asked)) != len(asked):
+        fail(
+            f"--modes: a comma list of distinct modes out of {', '.join(known)} "
+            f"(got {modes_text!r})",
+            EXIT_BAD_INPUT,
+        )
+    if not 0 <= gang_share <= 1:
+        fail("--gang-share must be between 0 and 1", EXIT_BAD_INPUT)
+    room = nodes * (gpus_per_node // gpus_per_pod)
+    if pods > room:
+        fail(
+            f"side by side, every pod fits at once: {pods} pods of {gpus_per_pod} GPU(s) "
+            f"need more than the {room} places of {nodes} nodes",
+            EXIT_BAD_INPUT,
+        )
+    modes = [known[m] for m in asked]
+    try:
+        find_bins()
+        volcano = find_volcano() if any(m.needs_volcano for m in modes) else None
+    except DevClusterError as error:
+        fail(str(error))
+    if volcano is None and any(m.needs_volcano for m in modes):
+        fail("modes volcano and caldera-volcano need the real Volcano (make cluster-bins)")
+
+    def say(line: str) -> None:
+        sys.stderr.write(f"bench k8s: {line}\n")
+        sys.stderr.flush()
+
+    report = bench_side_by_side(
+        modes, nodes, gpus_per_node, pods, gpus_per_pod, gang_share, seed, volcano,
+        submitters, timeout, say,
+    )  # fmt: skip
+    if json_output:
+        sys.stdout.write(json.dumps(report) + "\n")
+    else:
+        _print(report)
+    if any(r["error"] for r in report["modes"]):
+        fail("; ".join(f"{r['mode']}: {r['error']}" for r in report["modes"] if r["error"]))
+
+
+def _print(report: dict[str, object]) -> None:
+    rows = report["modes"]
+    assert isinstance(rows, list)
+    first = rows[0]
+    table = Table(
+        title=f"{first['pods']} pods ({first['jobs']} jobs, {first['gangs']} gangs of 8-64) on "
+        f"{first['nodes']} nodes x {first['gpus_per_node']} GPUs"
+    )
+    for column in ("mode", "bound", "pods/s", "sub->bind p50", "p99", "req/pod", "wr/pod"):
+        table.add_column(column, justify="right")
+    for column, _ in _CPU_COLUMNS:
+        table.add_column(f"CPU s {column}", justify="right")
+    table.add_column("RSS MiB apiserver", justify="right")
+    table.add_column("RSS MiB sched+ctrl", justify="right")
+    for r in rows:
+        cpu = r["cpu_s"]
+        table.add_row(
+            r["mode"],
+            f"{r['bound']}/{r['pods']}",
+            f"{r['pods_per_s']:.1f}",
+            f"{r['bind_p50_s']:.2f} s",
+            f"{r['bind_p99_s']:.2f} s",
+            f"{r['requests_per_pod']:.2f}",
+            f"{r['writes_per_pod']:.2f}",
+            *(f"{sum(cpu.get(n, 0.0) for n in procs):.1f}" for _, procs in _CPU_COLUMNS),
+            f"{r['rss_mib'].get('kube-apiserver', 0.0):.0f}",
+            f"{sum(r['rss_mib'].get(n, 0.0) for n in _CPU_COLUMNS[2][1]):.0f}",
+        )
+    console = Console(width=180)
+    console.print(table)
+    ratios = report["ratios"]
+    assert isinstance(ratios, dict)
+    for name, value in ratios.items():
+        console.print(f"pods bound per second, {name}: {value:.2f}x")

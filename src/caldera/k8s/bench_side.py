@@ -1,0 +1,594 @@
+"""`caldera bench k8s --modes …`: the same workload through each runtime, side by side (issue 40).
+
+For each mode, one after the other, a fresh dev cluster of the same size (`nodes` KWOK nodes of
+`gpus_per_node` GPUs; the real Volcano where the mode needs it) takes the same workload: `pods`
+pods of `gpus_per_pod` GPUs, a `gang_share` of them in gangs of 8–64 tasks (all or nothing),
+the rest single-pod jobs, in one seeded order, created `submitters` clients at a time. Every
+pod fits at once: the bench measures how fast a runtime starts what it can start, not a queue.
+
+What each mode submits, as its users would:
+
+- `kube-scheduler`: plain pods (a gang's pods too: kube-scheduler knows no gangs);
+- `volcano`: a PodGroup per job (`minMember`: its size, queue `bench`) and its pods with
+  `schedulerName: volcano`, bound by the real vc-scheduler (seed 001's configuration);
+- `caldera`: a TrainingJob per job, applied to caldera's controller (`caldera k8s run`, its own
+  process, leader election on), which creates the pods; kube-scheduler binds them;
+- `caldera-volcano`: the same controller in front of the real vc-scheduler
+  (`VOLCANO_FOR_CALDERA`, as docs/kubernetes.md configures it).
+
+What is measured, per mode, from one watch on the namespace's pods (local arrival times):
+
+- pods bound per second: pods over the time from the first submission to the last pod bound;
+- submission → bind p50/p99: from the moment the client sent its job's first object to the
+  first sight of the pod bound (`spec.nodeName`);
+- API requests per started pod: the API server's own `apiserver_request_total` (every client:
+  the bench's creates and watch, the schedulers, the controllers) read off `/metrics` before
+  the first submission and once the writes have settled after the last bind (`settle_s`),
+  divided by the pods; writes (POST, PUT, PATCH, DELETE, APPLY) apart. The Leases and node
+  heartbeats (`leases`, `nodes/status`, `nodes`) grow with time, not with pods, and the
+  non-resource URLs (`/metrics` itself) are the bench's: they are counted in `background`,
+  not per pod;
+- CPU seconds of each process of the dev cluster and of caldera's controller over the same
+  window (`/proc/PID/stat`), and each one's peak RSS (`VmHWM`).
+
+And the ratios of pods bound per second: caldera + Volcano / Volcano alone and caldera /
+kube-scheduler, when both of a pair ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import yaml
+
+from caldera.k8s import names
+from caldera.k8s.api import ClusterError
+from caldera.k8s.bench import (
+    LEASE,
+    NODE_GRACE,
+    SUBMITTERS,
+    _controller,
+    _cpu,
+    _cpu_and_rss,
+    _percentile,
+    _server_requests,
+    _wait,
+)
+from caldera.k8s.client import Expired, KubeClusterAPI, load_api_client
+from caldera.k8s.crd import training_job_crd
+from caldera.k8s.devcluster import DevCluster, NodeShape, find_bins
+from caldera.k8s.devcluster_errors import DevClusterError
+from caldera.k8s.devcluster_volcano import SEED_001, VolcanoBins
+from caldera.replay.kube import VOLCANO_FOR_CALDERA
+
+__all__ = [
+    "GANG_MAX",
+    "GANG_MIN",
+    "SideMode",
+    "SideResult",
+    "bench_side_by_side",
+    "is_write",
+    "per_pod",
+    "ratios",
+    "workload",
+]
+
+k8s: Any = kubernetes
+NAMESPACE = "bench"
+QUEUE = "bench"
+BENCH_JOB = "bench.caldera.io/job"  # the job a pod the bench creates belongs to
+IMAGE = "registry.invalid/bench:kwok"
+GANG_MIN, GANG_MAX = 8, 64
+WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
+BACKGROUND = frozenset({"leases", "nodes", "nodes/status"})  # grow with time, not with pods
+SETTLE_STEP = 2.0  # seconds between two looks at the API server's counts after the last bind
+SETTLE_MAX = 60.0  # seconds at most waited for the writes to settle
+SETTLED = 2  # workload writes per SETTLE_STEP at or below which the writes have settled
+PROGRESS_EVERY = 10.0  # seconds between two progress lines
+
+
+class SideMode(Enum):
+    """A runtime the workload goes through."""
+
+    KUBE_SCHEDULER = "kube-scheduler"
+    VOLCANO = "volcano"
+    CALDERA = "caldera"
+    CALDERA_VOLCANO = "caldera-volcano"
+
+    @property
+    def needs_volcano(self) -> bool:
+        return self in (SideMode.VOLCANO, SideMode.CALDERA_VOLCANO)
+
+    @property
+    def controller(self) -> bool:
+        """caldera's controller creates the pods (from TrainingJobs)."""
+        return self in (SideMode.CALDERA, SideMode.CALDERA_VOLCANO)
+
+    @property
+    def scheduler_name(self) -> str:
+        return "volcano" if self.needs_volcano else "default-scheduler"
+
+
+def workload(pods: int, gang_share: float, seed: int) -> list[int]:
+    """The jobs' sizes in submission order: gangs of GANG_MIN..GANG_MAX tasks (never more than
+    the gang share has left) until `gang_share` of the pods are in gangs, the rest single-pod
+    jobs, shuffled with `seed` so gangs arrive among the singles."""
+    rng = random.Random(seed)
+    left = int(pods * gang_share)
+    sizes: list[int] = []
+    while left >= GANG_MIN:
+        size = rng.randint(GANG_MIN, min(GANG_MAX, left))
+        sizes.append(size)
+        left -= size
+    sizes += [1] * (pods - sum(sizes))
+    rng.shuffle(sizes)
+    return sizes
+
+
+def is_write(key: str) -> bool:
+    """Whether a `VERB resource` count of the API server is a write."""
+    return key.split(" ", 1)[0] in WRITES
+
+
+def _background(key: str) -> bool:
+    resource = key.split(" ", 1)[1] if " " in key else ""
+    return not resource or resource in BACKGROUND
+
+
+def per_pod(requests: dict[str, int], pods: int) -> tuple[float, float]:
+    """Requests and writes per started pod, the background left out (see the docstring)."""
+    work = {k: n for k, n in requests.items() if not _background(k)}
+    total = sum(work.values())
+    writes = sum(n for k, n in work.items() if is_write(k))
+    return round(total / max(pods, 1), 2), round(writes / max(pods, 1), 2)
+
+
+def ratios(pods_per_s: dict[str, float]) -> dict[str, float]:
+    """caldera + Volcano / Volcano and caldera / kube-scheduler in pods bound per second, for
+    each pair that both ran (and bound something)."""
+    pairs = {
+        "caldera-volcano/volcano": ("caldera-volcano", "volcano"),
+        "caldera/kube-scheduler": ("caldera", "kube-scheduler"),
+    }
+    return {
+        name: round(pods_per_s[a] / pods_per_s[b], 3)
+        for name, (a, b) in pairs.items()
+        if pods_per_s.get(a) and pods_per_s.get(b)
+    }
+
+
+@dataclass
+class SideResult:
+    mode: str
+    nodes: int
+    gpus_per_node: int
+    pods: int
+    jobs: int
+    gangs: int
+    bound: int = 0
+    error: str = ""  # why the mode did not finish (what was measured stays)
+    cluster_start_s: float = 0.0
+    submitted_s: float = 0.0  # from the first submission to the last one answered
+    all_bound_s: float = 0.0
+    pods_per_s: float = 0.0
+    bind_p50_s: float = 0.0
+    bind_p99_s: float = 0.0
+    settle_s: float = 0.0  # from the last bind until the writes settled (end of the window)
+    requests_per_pod: float = 0.0
+    writes_per_pod: float = 0.0
+    server_requests: dict[str, int] = field(default_factory=dict)  # by `VERB resource`
+    background: dict[str, int] = field(default_factory=dict)  # leases, heartbeats, /metrics
+    cpu_s: dict[str, float] = field(default_factory=dict)  # by process, over the window
+    rss_mib: dict[str, float] = field(default_factory=dict)  # peak, by process
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _Watch:
+    """The namespace's pods: each one's job and when it was first seen bound."""
+
+    api: KubeClusterAPI
+    job_of: dict[str, str] = field(default_factory=dict)
+    bound: dict[str, float] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def _note(self, pod: dict[str, Any], now: float) -> None:
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        job = labels.get(BENCH_JOB) or labels.get(names.JOB)
+        if not job:
+            return
+        self.job_of.setdefault(meta["name"], job)
+        if (pod.get("spec") or {}).get("nodeName"):
+            self.bound.setdefault(meta["name"], now)
+
+    def run(self) -> None:
+        version = ""
+        while not self.stop.is_set():
+            try:
+                if not version:
+                    items, version = self.api.list_objects("pods", NAMESPACE)
+                    now = time.monotonic()
+                    for pod in items:
+                        self._note(pod, now)
+                for kind, pod in self.api.watch_objects("pods", NAMESPACE, "", "", version, 5):
+                    version = str(pod["metadata"].get("resourceVersion") or version)
+                    if kind != "BOOKMARK":
+                        self._note(pod, time.monotonic())
+                    if self.stop.is_set():
+                        break
+            except Expired:
+                version = ""
+            except ClusterError:
+                time.sleep(0.5)
+
+
+def _plain_pod(job: str, rank: int, gpus: int, mode: SideMode) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": f"{job}-{rank}", "labels": {BENCH_JOB: job}}
+    if mode is SideMode.VOLCANO:
+        meta["annotations"] = {names.GROUP_NAME: job}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "schedulerName": mode.scheduler_name,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": IMAGE,
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                }
+            ],
+        },
+    }
+
+
+def _pod_group(job: str, size: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": job},
+        "spec": {"minMember": size, "queue": QUEUE},
+    }
+
+
+def _training_job(job: str, size: int, gpus: int) -> dict[str, Any]:
+    container = {"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
+        "metadata": {"name": job},
+        "spec": {
+            "type": "normal",
+            "tasks": [
+                {
+                    "name": "worker",
+                    "replicas": size,
+                    "template": {"spec": {"containers": [container]}},
+                }
+            ],
+        },
+    }
+
+
+def _retry(call: Callable[[], Any]) -> None:
+    """Create something, asking again when the API server is busy (as kubectl does); an
+    answer lost on the way (409: it exists) counts as created."""
+    for attempt in range(5):
+        try:
+            call()
+            return
+        except k8s.client.ApiException as error:
+            if error.status == 409:
+                return
+            if error.status not in (429, 500, 503, 504) or attempt == 4:
+                raise
+            time.sleep(0.5 * 2**attempt)
+
+
+def _submit(
+    api: Any,
+    mode: SideMode,
+    sizes: Sequence[int],
+    gpus: int,
+    submitters: int,
+    sent: dict[str, float],
+) -> None:
+    """Submit every job as `mode`'s users would; `sent`: when each job's first object was
+    sent."""
+    core = k8s.client.CoreV1Api(api)
+    custom = k8s.client.CustomObjectsApi(api)
+
+    def one(i: int) -> None:
+        job, size = f"job-{i:05d}", sizes[i]
+        sent[job] = time.monotonic()
+        if mode.controller:
+            body = _training_job(job, size, gpus)
+            _retry(
+                lambda: custom.create_namespaced_custom_object(
+                    names.GROUP, names.VERSION, NAMESPACE, names.PLURAL, body
+                )
+            )
+            return
+        if mode is SideMode.VOLCANO:
+            group = _pod_group(job, size)
+            _retry(
+                lambda: custom.create_namespaced_custom_object(
+                    "scheduling.volcano.sh", "v1beta1", NAMESPACE, "podgroups", group
+                )
+            )
+        for rank in range(size):
+            pod = _plain_pod(job, rank, gpus, mode)
+            _retry(partial(core.create_namespaced_pod, NAMESPACE, pod))
+
+    with ThreadPoolExecutor(submitters, thread_name_prefix="bench-submit") as pool:
+        for done in [pool.submit(one, i) for i in range(len(sizes))]:
+            done.result()
+
+
+def _queue_open(custom: Any) -> bool:
+    with contextlib.suppress(k8s.client.ApiException):
+        queue = custom.get_cluster_custom_object(
+            "scheduling.volcano.sh", "v1beta1", "queues", QUEUE
+        )
+        return bool((queue.get("status") or {}).get("state") == "Open")
+    return False
+
+
+def _prepare(
+    api: Any, cluster: DevCluster, mode: SideMode, folder: Path
+) -> subprocess.Popen[bytes] | None:
+    """The namespace, and what the mode needs before its users submit: Volcano's queue, or
+    the TrainingJob CRD and caldera's controller (leading)."""
+    core = k8s.client.CoreV1Api(api)
+    custom = k8s.client.CustomObjectsApi(api)
+    core.create_namespace({"metadata": {"name": NAMESPACE}})
+    _wait(
+        "the namespace's default service account",
+        lambda: any(
+            sa.metadata.name == "default"
+            for sa in core.list_namespaced_service_account(NAMESPACE).items
+        ),
+        60,
+    )
+    if mode is SideMode.VOLCANO:
+        queue = {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "Queue",
+            "metadata": {"name": QUEUE},
+            "spec": {"weight": 1, "reclaimable": True},
+        }
+        custom.create_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", queue)
+    if not mode.controller:
+        if mode.needs_volcano:
+            _wait("Volcano to open the queue", lambda: _queue_open(custom), 120)
+        return None
+    extensions = k8s.client.ApiextensionsV1Api(api)
+    extensions.create_custom_resource_definition(training_job_crd())
+
+    def established() -> bool:
+        crd = extensions.read_custom_resource_definition(f"{names.PLURAL}.{names.GROUP}")
+        conditions = (crd.status.conditions if crd.status else None) or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+    _wait("the TrainingJob CRD", established, 60)
+    config = folder / "caldera.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "queues": [{"name": QUEUE}],
+                "kubernetes": {
+                    "namespaces": {NAMESPACE: {"queues": [QUEUE]}},
+                    "state_namespace": NAMESPACE,
+                    "scheduler_name": mode.scheduler_name,
+                    "image": IMAGE,
+                    "leader_election": LEASE,
+                },
+            }
+        )
+    )
+    log = folder / "controller.log"
+    controller = _controller(cluster, config, log)
+
+    def leading() -> bool:
+        if controller.poll() is not None:
+            tail = log.read_text(errors="replace")[-400:]
+            raise RuntimeError(f"bench k8s: caldera's controller exited: {tail}")
+        return "controller running" in log.read_text(errors="replace")
+
+    _wait("the controller to lead", leading, 120)
+    if mode.needs_volcano:
+        _wait("Volcano to open caldera's queue", lambda: _queue_open(custom), 120)
+    return controller
+
+
+def _settle(api: Any, last: dict[str, int]) -> dict[str, int]:
+    """The API server's counts once the workload's writes have stopped (at most SETTLE_MAX):
+    caldera writes a started job's status after its pods are bound."""
+    deadline = time.monotonic() + SETTLE_MAX
+    while time.monotonic() < deadline:
+        time.sleep(SETTLE_STEP)
+        now = _server_requests(api)
+        grown = sum(
+            n - last.get(k, 0) for k, n in now.items() if is_write(k) and not _background(k)
+        )
+        last = now
+        if grown <= SETTLED:
+            break
+    return last
+
+
+def _said(error: BaseException) -> str:
+    """An error in one line (an API error with its status, reason and message)."""
+    if isinstance(error, k8s.client.ApiException):
+        message = ""
+        with contextlib.suppress(ValueError, TypeError):
+            message = str(json.loads(error.body).get("message", ""))
+        return f"the API server answered {error.status} {error.reason}: {message}"[:300]
+    text = str(error).strip()
+    return text.splitlines()[0][:300] if text else type(error).__name__
+
+
+def _run_mode(
+    mode: SideMode,
+    sizes: Sequence[int],
+    result: SideResult,
+    gpus: int,
+    volcano: VolcanoBins | None,
+    submitters: int,
+    timeout: float,
+    say: Callable[[str], None],
+) -> None:
+    pods = sum(sizes)
+    with tempfile.TemporaryDirectory(prefix=f"caldera-bench-{mode.value}-") as tmp:
+        folder = Path(tmp)
+        cluster = DevCluster(
+            folder=folder / "cluster",
+            bins=find_bins(),
+            nodes=NodeShape(
+                count=result.nodes, gpus=result.gpus_per_node, per_hypernode=8,
+                hypernodes_per_spine=8,
+            ),
+            start_timeout=90 + 0.6 * result.nodes,
+            node_grace=NODE_GRACE,
+            volcano=volcano if mode.needs_volcano else None,
+            volcano_conf=SEED_001 if mode is SideMode.VOLCANO else VOLCANO_FOR_CALDERA,
+        )  # fmt: skip
+        began = time.monotonic()
+        cluster.start()
+        result.cluster_start_s = round(time.monotonic() - began, 1)
+        say(f"{mode.value}: cluster of {result.nodes} nodes up in {result.cluster_start_s:.0f} s")
+        api = load_api_client(str(cluster.kubeconfig()))
+        watch = _Watch(KubeClusterAPI(api))
+        controller: subprocess.Popen[bytes] | None = None
+        try:
+            controller = _prepare(api, cluster, mode, folder)
+            threading.Thread(target=watch.run, daemon=True).start()
+            pids = dict(cluster.pids)
+            if controller is not None:
+                pids["caldera-controller"] = controller.pid
+            cpu_before, requests_before = _cpu(pids), _server_requests(api)
+            first = time.monotonic()
+            sent: dict[str, float] = {}
+            failed: list[BaseException] = []
+
+            def submit() -> None:
+                try:
+                    _submit(api, mode, sizes, gpus, submitters, sent)
+                except Exception as error:  # said as the mode's error below
+                    failed.append(error)
+                result.submitted_s = round(time.monotonic() - first, 2)
+
+            submitting = threading.Thread(target=submit, daemon=True)
+            submitting.start()
+            next_line = first + PROGRESS_EVERY
+            while len(watch.bound) < pods:
+                now = time.monotonic()
+                if now - first > timeout:
+                    raise TimeoutError(
+                        f"{len(watch.bound)} of {pods} pods bound after {timeout:g} s"
+                    )
+                if now >= next_line:
+                    say(f"{mode.value}: {len(watch.bound)}/{pods} pods bound, {now - first:.0f} s")
+                    next_line = now + PROGRESS_EVERY
+                if failed:
+                    raise RuntimeError(f"submitting: {_said(failed[0])}")
+                time.sleep(0.2)
+            submitting.join(timeout)
+            last_bind = max(watch.bound.values())
+            requests_after = _settle(api, requests_before)
+            result.settle_s = round(time.monotonic() - last_bind, 1)
+            cpu_after = _cpu(pids)
+            result.bound = len(watch.bound)
+            result.all_bound_s = round(last_bind - first, 2)
+            result.pods_per_s = round(pods / max(result.all_bound_s, 1e-3), 1)
+            delays = [
+                t - sent[watch.job_of[pod]]
+                for pod, t in watch.bound.items()
+                if watch.job_of.get(pod) in sent
+            ]
+            result.bind_p50_s = round(_percentile(delays, 0.50), 2)
+            result.bind_p99_s = round(_percentile(delays, 0.99), 2)
+            grown = {
+                k: n - requests_before.get(k, 0)
+                for k, n in requests_after.items()
+                if n - requests_before.get(k, 0)
+            }
+            result.server_requests = dict(sorted(grown.items(), key=lambda kv: -kv[1]))
+            result.background = {k: n for k, n in result.server_requests.items() if _background(k)}
+            result.requests_per_pod, result.writes_per_pod = per_pod(grown, pods)
+            result.cpu_s = {
+                k: round(v - cpu_before.get(k, 0.0), 2) for k, v in sorted(cpu_after.items())
+            }
+            for name, pid in pids.items():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    result.rss_mib[name] = round(_cpu_and_rss(pid)[1], 1)
+            say(
+                f"{mode.value}: {pods} pods bound in {result.all_bound_s:.1f} s "
+                f"({result.pods_per_s:.1f}/s)"
+            )
+        finally:
+            watch.stop.set()
+            if controller is not None and controller.poll() is None:
+                controller.terminate()
+                try:
+                    controller.wait(30)
+                except subprocess.TimeoutExpired:
+                    controller.kill()
+                    controller.wait()
+            api.close()
+            cluster.stop()
+
+
+def bench_side_by_side(
+    modes: Sequence[SideMode],
+    nodes: int,
+    gpus_per_node: int,
+    pods: int,
+    gpus_per_pod: int = 1,
+    gang_share: float = 0.2,
+    seed: int = 1,
+    volcano: VolcanoBins | None = None,
+    submitters: int = SUBMITTERS,
+    timeout: float = 900.0,
+    say: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
+    """Run the workload through each mode on its own fresh dev cluster, one after the other.
+    A mode that fails (a timeout, a component that died) keeps what it measured and says why
+    in `error`; the next mode still runs."""
+    sizes = workload(pods, gang_share, seed)
+    results = []
+    for mode in modes:
+        result = SideResult(
+            mode.value, nodes, gpus_per_node, pods, len(sizes), sum(1 for s in sizes if s > 1)
+        )
+        try:
+            _run_mode(mode, sizes, result, gpus_per_pod, volcano, submitters, timeout, say)
+        except (
+            TimeoutError, RuntimeError, ClusterError, DevClusterError, k8s.client.ApiException
+        ) as error:  # fmt: skip
+            result.error = _said(error)
+            say(f"{mode.value}: {result.error}")
+        results.append(result.as_dict())
+    return {
+        "modes": results,
+        "ratios": ratios({r["mode"]: r["pods_per_s"] for r in results if not r["error"]}),
+    }
