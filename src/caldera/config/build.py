@@ -25,6 +25,7 @@ from caldera.model import (
     parse_cpu,
     parse_memory_mib,
 )
+from caldera.model.queues import tree_problem
 from caldera.policies import get_policy
 
 __all__ = [
@@ -84,6 +85,7 @@ def build_queue(model: QueueModel) -> Queue:
         state=QueueState(model.state),
         critical_allowed=model.critical_allowed,
         time_sharing=model.time_sharing,
+        parent=model.parent,
         time_windows=tuple(
             TimeWindow(frozenset(w.days), w.hours[0], w.hours[1]) for w in model.time_windows
         ),
@@ -132,6 +134,9 @@ def parse_deployment(model: DeploymentModel) -> Deployment:
     try:
         policy = policy_config(model.policy)
         queues = tuple(build_queue(q) for q in model.queues)
+        problem = tree_problem(queues)
+        if problem is not None:
+            raise ValueError(f"queues: {problem}")
     except (LookupError, ValueError) as error:
         message = error.args[0] if error.args else str(error)
         raise ConfigError(str(message).splitlines()[0]) from None

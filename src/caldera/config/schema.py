@@ -78,6 +78,8 @@ class QueueModel(StrictModel):
     critical_allowed: bool = True  # may jobs of type critical be submitted here?
     # N >= 2: single-task 1-GPU jobs time-share a GPU N ways, no memory isolation (docs/gpus.md)
     time_sharing: int = Field(default=0, ge=0, le=MAX_TIME_SHARING)
+    # A department above this queue (DESIGN §2 "Hierarchy"); it holds no jobs itself.
+    parent: str | None = Field(default=None, min_length=1)
 
 
 class PolicyModel(StrictModel):

@@ -117,6 +117,15 @@ def admit(
         return Admission(JobState.REJECTED, f"unknown queue {spec.queue!r}")
     if queue.state is not QueueState.OPEN:
         return Admission(JobState.REJECTED, f"queue {queue.name!r} is {queue.state.value}")
+    if any(q.parent == queue.name for q in queues.values()):
+        return Admission(
+            JobState.REJECTED, f"queue {queue.name!r} is a department: it holds no jobs"
+        )
+    parent = queues.get(queue.parent) if queue.parent is not None else None
+    if parent is not None and not spec.gang_request.fits_in(parent.capability):
+        return Admission(
+            JobState.REJECTED, f"request exceeds the capability of queue {parent.name!r}"
+        )
     if spec.type is JobType.CRITICAL and not queue.critical_allowed:
         return Admission(JobState.REJECTED, f"queue {queue.name!r} does not accept critical jobs")
     if not spec.gang_request.fits_in(queue.capability):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from caldera.model.resources import Resources
 
-__all__ = ["WEEK", "Queue", "QueueState", "TimeWindow"]
+__all__ = ["WEEK", "Queue", "QueueState", "TimeWindow", "departments", "tree_problem"]
 
 DAY = 86_400
 WEEK = 7 * DAY
@@ -77,6 +78,9 @@ class Queue:
     # N >= 2: a single-task job asking for one whole GPU runs as one of N tasks sharing that
     # GPU in time, with no memory isolation (seed 004: development queues). 0: off.
     time_sharing: int = 0
+    # A department above this queue (DESIGN §2 "Hierarchy"): a queue named as a parent holds
+    # no jobs; its quotas bound the sum of its children's. None: a top-level queue.
+    parent: str | None = None
 
     def in_window(self, t: float) -> bool:
         return not self.time_windows or any(w.contains(t) for w in self.time_windows)
@@ -85,3 +89,72 @@ class Queue:
         if not self.time_windows:
             return None
         return min(w.next_edge(t) for w in self.time_windows)
+
+
+def departments(queues: Iterable[Queue]) -> frozenset[str]:
+    """The names of the queues that some queue names as its parent (they hold no jobs)."""
+    return frozenset(q.parent for q in queues if q.parent is not None)
+
+
+def _over(total: Resources, bound: Resources, gpu_always: bool = False) -> str | None:
+    """The first resource a bound sets that `total` exceeds (a zero dimension is "not set",
+    except a `deserved` quota's GPUs: `gpu_always`)."""
+    for name, held, limit in (
+        ("gpu", total.gpu, bound.gpu),
+        ("cpu", total.cpu, bound.cpu),
+        ("memory", total.memory, bound.memory),
+    ):
+        if (limit > 0 or (gpu_always and name == "gpu")) and held > limit:
+            return name
+    return None
+
+
+def tree_problem(queues: Sequence[Queue]) -> str | None:
+    """What makes a tree of queues unusable, in one line (None: it is usable). Two levels:
+    departments above teams; a department is a top-level queue. A child's quotas live inside
+    its parent's: the sum of the children's `guarantee` and of their `deserved` may not exceed
+    the parent's when the parent sets one, nor a child's `capability` the parent's."""
+    by_name = {q.name: q for q in queues}
+    for queue in queues:
+        if queue.parent is None:
+            continue
+        parent = by_name.get(queue.parent)
+        if parent is None:
+            return f"queue {queue.name!r}: unknown parent {queue.parent!r}"
+        if parent.name == queue.name:
+            return f"queue {queue.name!r}: a queue cannot be its own parent"
+        if parent.parent is not None:
+            # A chain a -> b -> a is a cycle; any longer chain is deeper than two levels.
+            seen = {queue.name}
+            up: Queue | None = parent
+            while up is not None and up.parent is not None and up.name not in seen:
+                seen.add(up.name)
+                up = by_name.get(up.parent)
+            if up is not None and up.name in seen:
+                return f"queue {queue.name!r}: its parents form a cycle"
+            return (
+                f"queue {queue.name!r}: parent {parent.name!r} has a parent itself "
+                "(two levels: departments above teams)"
+            )
+        if parent.time_sharing or parent.time_windows:
+            return f"queue {parent.name!r}: a department takes no time_sharing or time_windows"
+    for name in sorted(departments(queues)):
+        parent = by_name[name]
+        children = [q for q in queues if q.parent == name]
+        for field in ("guarantee", "deserved"):
+            bound: Resources | None = getattr(parent, field)
+            if bound is None:
+                continue
+            total = Resources()
+            for child in children:
+                quota: Resources | None = getattr(child, field)
+                if quota is not None:
+                    total = total + quota
+            over = _over(total, bound, gpu_always=field == "deserved")
+            if over is not None:
+                return f"queue {name!r}: its children's {field} ({over}) sum above its own"
+        if parent.capability is not None:
+            for child in children:
+                if child.capability is not None and _over(child.capability, parent.capability):
+                    return f"queue {child.name!r}: capability above its parent {name!r}'s"
+    return None

@@ -40,6 +40,7 @@ from caldera.model import (
     parse_profile,
     time_share,
 )
+from caldera.model.queues import departments, tree_problem
 from caldera.runtime.requests import job_spec, resolve_tasks, topology_spec
 
 __all__ = [
@@ -387,6 +388,13 @@ def _expand(model: ScenarioModel, base: Path, name: str) -> Scenario:
     queue_names = [q.name for q in queues]
     if len(set(queue_names)) != len(queue_names):
         raise ValueError("queues: duplicate queue name")
+    problem = tree_problem(queues)
+    if problem is not None:
+        raise ValueError(f"queues: {problem}")
+    held_by_none = departments(queues)
+    for i, job in enumerate(model.jobs):
+        if job.queue in held_by_none:
+            raise ValueError(f"jobs[{i}]: queue {job.queue!r} is a department: it holds no jobs")
     by_name = {q.name: q for q in queues}
     submissions = [  # time-sharing queues run 1-GPU single tasks as 1/N of a GPU
         replace(s, spec=time_share(s.spec, by_name.get(s.spec.queue))) for s in submissions
