@@ -37,6 +37,15 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "image": {"repository": "registry.corp/caldera", "digest": "sha256:" + "ab" * 32},
         "imagePullSecrets": [{"name": "corp-registry"}],
         "config": {"queues": QUEUES, "kubernetes": {"namespaces": BINDINGS}},
+        "rbac": {
+            "bindings": {
+                "team-a": {"submit": [{"kind": "Group", "name": "ml-team"}]},
+                "serving": {
+                    "submit": [{"kind": "Group", "name": "oncall"}],
+                    "critical": [{"kind": "User", "name": "lead@example.com"}],
+                },
+            }
+        },
     },
     "namespaces": {
         "config": {"queues": QUEUES, "kubernetes": {"namespaces": BINDINGS}},
@@ -174,6 +183,20 @@ def test_the_chart_renders_what_caldera_renders_for_the_same_config(
     assert "--metrics-bind=:8080" in container["args"]
     (service,) = kinds(objects, "Service")
     assert service["spec"]["ports"][0]["port"] == 8080
+    # People's rights: a RoleBinding per namespace and grant.
+    people = {
+        (b["metadata"]["namespace"], b["roleRef"]["name"]): b["subjects"]
+        for b in kinds(objects, "RoleBinding")
+        if b["roleRef"]["name"] in users
+    }
+    want_people = {
+        (ns, f"caldera-{'submitter' if what == 'submit' else what}"): [
+            {**s, "apiGroup": "rbac.authorization.k8s.io"} for s in subjects
+        ]
+        for ns, grants in values.get("rbac", {}).get("bindings", {}).items()
+        for what, subjects in grants.items()
+    }
+    assert people == want_people
     # Served namespaces, labelled for Pod Security Admission, only when asked.
     created = kinds(objects, "Namespace")
     if values.get("namespaces", {}).get("create"):

@@ -312,21 +312,43 @@ def dev_cluster_start(
     build: Annotated[
         bool, typer.Option(help="Build the binaries (scripts/cluster-bins.sh) if missing.")
     ] = True,
+    volcano: Annotated[
+        bool,
+        typer.Option(
+            "--volcano",
+            help="Also run the real Volcano (scheduler, controllers, admission webhooks), "
+            "configured as caldera needs it (scripts/volcano-bins.sh).",
+        ),
+    ] = False,
 ) -> None:
     """Start the cluster in the background and print how to reach it."""
     from caldera.k8s.devcluster import DevCluster, DevClusterError, NodeShape, find_bins
+    from caldera.k8s.devcluster_volcano import find_volcano
+    from caldera.replay.kube import VOLCANO_FOR_CALDERA
 
     try:
         bins = find_bins(build=build)
+        found = find_volcano(build=build) if volcano else None
+        if volcano and found is None:
+            fail("Volcano is not built: run make cluster-bins (scripts/volcano-bins.sh)")
         folder.mkdir(parents=True, exist_ok=True)
-        cluster = DevCluster(folder=folder, bins=bins, nodes=NodeShape(count=nodes, gpus=gpus))
+        cluster = DevCluster(
+            folder=folder,
+            bins=bins,
+            nodes=NodeShape(count=nodes, gpus=gpus),
+            volcano=found,
+            volcano_conf=VOLCANO_FOR_CALDERA,
+            volcano_webhook=found is not None,
+        )
         cluster.start()
     except DevClusterError as error:
         fail(str(error), EXIT_FAILURE)
+    with_volcano = " and Volcano" if found is not None else ""
     sys.stdout.write(
-        f"dev cluster up in {cluster.started_in} s: {nodes} KWOK node(s) x {gpus} GPUs, "
-        f"API server {cluster.server}\n"
+        f"dev cluster up in {cluster.started_in} s: {nodes} KWOK node(s) x {gpus} GPUs"
+        f"{with_volcano}, API server {cluster.server}\n"
         f"export KUBECONFIG={cluster.kubeconfig()}\n"
+        f"export PATH={bins}:$PATH   # kubectl of the same version\n"
         f"users without rights: {', '.join(cluster.users)} "
         f"(caldera k8s dev-cluster kubeconfig --user NAME)\n"
     )
