@@ -40,7 +40,8 @@ thousand leases late, and nodes flapping NotReady (tainted: the pods caldera pin
 cannot bind) measured KWOK, not the controller.
 
 Every figure comes from one run on this machine; docs/benchmarks.md records them with the
-command line.
+command line. `caldera bench k8s --modes …` runs another bench, the same workload through
+kube-scheduler, Volcano, caldera and caldera + Volcano side by side (caldera.k8s.bench_side).
 """
 
 from __future__ import annotations
