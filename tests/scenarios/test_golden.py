@@ -17,8 +17,9 @@ from typing import Any
 
 import jsonschema
 import pytest
+import yaml
 
-from caldera.sim import load_scenario, simulate
+from caldera.sim import load_scenario, parse_scenario, simulate
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = sorted(p.name for p in HERE.glob("*.yaml"))
@@ -474,3 +475,53 @@ def test_without_planned_backfill_the_reserved_room_stays_empty() -> None:
     starts = {e["job"]: e["t"] for e in off["events"] if e["kind"] == "start"}
     assert starts["big"] == 3600.0
     assert starts["short"] >= 3600.0
+
+
+DEPARTMENT_LENDS = "department-lends-and-takes-back.yaml"
+SIBLINGS = "siblings-inside-department.yaml"
+
+
+def test_a_department_takes_its_lent_room_back() -> None:
+    """Bounds derived in department-lends-and-takes-back.yaml (DESIGN §2 "Hierarchy")."""
+    name = DEPARTMENT_LENDS
+    assert [job(name, f"v{i}")["start"] for i in range(4)] == [0.0, 1.0, 2.0, 3.0]
+    by_web = [e for e in events(name, "evict") if e["preemptor"] == "web"]
+    assert sorted(e["job"] for e in by_web) == ["v2", "v3"]
+    assert all(e["reason"] == "reclaim" and e["t"] == 600.0 for e in by_web)
+    assert job(name, "web")["start"] == 720.0
+    (by_train,) = [e for e in events(name, "evict") if e["preemptor"] == "train"]
+    assert (by_train["job"], by_train["reason"], by_train["t"]) == ("v1", "reclaim", 1200.0)
+    assert job(name, "train")["start"] == 1320.0
+    assert {e["job"] for e in events(name, "evict")} <= {"v0", "v1", "v2", "v3"}
+    # research never below its deserved 8 after web's reclaim: v0 and v1 keep running
+    assert not [e for e in events(name, "evict") if e["job"] in ("v0", "v1") and e["t"] < 1200]
+
+
+def test_siblings_share_inside_a_department_at_its_share() -> None:
+    """Bounds derived in siblings-inside-department.yaml: nlp takes back from its sibling
+    vision, never from eng's serve (whose jobs would lose nothing)."""
+    name = SIBLINGS
+    (evict,) = events(name, "evict")
+    assert (evict["job"], evict["reason"], evict["preemptor"], evict["t"]) == (
+        "v1",
+        "reclaim",
+        "train",
+        3600.0,
+    )
+    assert job(name, "train")["start"] == 3720.0
+    assert job(name, "s0")["evictions"] == job(name, "s1")["evictions"] == 0
+    assert job(name, "v0")["evictions"] == 0
+
+
+def test_without_departments_the_same_teams_decide_otherwise() -> None:
+    """The two tree goldens with the departments removed (the teams a flat list with the
+    same deserved shares): least lost work picks eng's serve job, and web, over its own 4,
+    cannot reclaim at all — what the departments change, and not something else."""
+    flat_evictions: dict[str, list[str]] = {}
+    for name in (SIBLINGS, DEPARTMENT_LENDS):
+        data = yaml.safe_load((HERE / name).read_text())
+        data["queues"] = [{k: v for k, v in q.items() if k != "parent"} for q in data["queues"]]
+        data["queues"] = [q for q in data["queues"] if q["name"] not in ("research", "eng")]
+        flat = simulate(parse_scenario(data, HERE))
+        flat_evictions[name] = [e["job"] for e in flat["events"] if e["kind"] == "evict"]
+    assert flat_evictions == {SIBLINGS: ["s1"], DEPARTMENT_LENDS: ["v3"]}

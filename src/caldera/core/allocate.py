@@ -142,12 +142,21 @@ def allocate(cycle: CycleContext) -> None:
     for queue_heads in heads.values():
         heapq.heapify(queue_heads)
 
-    queues = [(_band(heads[name][0][0]), cycle.usage[name].share, name) for name in heads]
+    # Lowest department share, then lowest share (a flat list: each queue is its department).
+    queues = [
+        (_band(heads[name][0][0]), usage[name].tree_share, usage[name].share, name)
+        for name in heads
+    ]
     heapq.heapify(queues)
     failed: set[int] = set()
     waiting = cycle.waiting
     while queues:
-        head_band, _, name = heapq.heappop(queues)
+        head_band, tree_share, share, name = heapq.heappop(queues)
+        entry = usage[name]
+        if entry.parent is not None and (entry.tree_share, entry.share) > (tree_share, share):
+            # A sibling started since this key was made: its department's share rose.
+            heapq.heappush(queues, (head_band, entry.tree_share, entry.share, name))
+            continue
         queue_heads = heads[name]
         # A queue's share changes only when one of its jobs starts: until then it stays the
         # lowest, so keep taking its jobs without going back through the queue heap.
@@ -171,7 +180,7 @@ def allocate(cycle: CycleContext) -> None:
             if job.id not in handled:
                 break
         if queue_heads:
-            heapq.heappush(queues, (_band(queue_heads[0][0]), cycle.usage[name].share, name))
+            heapq.heappush(queues, (_band(queue_heads[0][0]), entry.tree_share, entry.share, name))
 
 
 def _band(rank: tuple[int, float, str]) -> int:

@@ -109,6 +109,11 @@ class QueueUsage:
     # Of `allocated - releasing`, what victims a live plan has yet to signal will give back:
     # committed to leave, so no later plan counts it as the queue's.
     committed: Resources = NOTHING
+    # The tree (DESIGN §2 "Hierarchy"): the department above this queue (None: top level)
+    # and a department's teams (empty: not a department). A department holds no jobs: what
+    # it holds is its children's sum (`tree_kept`, `tree_holds`). Linked by CycleContext.
+    parent: QueueUsage | None = None
+    children: tuple[QueueUsage, ...] = ()
 
     @property
     def share(self) -> float:
@@ -173,11 +178,94 @@ class QueueUsage:
         )
 
     def within_capability(self, extra: Resources) -> bool:
-        """Would `extra` keep the queue within its cap, counting room promised to its
-        nominated preemptors (they will start on it)?"""
-        if self.queue.capability is None:
+        """Would `extra` keep the queue within its cap, and its department within the
+        department's, counting room promised to nominated preemptors (they will start on it)?"""
+        capability = self.queue.capability
+        if capability is not None and not (self.allocated + self.promised + extra).fits_in(
+            capability
+        ):
+            return False
+        parent = self.parent
+        if parent is None or parent.queue.capability is None:
             return True
-        return (self.allocated + self.promised + extra).fits_in(self.queue.capability)
+        return parent.tree_capped(extra).fits_in(parent.queue.capability)
+
+    # -- the tree (DESIGN §2 "Hierarchy"): one place for the department-level arithmetic --
+
+    @property
+    def top(self) -> QueueUsage:
+        """The queue's department, or the queue itself at the top level (a flat list of
+        queues is a one-level tree: every queue is its own department)."""
+        parent = self.parent
+        return self if parent is None else parent
+
+    def tree_kept(self) -> Resources:
+        """`kept`, summed over a department's children (a team's own)."""
+        if not self.children:
+            return self.kept
+        total = NOTHING
+        for child in self.children:
+            total = total + child.kept
+        return total
+
+    def tree_holds(self, extra: Resources) -> Resources:
+        """`holds(extra)`, summed over a department's children (a team's own)."""
+        if not self.children:
+            return self.holds(extra)
+        total = extra
+        for child in self.children:
+            total = total + child.holds(NOTHING)
+        return total
+
+    def tree_capped(self, extra: Resources) -> Resources:
+        """What counts against a department's capability once `extra` starts in it."""
+        total = extra
+        for child in self.children:
+            total = total + child.allocated + child.promised
+        return total
+
+    @property
+    def tree_share(self) -> float:
+        """The share of the queue's department (its own share at the top level): allocate
+        serves the queues of the departments lowest against their deserved share first, so
+        a department's idle room goes to its own teams before it is lent across."""
+        top = self.top
+        if top is self:
+            return self.share
+        held = NOTHING
+        for child in top.children:
+            held = held + child.allocated
+        return QueueUsage(top.queue, top.deserved, held).share
+
+    def may_take_back(self, gang: Resources) -> bool:
+        """May a preemptor of this queue with `gang` reclaim (DESIGN §4.1 step 1, §2
+        "Hierarchy")? Its queue stays within its deserved share once it starts — or, for a
+        team, its department stays within the department's: a department's lent room comes
+        home to any of its teams (then from other departments only: `FloorVeto`)."""
+        if self.within_deserved(gang):
+            return True
+        parent = self.parent
+        return parent is not None and not parent.over_deserved(parent.tree_holds(gang))
+
+    def may_lose(self, before: Resources, lost: Resources) -> bool:
+        """Reclaim's floor at one level (Volcano's proportion plugin): a queue or department
+        holding `before` may lose `lost` while above its deserved share, never going below
+        its guarantee (so its last victim may take it below its share)."""
+        return self.over_deserved(before) and not self.below_guarantee(before - lost)
+
+    def lends_to(self, taker: QueueUsage, critical: bool = False) -> bool:
+        """May a preemptor of `taker` take room back from this queue, given the departments?
+        (Whether this queue itself is above its share is the caller's check.) Siblings, and
+        any two queues of a flat list, lend to each other freely; across departments, the
+        lender's department must be above its deserved share and the taker's at or below
+        its own — a critical taker asks no share (DESIGN §4.1) — so lent room comes home top
+        down, and one department never takes from another that is not over its share."""
+        mine, theirs = self.top, taker.top
+        if mine is theirs:
+            return True
+        if mine is not self and not mine.over_deserved(mine.tree_kept()):
+            return False
+        return critical or theirs is taker or not theirs.over_deserved(theirs.tree_holds(NOTHING))
 
 
 def pending_tasks(victim: JobView, pending: PendingVictim) -> int:
@@ -338,6 +426,12 @@ class CycleContext:
                 else NOTHING
             )
             self.usage[name] = QueueUsage(queue, deserved[name], holding, leaving, holding)
+        for usage in self.usage.values():
+            above = usage.queue.parent
+            department = self.usage.get(above) if above is not None else None
+            if department is not None:
+                usage.parent = department
+                department.children = (*department.children, usage)
         for job in snapshot.job_index.nominated.values():
             self.promise(job, 1)
             assert job.nomination is not None

@@ -105,11 +105,18 @@ def patience(cycle: CycleContext, job: JobView) -> float | None:
 
 
 def over_capability(usage: QueueUsage, extra: Resources) -> Resources | None:
-    """By how much `extra` would take the queue over its capability (None: it would not)."""
-    cap = usage.queue.capability
-    if cap is None or usage.within_capability(extra):
+    """By how much `extra` would take the queue over its capability, or its department over
+    the department's (None: it would not)."""
+    if usage.within_capability(extra):
         return None
+    cap = usage.queue.capability
     total = usage.allocated + usage.promised + extra
+    parent = usage.parent
+    if (cap is None or total.fits_in(cap)) and parent is not None:
+        cap = parent.queue.capability  # the department's cap stands in the way
+        total = parent.tree_capped(extra)
+    if cap is None:
+        return None
     return Resources(
         *(
             max(held - limit, 0) if limit > 0 else 0
@@ -423,12 +430,15 @@ class VictimPools:
             escalated, listed = self._ceiling()
             waited = {victim for _, victim in escalated[: self.waits_for(job)]}
         found: list[JobView] = []
+        taker = cycle.usage.get(job.spec.queue)
         for queue, by_priority in cycle.snapshot.job_index.victims.items():
             usage = cycle.usage.get(queue)
             if queue == job.spec.queue or usage is None or not usage.queue.reclaimable:
                 continue
             if not usage.over_deserved(usage.kept):
                 continue
+            if taker is not None and not usage.lends_to(taker, critical):
+                continue  # across departments: DESIGN §2 "Hierarchy"
             for value, jobs in by_priority.items():
                 for victim in jobs.values():
                     victim_id = victim.id
@@ -467,22 +477,41 @@ class VictimPools:
             )
         return units
 
-    def floor_veto(self, own: str) -> FloorVeto:
-        """Reclaim's floor (`FloorVeto`) for a preemptor of queue `own`."""
-        return FloorVeto(self.cycle.usage, own)
+    def floor_veto(self, own: str, job: JobView | None = None) -> FloorVeto:
+        """Reclaim's floor (`FloorVeto`) for a preemptor of queue `own` (`job`, when its
+        department's share decides what it may take across departments)."""
+        return FloorVeto(self.cycle.usage, own, job)
 
 
 class FloorVeto:
     """Reclaim's floor, as Volcano's proportion plugin: a queue may lose a unit while it is
     above its deserved share before that eviction (its last victim may take it below), never
-    below its guarantee. Units of the preemptor's own queue pass."""
+    below its guarantee. Units of the preemptor's own queue pass. Across departments (DESIGN
+    §2 "Hierarchy") the same floor holds for the victim's department, and a non-critical
+    preemptor takes from another department only while its own department stays within its
+    deserved share with the preemptor's gang."""
 
-    def __init__(self, usage: Mapping[str, QueueUsage], own: str) -> None:
+    def __init__(
+        self, usage: Mapping[str, QueueUsage], own: str, job: JobView | None = None
+    ) -> None:
         self.usage = usage
         self.own = own
         # Turned a unit away for what was taken from its queue before it: which units join
         # then depends on their order (`CycleContext.order_mattered`).
         self.order_mattered = False
+        entry = usage.get(own)
+        self.home: QueueUsage | None = None if entry is None else entry.top
+        # May it take from other departments, and from its siblings? A team's preemptor takes
+        # across only while its department stays within its share, and from its siblings only
+        # while its own queue stays within its own (a critical one asks no share).
+        self.across = True
+        self.siblings = True
+        if entry is not None and entry.parent is not None and job is not None:
+            spec = job.spec
+            if spec.priority < CRITICAL_PRIORITY:
+                gang = spec.gang_request
+                self.across = not entry.parent.over_deserved(entry.parent.tree_holds(gang))
+                self.siblings = entry.within_deserved(gang)
 
     def __call__(self, unit: Unit, taken: Mapping[str, Resources]) -> bool:
         queue = unit.queue
@@ -490,19 +519,47 @@ class FloorVeto:
             return True
         entry = self.usage[queue]
         before = entry.kept - taken.get(queue, Resources())
-        if entry.over_deserved(before) and not entry.below_guarantee(before - unit.resources):
+        if entry.may_lose(before, unit.resources) and self._department_lets(entry, unit, taken):
             return True
-        if queue in taken:
+        if queue in taken or any(child.queue.name in taken for child in entry.top.children):
             self.order_mattered = True
         return False
 
+    def _department_lets(
+        self, entry: QueueUsage, unit: Unit, taken: Mapping[str, Resources]
+    ) -> bool:
+        department = entry.top
+        if department is self.home:
+            return self.siblings  # a sibling (or, in a flat list, any other queue)
+        if not self.across:
+            return False
+        if department is entry:
+            return True  # a top-level queue: its own floor is the department's
+        return department.may_lose(_tree_before(department, taken), unit.resources)
+
     def closed(self, queue: str, taken: Mapping[str, Resources]) -> bool:
-        """No longer above its deserved share with what is taken: more taken never puts it
-        back above."""
+        """No longer above its deserved share with what is taken (nor, across departments,
+        its department above the department's): more taken never puts it back above."""
         if queue == self.own:
             return False
         entry = self.usage[queue]
-        return not entry.over_deserved(entry.kept - taken.get(queue, Resources()))
+        if not entry.over_deserved(entry.kept - taken.get(queue, Resources())):
+            return True
+        department = entry.top
+        if department is self.home or department is entry:
+            return False
+        return not self.across or not department.over_deserved(_tree_before(department, taken))
+
+
+def _tree_before(department: QueueUsage, taken: Mapping[str, Resources]) -> Resources:
+    """What a department keeps before a plan's next unit: its children's, less what the plan
+    has taken from them."""
+    before = department.tree_kept()
+    for child in department.children:
+        gone = taken.get(child.queue.name)
+        if gone is not None:
+            before = before - gone
+    return before
 
 
 def hopeless(cycle: CycleContext, job: JobView) -> bool:
@@ -739,7 +796,19 @@ def _below_the_floor(
                 later = later + other[1]
         usage = cycle.usage[queue]
         before = usage.kept + later
-        if not usage.over_deserved(before) or usage.below_guarantee(before - committed[1]):
+        if not usage.may_lose(before, committed[1]):
+            return True
+        department = usage.top
+        home = cycle.usage[own].top if own in cycle.usage else None
+        if department is usage or department is home:
+            continue
+        # Across departments the victim's department keeps the same floor (DESIGN §2).
+        later_there = Resources()
+        for after in pending[number:]:
+            other = cycle.committed_by.get(after.job)
+            if other is not None and cycle.usage[other[0]].top is department:
+                later_there = later_there + other[1]
+        if not department.may_lose(department.tree_kept() + later_there, committed[1]):
             return True
     return False
 
@@ -768,7 +837,10 @@ def _over_its_share(
     if not reclaims:
         return False
     usage = cycle.usage[own]  # the holder's gang is in `promised`
-    return usage.over_deserved(usage.holds(Resources()) - leaving)
+    if not usage.over_deserved(usage.holds(Resources()) - leaving):
+        return False
+    parent = usage.parent  # a team may take its department's lent room home (§2)
+    return parent is None or parent.over_deserved(parent.tree_holds(Resources()) - leaving)
 
 
 def continue_nominations(cycle: CycleContext) -> None:

@@ -56,7 +56,7 @@ def may_reclaim(cycle: CycleContext, job: JobView) -> bool:
         return False
     if spec.priority >= CRITICAL_PRIORITY:
         return True
-    return usage.within_deserved(gang)
+    return usage.may_take_back(gang)
 
 
 def _others_borrow(cycle: CycleContext, queue: str) -> bool:
@@ -70,7 +70,10 @@ def _others_borrow(cycle: CycleContext, queue: str) -> bool:
             if usage.queue.reclaimable and usage.over_deserved(usage.kept)
         },
     )
-    return len(borrowing) > (queue in borrowing)
+    taker = cycle.usage.get(queue)
+    if taker is None:
+        return len(borrowing) > (queue in borrowing)
+    return any(name != queue and cycle.usage[name].lends_to(taker) for name in borrowing)
 
 
 def borrowers_first(cycle: CycleContext, job: JobView, key: GroupKey | None = None) -> bool:
@@ -119,7 +122,7 @@ def reclaim(cycle: CycleContext) -> None:
         best = None
         _wake_when_slo_runs_out(cycle, job)
         if may_reclaim(cycle, job) and not pools.empty("borrowers", job):
-            best = search(cycle, job, pools.borrowers(job), pools.floor_veto(queue))
+            best = search(cycle, job, pools.borrowers(job), pools.floor_veto(queue, job))
             if best is not None and best.cost.lost == 0 and not best.cost.late:
                 return best
         if job.id in deferred and not (hopeless(cycle, job) or pools.own_never_fits(job)):
@@ -140,6 +143,6 @@ def reclaim(cycle: CycleContext) -> None:
                 return False
             return critical or not usage.over_deserved(usage.holds(gang) - freed)
 
-        return search(cycle, job, pools.combined(job), pools.floor_veto(queue), enough)
+        return search(cycle, job, pools.combined(job), pools.floor_veto(queue, job), enough)
 
     give_way(cycle, EvictReason.RECLAIM, planner)
