@@ -96,6 +96,7 @@ def _print(report: dict[str, object]) -> None:
         table.add_column(f"CPU s {column}", justify="right")
     table.add_column("RSS MiB apiserver", justify="right")
     table.add_column("RSS MiB sched+ctrl", justify="right")
+    table.add_column("load", justify="right")
     for r in rows:
         cpu = r["cpu_s"]
         table.add_row(
@@ -109,6 +110,7 @@ def _print(report: dict[str, object]) -> None:
             *(f"{sum(cpu.get(n, 0.0) for n in procs):.1f}" for _, procs in _CPU_COLUMNS),
             f"{r['rss_mib'].get('kube-apiserver', 0.0):.0f}",
             f"{sum(r['rss_mib'].get(n, 0.0) for n in _CPU_COLUMNS[2][1]):.0f}",
+            "{:.1f}-{:.1f}".format(*r["load"]),
         )
     console = Console(width=180)
     console.print(table)

@@ -29,7 +29,8 @@ What is measured, per mode, from one watch on the namespace's pods (local arriva
   non-resource URLs (`/metrics` itself) are the bench's: they are counted in `background`,
   not per pod;
 - CPU seconds of each process of the dev cluster and of caldera's controller over the same
-  window (`/proc/PID/stat`), and each one's peak RSS (`VmHWM`).
+  window (`/proc/PID/stat`), and each one's peak RSS (`VmHWM`); the machine's load average at
+  both ends of the window (other users of a shared machine).
 
 And the ratios of pods bound per second: caldera + Volcano / Volcano alone and caldera /
 kube-scheduler, when both of a pair ran.
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import subprocess
 import tempfile
@@ -194,6 +196,9 @@ class SideResult:
     background: dict[str, int] = field(default_factory=dict)  # leases, heartbeats, /metrics
     cpu_s: dict[str, float] = field(default_factory=dict)  # by process, over the window
     rss_mib: dict[str, float] = field(default_factory=dict)  # peak, by process
+    # the machine's 1-minute load average at the first submission and at the end: other
+    # users of a shared machine show here
+    load: tuple[float, float] = (0.0, 0.0)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -486,6 +491,7 @@ def _run_mode(
             if controller is not None:
                 pids["caldera-controller"] = controller.pid
             cpu_before, requests_before = _cpu(pids), _server_requests(api)
+            load_before = os.getloadavg()[0]
             first = time.monotonic()
             sent: dict[str, float] = {}
             failed: list[BaseException] = []
@@ -517,6 +523,7 @@ def _run_mode(
             requests_after = _settle(api, requests_before)
             result.settle_s = round(time.monotonic() - last_bind, 1)
             cpu_after = _cpu(pids)
+            result.load = (round(load_before, 1), round(os.getloadavg()[0], 1))
             result.bound = len(watch.bound)
             result.all_bound_s = round(last_bind - first, 2)
             result.pods_per_s = round(pods / max(result.all_bound_s, 1e-3), 1)
