@@ -479,6 +479,7 @@ def test_without_planned_backfill_the_reserved_room_stays_empty() -> None:
 
 DEPARTMENT_LENDS = "department-lends-and-takes-back.yaml"
 SIBLINGS = "siblings-inside-department.yaml"
+HOME_FIRST = "department-room-comes-home-first.yaml"
 
 
 def test_a_department_takes_its_lent_room_back() -> None:
@@ -514,14 +515,29 @@ def test_siblings_share_inside_a_department_at_its_share() -> None:
 
 
 def test_without_departments_the_same_teams_decide_otherwise() -> None:
-    """The two tree goldens with the departments removed (the teams a flat list with the
-    same deserved shares): least lost work picks eng's serve job, and web, over its own 4,
-    cannot reclaim at all — what the departments change, and not something else."""
+    """The tree goldens with the departments removed (the teams a flat list with the same
+    deserved shares): least lost work picks eng's serve job in the first and vision's
+    lossless job in the third, and web, over its own 4, cannot reclaim at all — what the
+    departments change, and not something else."""
     flat_evictions: dict[str, list[str]] = {}
-    for name in (SIBLINGS, DEPARTMENT_LENDS):
+    for name in (SIBLINGS, DEPARTMENT_LENDS, HOME_FIRST):
         data = yaml.safe_load((HERE / name).read_text())
         data["queues"] = [{k: v for k, v in q.items() if k != "parent"} for q in data["queues"]]
         data["queues"] = [q for q in data["queues"] if q["name"] not in ("research", "eng")]
         flat = simulate(parse_scenario(data, HERE))
         flat_evictions[name] = [e["job"] for e in flat["events"] if e["kind"] == "evict"]
-    assert flat_evictions == {SIBLINGS: ["s1"], DEPARTMENT_LENDS: ["v3"]}
+    assert flat_evictions == {SIBLINGS: ["s1"], DEPARTMENT_LENDS: ["v3"], HOME_FIRST: ["v1"]}
+
+
+def test_a_departments_lent_room_comes_home_before_a_siblings() -> None:
+    """Bounds derived in department-room-comes-home-first.yaml."""
+    name = HOME_FIRST
+    (evict,) = events(name, "evict")
+    assert (evict["job"], evict["reason"], evict["preemptor"], evict["t"]) == (
+        "s3",
+        "reclaim",
+        "train",
+        3600.0,
+    )
+    assert job(name, "train")["start"] == 3720.0
+    assert job(name, "v0")["evictions"] == job(name, "v1")["evictions"] == 0

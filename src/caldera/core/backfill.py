@@ -44,8 +44,9 @@ def _grow_elastic(cycle: CycleContext) -> None:
         if job is not None and not start.grow and job.spec.tasks > len(start.placement):
             growing.append(job)
             started[job.id] = len(start.placement)
-    shares = {name: usage.share for name, usage in cycle.usage.items()}
-    growing.sort(key=lambda job: (shares.get(job.spec.queue, 0.0), job_order(job)))
+    # Lowest department share first, then lowest share (a flat list: (share, share)).
+    shares = {name: (usage.tree_share, usage.share) for name, usage in cycle.usage.items()}
+    growing.sort(key=lambda job: (shares.get(job.spec.queue, (0.0, 0.0)), job_order(job)))
     for job in growing:
         usage = cycle.usage.get(job.spec.queue)
         if usage is None:

@@ -122,7 +122,15 @@ def reclaim(cycle: CycleContext) -> None:
         best = None
         _wake_when_slo_runs_out(cycle, job)
         if may_reclaim(cycle, job) and not pools.empty("borrowers", job):
-            best = search(cycle, job, pools.borrowers(job), pools.floor_veto(queue, job))
+            veto = pools.floor_veto(queue, job)
+            if usage.parent is not None and veto.across and veto.siblings:
+                # The department's lent room comes home first (DESIGN §2 "Hierarchy"): other
+                # departments alone, then siblings too.
+                veto.siblings = False
+                best = search(cycle, job, pools.borrowers(job), veto)
+                veto = pools.floor_veto(queue, job)
+            if best is None:
+                best = search(cycle, job, pools.borrowers(job), veto)
             if best is not None and best.cost.lost == 0 and not best.cost.late:
                 return best
         if job.id in deferred and not (hopeless(cycle, job) or pools.own_never_fits(job)):
