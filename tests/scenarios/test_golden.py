@@ -19,6 +19,7 @@ import jsonschema
 import pytest
 import yaml
 
+from caldera.errors import ScenarioError
 from caldera.sim import load_scenario, parse_scenario, simulate
 
 HERE = Path(__file__).resolve().parent
@@ -541,3 +542,32 @@ def test_a_departments_lent_room_comes_home_before_a_siblings() -> None:
     )
     assert job(name, "train")["start"] == 3720.0
     assert job(name, "v0")["evictions"] == job(name, "v1")["evictions"] == 0
+
+
+FAIR_SHARE = "fair-share-idle-room.yaml"
+
+
+@pytest.mark.parametrize(
+    ("half_life", "first", "second"),
+    [(None, "a1", "b1"), (86400, "b1", "a1")],
+    ids=["off", "on"],
+)
+def test_fair_share_over_time_orders_who_gets_idle_room(
+    half_life: int | None, first: str, second: str
+) -> None:
+    """Bounds derived in fair-share-idle-room.yaml: the queue that used less lately gets the
+    idle node first with `policy.fair_share.half_life`; the lowest share does without."""
+    data = yaml.safe_load((HERE / FAIR_SHARE).read_text())
+    if half_life is not None:
+        data["policy"] = {"fair_share": {"half_life": half_life}}
+    outcome = simulate(parse_scenario(data, HERE))
+    starts = {e["job"]: e["t"] for e in outcome["events"] if e["kind"] == "start"}
+    assert (starts[first], starts[second]) == (7200.0, 10800.0)
+    assert not [e for e in outcome["events"] if e["kind"] == "evict"]
+
+
+def test_fair_share_half_life_must_be_positive() -> None:
+    data = yaml.safe_load((HERE / FAIR_SHARE).read_text())
+    data["policy"] = {"fair_share": {"half_life": 0}}
+    with pytest.raises(ScenarioError, match=r"^policy\.fair_share\.half_life: "):
+        parse_scenario(data, HERE)

@@ -99,9 +99,11 @@ def policy_config(model: PolicyModel) -> PolicyConfig:
     config = policy.defaults(PolicyConfig(name=model.name))
     overrides = {
         key: value
-        for key, value in model.model_dump(exclude={"name", "slo"}).items()
+        for key, value in model.model_dump(exclude={"name", "slo", "fair_share"}).items()
         if value is not None
     }
+    if model.fair_share is not None:
+        overrides["fair_share_half_life"] = model.fair_share.half_life
     if model.slo is not None:
         overrides["slo"] = {**DEFAULT_SLO, **model.slo}
     return replace(config, **overrides)

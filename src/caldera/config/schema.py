@@ -82,6 +82,13 @@ class QueueModel(StrictModel):
     parent: str | None = Field(default=None, min_length=1)
 
 
+class FairShareModel(StrictModel):
+    """Fair share over time (DESIGN §2): each queue's GPU usage decays with this half-life
+    (seconds) and orders the lending of idle room beyond deserved shares; absent: off."""
+
+    half_life: float = Field(gt=0, allow_inf_nan=False)
+
+
 class PolicyModel(StrictModel):
     name: str = "caldera"
     grace_period: Number | None = None
@@ -100,6 +107,7 @@ class PolicyModel(StrictModel):
     planned_backfill: bool | None = None
     ceiling: Annotated[int, Field(ge=0)] | None = None
     slo: dict[str, Number | None] | None = None
+    fair_share: FairShareModel | None = None
 
 
 class TopologyModel(StrictModel):

@@ -25,6 +25,7 @@ import heapq
 from caldera.core.config import PolicyConfig
 from caldera.core.context import CycleContext, PendingGroup
 from caldera.core.decisions import Nominate
+from caldera.core.fairshare import lending_key
 from caldera.core.packing import count_non_evictable, never_evicted, place_packed
 from caldera.core.placement import place_job
 from caldera.core.reservation import LARGE, reserve_for_starving
@@ -143,9 +144,9 @@ def allocate(cycle: CycleContext) -> None:
         heapq.heapify(queue_heads)
 
     # Lowest department share, then lowest share (a flat list: each queue is its department).
+    decayed = cycle.snapshot.decayed_usage if cycle.config.fair_share_half_life > 0 else {}
     queues = [
-        (_band(heads[name][0][0]), usage[name].tree_share, usage[name].share, name)
-        for name in heads
+        (_band(heads[name][0][0]), *lending_key(usage[name], decayed), name) for name in heads
     ]
     heapq.heapify(queues)
     failed: set[int] = set()
@@ -153,9 +154,9 @@ def allocate(cycle: CycleContext) -> None:
     while queues:
         head_band, tree_share, share, name = heapq.heappop(queues)
         entry = usage[name]
-        if entry.parent is not None and (entry.tree_share, entry.share) > (tree_share, share):
+        if entry.parent is not None and lending_key(entry, decayed) > (tree_share, share):
             # A sibling started since this key was made: its department's share rose.
-            heapq.heappush(queues, (head_band, entry.tree_share, entry.share, name))
+            heapq.heappush(queues, (head_band, *lending_key(entry, decayed), name))
             continue
         queue_heads = heads[name]
         # A queue's share changes only when one of its jobs starts: until then it stays the
@@ -180,7 +181,7 @@ def allocate(cycle: CycleContext) -> None:
             if job.id not in handled:
                 break
         if queue_heads:
-            heapq.heappush(queues, (_band(queue_heads[0][0]), entry.tree_share, entry.share, name))
+            heapq.heappush(queues, (_band(queue_heads[0][0]), *lending_key(entry, decayed), name))
 
 
 def _band(rank: tuple[int, float, str]) -> int:

@@ -51,6 +51,9 @@ class PolicyConfig:
     # waste (0.11 -> 0.72 GPU-h/day) — research jobs' learned p90 is often exceeded, and a
     # filler still running at the planned start is reclaimed (docs/evaluation.md).
     planned_backfill: bool = False
+    # Fair share over time (core/fairshare.py): the half-life, in seconds, of each queue's
+    # decayed GPU usage, which orders the lending of idle room beyond deserved shares; 0: off.
+    fair_share_half_life: float = 0.0
     # Seconds to add to `now` to get seconds since a Monday 00:00 UTC, for time windows.
     # The simulator's t = 0 is a Monday; a runtime on Unix time uses UNIX_WEEK_OFFSET.
     week_offset: float = 0.0

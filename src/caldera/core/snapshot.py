@@ -49,6 +49,9 @@ class Snapshot:
     # Per (queue, type): the learned duration of a job that gave no `expected_duration`
     # (core/estimates.py), kept by the runtime from the jobs that finished.
     estimates: Mapping[tuple[str, str], float] = field(default_factory=lambda: MappingProxyType({}))
+    # Per queue: decayed GPU usage (core/fairshare.py), kept by the runtime when
+    # `config.fair_share_half_life` is on; empty: fair share over time is off.
+    decayed_usage: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.now):

@@ -54,6 +54,7 @@ from caldera.core import (
 )
 from caldera.core.decisions import release_timing
 from caldera.core.estimates import DurationEstimates
+from caldera.core.fairshare import DecayedUsage
 from caldera.model import CRITICAL_PRIORITY, JobState, Node, Queue, check_transition
 from caldera.model.lifecycle import TERMINAL
 from caldera.runtime.job import TaskT, TrackedJob, refresh_index
@@ -197,6 +198,11 @@ class Kernel(Generic[JobT, TaskT]):
     # How long finished jobs of each queue and type ran: the expected end of a job that gave
     # no expected_duration (core/estimates.py).
     estimates: DurationEstimates = field(default_factory=DurationEstimates)
+    # Each queue's decayed GPU usage, with `config.fair_share_half_life` on (core/fairshare.py).
+    decayed_usage: DecayedUsage | None = None
+
+    def _held_gpus(self) -> dict[str, int]:
+        return {queue: totals[0] for queue, totals in self.index.usage.items()}
 
     def snapshot(
         self, now: float, nodes: tuple[Node, ...], queues: Mapping[str, Queue], room: Room
@@ -206,6 +212,12 @@ class Kernel(Generic[JobT, TaskT]):
         The room and the index are shared, not copied: use the snapshot before changing
         anything."""
         refresh_index(self.index, self.stale, self.jobs)
+        decayed: Mapping[str, float] = {}
+        if self.config.fair_share_half_life > 0:
+            if self.decayed_usage is None:
+                self.decayed_usage = DecayedUsage(self.config.fair_share_half_life)
+            self.decayed_usage.advance(now, self._held_gpus())
+            decayed = self.decayed_usage.view()
         return Snapshot(
             now=now,
             nodes=nodes,
@@ -217,6 +229,7 @@ class Kernel(Generic[JobT, TaskT]):
             memo=self.memo if self.memoize else None,
             explain=self.explain,
             estimates=self.estimates.view(),
+            decayed_usage=decayed,
         )
 
     # -- decisions -------------------------------------------------------------------------
@@ -296,6 +309,9 @@ class Kernel(Generic[JobT, TaskT]):
                 self.effects.record(
                     EventKind.RELEASE, job, now, reason=release.reason, held=round(held, 3)
                 )
+        if self.decayed_usage is not None:  # what each queue holds from now on
+            refresh_index(self.index, self.stale, self.jobs)
+            self.decayed_usage.advance(now, self._held_gpus())
 
     def start(
         self,
