@@ -359,10 +359,15 @@ def _queue_open(custom: Any) -> bool:
 
 
 def _prepare(
-    api: Any, cluster: DevCluster, mode: SideMode, folder: Path
+    api: Any,
+    cluster: DevCluster,
+    mode: SideMode,
+    folder: Path,
+    started: list[subprocess.Popen[bytes]],
 ) -> subprocess.Popen[bytes] | None:
     """The namespace, and what the mode needs before its users submit: Volcano's queue, or
-    the TrainingJob CRD and caldera's controller (leading)."""
+    the TrainingJob CRD and caldera's controller (leading; put in `started` as soon as it
+    runs, so that a wait that fails still ends it)."""
     core = k8s.client.CoreV1Api(api)
     custom = k8s.client.CustomObjectsApi(api)
     core.create_namespace({"metadata": {"name": NAMESPACE}})
@@ -412,6 +417,7 @@ def _prepare(
     )
     log = folder / "controller.log"
     controller = _controller(cluster, config, log)
+    started.append(controller)
 
     def leading() -> bool:
         if controller.poll() is not None:
@@ -483,9 +489,9 @@ def _run_mode(
         say(f"{mode.value}: cluster of {result.nodes} nodes up in {result.cluster_start_s:.0f} s")
         api = load_api_client(str(cluster.kubeconfig()))
         watch = _Watch(KubeClusterAPI(api))
-        controller: subprocess.Popen[bytes] | None = None
+        started: list[subprocess.Popen[bytes]] = []
         try:
-            controller = _prepare(api, cluster, mode, folder)
+            controller = _prepare(api, cluster, mode, folder, started)
             threading.Thread(target=watch.run, daemon=True).start()
             pids = dict(cluster.pids)
             if controller is not None:
@@ -554,7 +560,9 @@ def _run_mode(
             )
         finally:
             watch.stop.set()
-            if controller is not None and controller.poll() is None:
+            for controller in started:
+                if controller.poll() is not None:
+                    continue
                 controller.terminate()
                 try:
                     controller.wait(30)
