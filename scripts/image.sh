@@ -119,6 +119,11 @@ umoci unpack --image "$out/layout:base" "$work/bundle" >/dev/null
 "$python" -m pip install --quiet --no-deps --no-index --no-compile --upgrade \
   --target "$work/bundle/rootfs/opt/caldera/lib" "$work"/dist/caldera-*.whl
 rm -rf "$work/bundle/rootfs/opt/caldera/lib/bin"
+# pip records where the wheel was (a temporary path): not part of the image.
+for record in "$work"/bundle/rootfs/opt/caldera/lib/caldera-*.dist-info; do
+  rm -f "$record/direct_url.json"
+  sed -i '/direct_url.json/d' "$record/RECORD"
+done
 # Every file of the new layer gets the same time, for a reproducible layer.
 find "$work/bundle/rootfs/opt/caldera" -newer "$base/.complete" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 umoci repack --history.created "$created" --history.created_by "scripts/image.sh: caldera ${version}" \

@@ -54,8 +54,9 @@ def test_every_value_set_is_accepted_by_the_real_api_server(
     assert done.stdout.count("(server dry run)") == len(checked)
 
 
-def _image() -> tuple[Path, str]:
-    """Build (or reuse) the image; (its OCI layout, tag)."""
+def _image(out: Path | None = None) -> tuple[Path, str]:
+    """Build the image (its Debian + dependencies layer from the cache) into `out` (default
+    build/image); (its OCI layout, tag)."""
     missing = [tool for tool in ("mmdebstrap", "umoci", "chroot") if shutil.which(tool) is None]
     if missing or os.geteuid() != 0:
         why = f"missing {missing}" if missing else "not root"
@@ -64,7 +65,8 @@ def _image() -> tuple[Path, str]:
         pytest.skip(f"make image: {why}")
     done = subprocess.run(
         [str(ROOT / "scripts" / "image.sh")], capture_output=True, text=True, timeout=900,
-        env={**os.environ, "PYTHON": sys.executable}, check=False,
+        env={**os.environ, "PYTHON": sys.executable,
+             **({"CALDERA_IMAGE_OUT": str(out)} if out else {})}, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     archive = Path(done.stdout.strip().splitlines()[-1])
@@ -82,6 +84,15 @@ def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return bundle / "rootfs"
+
+
+def test_the_image_is_reproducible(rootfs: Path, tmp_path: Path) -> None:
+    """Built again from the same commit: the same digest, byte for byte the same archive."""
+    layout, tag = _image(tmp_path / "again")
+    first = ROOT / "build" / "image"
+    assert (layout.parent / "digest").read_text() == (first / "digest").read_text()
+    archive = f"caldera-{tag}.oci.tar"
+    assert (layout.parent / archive).read_bytes() == (first / archive).read_bytes()
 
 
 def _run_in(rootfs: Path, *args: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
