@@ -4,7 +4,8 @@
 Random trees — one to three departments of one to three teams each, and maybe a top-level
 team — with deserved shares (a department's children's inside its own), guarantees and
 capabilities at both levels; every job submitted in the first 20 minutes and running far
-past the end, so that after the last submission only the scheduler moves room:
+past the end (fair share over time on in half of them), so that after the last submission
+only the scheduler moves room:
 - **no queue or department below its guarantee** after a reclaim from it;
 - **none over its capability**: at every start, what a team runs and what its department's
   teams run together fit their caps;
@@ -86,12 +87,15 @@ def trees(draw: st.DrawFn) -> dict[str, Any]:
                 "checkpoint_on_sigterm": draw(st.booleans()),
             }
         )
-    return {
+    data: dict[str, Any] = {
         "cluster": {"nodes": [{"prefix": "n", "count": count, "gpus": gpus}]},
         "queues": queues,
         "jobs": jobs,
         "until": HORIZON,
     }
+    if draw(st.booleans()):  # fair share over time orders lending only: the same properties
+        data["policy"] = {"fair_share": {"half_life": draw(st.sampled_from([600, 3600]))}}
+    return data
 
 
 def _tree_problems(data: dict[str, Any], result: dict[str, Any]) -> list[str]:
