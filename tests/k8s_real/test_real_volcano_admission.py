@@ -226,3 +226,33 @@ def test_preemptable_false_as_caldera_writes_it_is_admitted(volcano: Cluster) ->
     assert "preemptable" not in stored["spec"]
     volcano.kubectl("admin", "-n", "serving", "delete", names.PLURAL, "chat", "--wait=false")
     wait_for("chat's pods gone", lambda: not volcano.pods("serving", "chat"))
+
+
+def test_a_department_and_its_teams_are_admitted_as_volcano_hierarchical_queues(
+    volcano: Cluster,
+) -> None:
+    """Issue 39: caldera's departments as Volcano v1.14.1's hierarchical Queues (its Queue CRD
+    has `spec.parent`): the controller's sync creates the department first, the real queue
+    webhook admits both teams under it, and each stored Queue names its parent."""
+    from caldera.k8s.config import parse_kube_config
+    from caldera.k8s.controller import sync_cluster_objects
+
+    tree = parse_kube_config(
+        {
+            "queues": [
+                {"name": "dept-web", "parent": "dept", "weight": 1, "deserved": {"gpu": 4}},
+                {"name": "dept", "weight": 1, "deserved": {"gpu": 8}, "capability": {"gpu": 16}},
+                {"name": "dept-search", "parent": "dept", "weight": 1, "deserved": {"gpu": 4}},
+            ]
+        }
+    )
+    api = KubeClusterAPI.from_kubeconfig(str(volcano.dev.kubeconfig()))
+    try:
+        sync_cluster_objects(api, tree.queues, tree.settings)
+    finally:
+        api.close()
+    for name in ("dept-web", "dept-search"):
+        stored = _volcano_queue(volcano, name)
+        assert stored is not None and stored["spec"]["parent"] == "dept", stored
+    department = _volcano_queue(volcano, "dept")
+    assert department is not None and department["spec"].get("parent") in (None, "", "root")

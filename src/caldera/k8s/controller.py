@@ -38,10 +38,11 @@ STATS_EVERY = 10.0
 
 
 def sync_cluster_objects(api: ClusterAPI, queues: Iterable[Queue], settings: KubeSettings) -> None:
-    """Create the four PriorityClasses and make the Volcano Queues match caldera's queues."""
+    """Create the four PriorityClasses and make the Volcano Queues match caldera's queues
+    (departments before their teams: Volcano admits a child only under an existing parent)."""
     for body in priority_classes():
         api.apply_priority_class(body)
-    for queue in queues:
+    for queue in sorted(queues, key=lambda q: q.parent is not None):
         api.apply_queue(volcano_queue(queue, settings))
 
 

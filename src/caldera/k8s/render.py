@@ -205,12 +205,17 @@ def volcano_queue(queue: Queue, settings: KubeSettings) -> dict[str, Any]:
     Volcano's Queue has no `spec.state` (state is status, changed with `vcctl queue operate`)
     and no time windows, and the API server prunes unknown fields; caldera enforces both at
     admission and records them in annotations, so the object still says what applies.
-    Volcano rejects a weight below 1: a caldera weight of 0 is rendered as 1.
+    Volcano rejects a weight below 1: a caldera weight of 0 is rendered as 1. A department
+    above the queue (DESIGN §2 "Hierarchy") is Volcano's hierarchical `spec.parent` (the
+    Queue CRD has it from Volcano 1.10 on; tested against v1.14.1's webhook); a top-level
+    queue names none, which Volcano reads as `root`.
     """
     annotations = {names.QUEUE_STATE: queue.state.value}
     if queue.time_windows:
         annotations[names.TIME_WINDOWS] = _windows_json(queue.time_windows)
     spec: dict[str, Any] = {"weight": max(queue.weight, 1), "reclaimable": queue.reclaimable}
+    if queue.parent is not None:
+        spec["parent"] = queue.parent
     deserved = queue.deserved
     if queue.guarantee is not None:
         # Volcano's queue webhook (>= 1.15) and its capacity plugin want guarantee <=
@@ -280,6 +285,7 @@ def queue_from_volcano(obj: Mapping[str, Any], settings: KubeSettings) -> Queue:
         reclaimable=bool(spec.get("reclaimable", True)),
         state=state or QueueState.OPEN,
         time_windows=windows,
+        parent=str(spec["parent"]) if spec.get("parent") not in (None, "", "root") else None,
     )
 
 
