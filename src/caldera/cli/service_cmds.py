@@ -317,6 +317,19 @@ def register(app: typer.Typer) -> None:
                     return
                 time.sleep(interval)
 
+    def _as_tree(found: list[dict[str, Any]]) -> list[tuple[dict[str, Any], int]]:
+        """Departments each followed by their teams (depth 1); a flat list as it came."""
+        children: dict[str, list[dict[str, Any]]] = {}
+        for q in found:
+            if q.get("parent"):
+                children.setdefault(q["parent"], []).append(q)
+        rows: list[tuple[dict[str, Any], int]] = []
+        for q in found:
+            if not q.get("parent"):
+                rows.append((q, 0))
+                rows.extend((child, 1) for child in children.get(q["name"], []))
+        return rows
+
     @app.command()
     def queues(
         json_output: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -341,9 +354,9 @@ def register(app: typer.Typer) -> None:
             "THROTTLED FOR",
         ):
             table.add_column(column)
-        for q in found:
+        for q, depth in _as_tree(found):
             table.add_row(
-                _plain(q["name"]),
+                Text("  └ " * depth) + _plain(q["name"]),
                 q["state"],
                 str(q["weight"]),
                 "-" if q["deserved_gpus"] is None else f"{q['deserved_gpus']:g}",

@@ -184,11 +184,13 @@ def cluster_view(runtime: Runtime) -> ClusterView:
 
 
 def queue_views(runtime: Runtime) -> list[QueueView]:
-    """Every queue with what it holds and what waits in it, in configuration order."""
+    """Every queue with what it holds and what waits in it, in configuration order; a
+    department (a queue some queue names as its parent) holds what its teams hold."""
     with runtime.lock:
         views = []
         for name, queue in runtime.queues.items():
-            jobs = [j for j in runtime.jobs.values() if j.spec.queue == name]
+            teams = {name} | {q.name for q in runtime.queues.values() if q.parent == name}
+            jobs = [j for j in runtime.jobs.values() if j.spec.queue in teams]
             waiting = runtime.throttles.get(name)
             views.append(
                 QueueView(

@@ -152,4 +152,5 @@ def _queue_out(view: QueueView) -> QueueOut:
         held=view.held,
         running=view.running,
         throttled_for=view.throttled_for,
+        parent=queue.parent,
     )

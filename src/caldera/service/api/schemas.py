@@ -325,6 +325,7 @@ class QueueOut(BaseModel):
     held: int
     running: int
     throttled_for: str | None
+    parent: str | None = None  # the department above the queue (DESIGN §2 "Hierarchy")
 
 
 class GPUOut(BaseModel):
