@@ -67,6 +67,7 @@ MODEL = [
     "TopologyMode",
     "TopologySpec",
     "check_transition",
+    "deserved_shares",
     "expand_node_groups",
     "parse_cpu",
     "parse_gpu_milli",

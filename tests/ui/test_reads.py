@@ -307,3 +307,29 @@ def test_queue_rows_split_the_cluster_by_weight_and_time_the_throttle() -> None:
     assert state_counts([team_a, team_b]) == {"Held": 0, "Pending": 1, "Running": 3}
     alice = Viewer("alice", frozenset({"team-a"}), admin=False)
     assert [r.name for r in queue_rows(FakeRuntime(), alice, NOW)] == ["team-a"]  # type: ignore[arg-type]
+
+
+def test_queue_rows_put_each_department_above_its_teams_with_their_shares_of_it() -> None:
+    """Issue 39: a department, then its teams (whose weight splits the department's share, not
+    the cluster's), then the next top-level queue."""
+    from caldera.model import Queue, Resources
+    from caldera.service.ui.live import queue_rows
+    from caldera.service.views import QueueView
+
+    runtime = FakeRuntime()
+    runtime.queues = [
+        QueueView(Queue("web", weight=3, parent="product"), 2000, 0, 0, 1, None),
+        QueueView(Queue("lab", weight=1), 0, 0, 0, 0, None),
+        QueueView(Queue("product", deserved=Resources(gpu=2000)), 2000, 0, 0, 1, None),
+        QueueView(Queue("search", weight=1, parent="product"), 0, 0, 0, 0, None),
+    ]
+    admin = Viewer("ops", frozenset(), admin=True)
+    rows = queue_rows(runtime, admin, NOW)  # type: ignore[arg-type]
+    assert [(r.name, r.parent) for r in rows] == [
+        ("lab", None),
+        ("product", None),
+        ("search", "product"),
+        ("web", "product"),
+    ]
+    deserved = {r.name: r.deserved for r in rows}
+    assert deserved == {"lab": 2.0, "product": 2.0, "web": 1.5, "search": 0.5}

@@ -42,6 +42,7 @@ from caldera.model import (
     JobType,
     Queue,
     Resources,
+    deserved_shares,
 )
 
 if TYPE_CHECKING:
@@ -289,30 +290,9 @@ def starving_from(spec: JobSpec, config: PolicyConfig) -> float | None:
 
 
 def _default_deserved(snapshot: Snapshot) -> dict[str, Resources]:
-    """A queue given only a weight deserves weight / Σ weights of its siblings of what its
-    parent deserves — the cluster's GPUs for a top-level queue (no CPU or memory share). A
-    queue with a `deserved` quota deserves exactly that: an explicit `deserved: {gpu: 0}` is
-    zero, not "unset" (DESIGN §4.1 step 7)."""
-    total_gpu = snapshot.free_room.capacity_milli  # whole GPUs and MIG slices (mig.py)
-    queues = snapshot.queues
-    weights: dict[str | None, int] = {}
-    for queue in queues.values():
-        weights[queue.parent] = weights.get(queue.parent, 0) + max(queue.weight, 0)
-    result: dict[str, Resources] = {}
-    # Departments (top level) first: their children's defaults are shares of theirs.
-    for level in (False, True):
-        for name, queue in queues.items():
-            if (queue.parent is not None) != level:
-                continue
-            if queue.deserved is not None:
-                result[name] = queue.deserved
-                continue
-            parent = queue.parent
-            above = total_gpu
-            if parent is not None and parent in result:
-                above = result[parent].gpu
-            result[name] = Resources(above * max(queue.weight, 0) // (weights[parent] or 1))
-    return result
+    """What each queue deserves (`caldera.model.deserved_shares`, of the cluster's GPUs and
+    MIG slices, mig.py)."""
+    return deserved_shares(snapshot.queues, snapshot.free_room.capacity_milli)
 
 
 @dataclass(slots=True, init=False)

@@ -22,7 +22,7 @@ from caldera.model.jobtypes import (
 )
 from caldera.model.lifecycle import TRANSITIONS, IllegalTransition, JobState, check_transition
 from caldera.model.mig import MigProfile, parse_profile, slice_milli
-from caldera.model.queues import Queue, QueueState, TimeWindow
+from caldera.model.queues import Queue, QueueState, TimeWindow, deserved_shares
 from caldera.model.resources import Resources, parse_cpu, parse_gpu_milli, parse_memory_mib
 from caldera.model.sharing import MAX_TIME_SHARING, shares_time, time_share
 
@@ -50,6 +50,7 @@ __all__ = [
     "TopologyMode",
     "TopologySpec",
     "check_transition",
+    "deserved_shares",
     "expand_node_groups",
     "parse_cpu",
     "parse_gpu_milli",

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from caldera.model.resources import Resources
 
-__all__ = ["WEEK", "Queue", "QueueState", "TimeWindow", "departments", "tree_problem"]
+__all__ = [
+    "WEEK",
+    "Queue",
+    "QueueState",
+    "TimeWindow",
+    "departments",
+    "deserved_shares",
+    "tree_problem",
+]
 
 DAY = 86_400
 WEEK = 7 * DAY
@@ -158,3 +166,29 @@ def tree_problem(queues: Sequence[Queue]) -> str | None:
                 if child.capability is not None and _over(child.capability, parent.capability):
                     return f"queue {child.name!r}: capability above its parent {name!r}'s"
     return None
+
+
+def deserved_shares(queues: Mapping[str, Queue], capacity_milli: int) -> dict[str, Resources]:
+    """What each queue deserves. A queue given only a weight deserves weight / Σ weights of its
+    siblings of what its parent deserves — of `capacity_milli` (the cluster's GPUs, MIG slices
+    included) for a top-level queue; no CPU or memory share. A queue with a `deserved` quota
+    deserves exactly that: an explicit `deserved: {gpu: 0}` is zero, not "unset" (DESIGN §4.1
+    step 7). The one place the rule lives: the core, the metrics and the dashboard ask it."""
+    weights: dict[str | None, int] = {}
+    for queue in queues.values():
+        weights[queue.parent] = weights.get(queue.parent, 0) + max(queue.weight, 0)
+    result: dict[str, Resources] = {}
+    # Departments (top level) first: their children's defaults are shares of theirs.
+    for level in (False, True):
+        for name, queue in queues.items():
+            if (queue.parent is not None) != level:
+                continue
+            if queue.deserved is not None:
+                result[name] = queue.deserved
+                continue
+            parent = queue.parent
+            above = capacity_milli
+            if parent is not None and parent in result:
+                above = result[parent].gpu
+            result[name] = Resources(above * max(queue.weight, 0) // (weights[parent] or 1))
+    return result

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import GaugeMetricFamily
 
 from caldera.metrics_util import percentile
-from caldera.model import GPU_MILLI, JobState, JobType, Queue
+from caldera.model import GPU_MILLI, JobState, JobType, Queue, deserved_shares
 from caldera.runtime.job import TrackedJob
 from caldera.runtime.metrics import HistoryMetrics
 
@@ -96,15 +96,15 @@ def queue_families(
             pending[key] = pending.get(key, 0) + 1
             demand += job.spec.gang_request.gpu
     throttled_queues = set(throttles)
-    weights = sum(max(q.weight, 0) for q in queues.values()) or 1
+    shares = deserved_shares(queues, capacity_milli)
     alloc = GaugeMetricFamily(
         "caldera_queue_allocated_gpus",
-        "GPUs held by the queue's running and releasing tasks.",
+        "GPUs held by the queue's running and releasing tasks (a department: its teams').",
         labels=["queue"],
     )
     deserved = GaugeMetricFamily(
         "caldera_queue_deserved_gpus",
-        "The queue's deserved GPUs (set, or the cluster split by weight).",
+        "The queue's deserved GPUs (set, or its parent's share split by weight).",
         labels=["queue"],
     )
     waiting = GaugeMetricFamily(
@@ -117,12 +117,14 @@ def queue_families(
         "1 while the queue is in waiting mode for a large job.",
         labels=["queue"],
     )
-    for name, queue in sorted(queues.items()):
-        alloc.add_metric([name], allocated.get(name, 0) / GPU_MILLI)
-        share = queue.deserved.gpu if queue.deserved and queue.deserved.gpu > 0 else 0
-        if not share:
-            share = capacity_milli * max(queue.weight, 0) // weights
-        deserved.add_metric([name], share / GPU_MILLI)
+    held_below: dict[str, int] = {}  # a department holds what its teams hold
+    for name, queue in queues.items():
+        if queue.parent is not None:
+            held_below[queue.parent] = held_below.get(queue.parent, 0) + allocated.get(name, 0)
+    for name in sorted(queues):
+        held = allocated.get(name, 0) + held_below.get(name, 0)
+        alloc.add_metric([name], held / GPU_MILLI)
+        deserved.add_metric([name], shares[name].gpu / GPU_MILLI)
         throttled.add_metric([name], 1.0 if name in throttled_queues else 0.0)
         for kind in JobType:
             waiting.add_metric([name, kind.value], pending.get((name, kind.value), 0))

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from caldera.core import Waiting
-from caldera.model import GPU_MILLI, Resources
+from caldera.model import GPU_MILLI, Resources, deserved_shares
 from caldera.service.ui.reads import GpuCell, NodeMap, QueueRow, Viewer, common_scale
 
 if TYPE_CHECKING:
@@ -33,16 +33,24 @@ def _gpus(value: Resources | None) -> float | None:
 
 
 def queue_rows(runtime: ServiceRuntime, viewer: Viewer, now: float) -> list[QueueRow]:
-    """Every queue the viewer may use, with what it holds and waits for right now."""
+    """Every queue the viewer may use, with what it holds and waits for right now: each
+    department followed by its teams (a department holds what its teams hold)."""
     views = runtime.queue_views()
-    capacity = sum(node.capacity_milli for node in runtime.nodes) / GPU_MILLI  # MIG slices too
-    weights = sum(max(v.queue.weight, 0) for v in views) or 1
-    rows = []
+    capacity = sum(node.capacity_milli for node in runtime.nodes)  # MIG slices too
+    shares = deserved_shares({v.queue.name: v.queue for v in views}, capacity)
+    by_name = {v.queue.name: v for v in views}
+    ordered = []
     for view in sorted(views, key=lambda v: v.queue.name):
+        if view.queue.parent is None:
+            ordered.append(view)
+            ordered.extend(
+                by_name[n] for n in sorted(by_name) if by_name[n].queue.parent == view.queue.name
+            )
+    rows = []
+    for view in ordered:
         queue = view.queue
         if not viewer.sees_queue(queue.name):
             continue
-        deserved = _gpus(queue.deserved)
         since = view.throttled_since
         rows.append(
             QueueRow(
@@ -50,10 +58,8 @@ def queue_rows(runtime: ServiceRuntime, viewer: Viewer, now: float) -> list[Queu
                 state=queue.state.value,
                 weight=queue.weight,
                 allocated=view.allocated / GPU_MILLI,
-                deserved=deserved
-                if deserved is not None
-                else round(capacity * max(queue.weight, 0) / weights, 3),
-                deserved_set=deserved is not None,
+                deserved=shares[queue.name].gpu / GPU_MILLI,
+                deserved_set=queue.deserved is not None,
                 guarantee=_gpus(queue.guarantee),
                 capability=_gpus(queue.capability),
                 pending=view.pending,
@@ -62,6 +68,7 @@ def queue_rows(runtime: ServiceRuntime, viewer: Viewer, now: float) -> list[Queu
                 throttled_for=view.throttled_for,
                 throttled_seconds=max(now - since, 0.0) if since is not None else None,
                 throttled_name=_name(runtime, view.throttled_for),
+                parent=queue.parent,
             )
         )
     return common_scale(rows)

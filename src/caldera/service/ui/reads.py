@@ -81,6 +81,7 @@ class QueueRow:
     throttled_seconds: float | None
     throttled_name: str = ""  # that job's name
     span: float = 0.0  # the GPUs every queue's bar spans (`common_scale`); 0: its own numbers
+    parent: str | None = None  # the department above the queue (DESIGN §2 "Hierarchy")
 
     @property
     def largest(self) -> float:
