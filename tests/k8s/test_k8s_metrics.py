@@ -111,3 +111,19 @@ def unused_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def test_decayed_usage_is_exported_with_fair_share_over_time_on() -> None:
+    """Issue 39: each queue's decayed usage (policy.fair_share.half_life) on /metrics; none
+    without it."""
+    off = World().hypernode("a", "n", count=1).start()
+    assert "caldera_queue_decayed_gpu_hours" not in scrape(watched(off))
+    world = World(policy={"fair_share": {"half_life": 3600}}).hypernode("a", "n", count=1).start()
+    metrics = watched(world)
+    world.submit("small0")
+    world.step()
+    world.step(3600)
+    world.step(1)
+    seen = scrape(metrics)["caldera_queue_decayed_gpu_hours"][(("queue", "team"),)]
+    # 8 GPUs for an hour with a one-hour half-life: 8 x 1/ln 2 x (1 - 1/2) = 5.77 GPU-hours
+    assert 5.5 < seen < 5.8

@@ -209,8 +209,13 @@ class _Collector(Collector):
             "Evictions of protected or critical jobs the runtime refused (must be 0).",
             value=runtime.kernel.stats.refused_evictions,
         )
+        usage = runtime.kernel.decayed_usage
         yield from queue_families(
-            runtime.queues, jobs, runtime.throttles, runtime.room.capacity_milli
+            runtime.queues,
+            jobs,
+            runtime.throttles,
+            runtime.room.capacity_milli,
+            usage.view() if usage is not None else None,
         )
         policy = runtime.policy_config
         yield from operator_families(

@@ -79,9 +79,11 @@ def queue_families(
     jobs: Iterable[TrackedJob],  # type: ignore[type-arg]
     throttles: Iterable[str],
     capacity_milli: int,
+    decayed: Mapping[str, float] | None = None,
 ) -> Iterator[Metric]:
     """Per queue: allocated and deserved GPUs, pending jobs by type, waiting mode; live jobs
-    by state; the allocation rate. `throttles`: the queues in waiting mode."""
+    by state; the allocation rate. `throttles`: the queues in waiting mode. `decayed`: each
+    queue's decayed usage in milli-GPU-seconds, with fair share over time on (None: off)."""
     allocated: dict[str, int] = {}
     pending: dict[tuple[str, str], int] = {}
     states: dict[str, int] = {}
@@ -132,6 +134,16 @@ def queue_families(
     yield deserved
     yield waiting
     yield throttled
+    if decayed is not None:
+        usage = GaugeMetricFamily(
+            "caldera_queue_decayed_gpu_hours",
+            "The queue's GPU usage with exponential decay (policy.fair_share.half_life): what "
+            "orders the lending of idle room beyond deserved shares.",
+            labels=["queue"],
+        )
+        for name in sorted(queues):
+            usage.add_metric([name], decayed.get(name, 0.0) / GPU_MILLI / 3600)
+        yield usage
     live = GaugeMetricFamily("caldera_jobs", "Live jobs by state.", labels=["state"])
     for state in (JobState.HELD, JobState.PENDING, JobState.RUNNING, JobState.RELEASING):
         live.add_metric([state.value], states.get(state.value, 0))

@@ -157,6 +157,7 @@ class _StateCollector(Collector):
                     runtime.jobs.values(),
                     runtime.throttles,
                     round(capacity * GPU_MILLI),
+                    usage.view() if (usage := runtime.kernel.decayed_usage) is not None else None,
                 )
             )
         yield from families
