@@ -34,8 +34,7 @@ from real_support import wait_for
 from caldera.k8s import Invalid, names
 from caldera.k8s.client import KubeClusterAPI
 from caldera.k8s.devcluster import DevCluster, NodeShape
-from caldera.k8s.devcluster_volcano import VolcanoBins
-from caldera.replay.kube import VOLCANO_FOR_CALDERA
+from caldera.k8s.devcluster_volcano import VOLCANO_FOR_CALDERA, VolcanoBins
 
 k8s: Any = kubernetes
 

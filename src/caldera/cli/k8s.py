@@ -323,8 +323,7 @@ def dev_cluster_start(
 ) -> None:
     """Start the cluster in the background and print how to reach it."""
     from caldera.k8s.devcluster import DevCluster, DevClusterError, NodeShape, find_bins
-    from caldera.k8s.devcluster_volcano import find_volcano
-    from caldera.replay.kube import VOLCANO_FOR_CALDERA
+    from caldera.k8s.devcluster_volcano import VOLCANO_FOR_CALDERA, find_volcano
 
     try:
         bins = find_bins(build=build)

@@ -74,8 +74,7 @@ from caldera.k8s.client import Expired, KubeClusterAPI, load_api_client
 from caldera.k8s.crd import training_job_crd
 from caldera.k8s.devcluster import DevCluster, NodeShape, find_bins
 from caldera.k8s.devcluster_errors import DevClusterError
-from caldera.k8s.devcluster_volcano import SEED_001, VolcanoBins
-from caldera.replay.kube import VOLCANO_FOR_CALDERA
+from caldera.k8s.devcluster_volcano import SEED_001, VOLCANO_FOR_CALDERA, VolcanoBins
 
 __all__ = [
     "GANG_MAX",

@@ -56,6 +56,7 @@ __all__ = [
     "SEED_001",
     "VOLCANO_CI",
     "VOLCANO_CONFS",
+    "VOLCANO_FOR_CALDERA",
     "WEBHOOK_ADMISSIONS",
     "VolcanoBins",
     "find_volcano",
@@ -88,6 +89,16 @@ SEED_001: dict[str, Any] = {
     ],
 }
 """Seed 001's `volcano-scheduler.conf`: its actions and its single tier of plugins."""
+
+VOLCANO_FOR_CALDERA: dict[str, Any] = {
+    "actions": "enqueue, allocate, backfill",
+    "tiers": [
+        {"plugins": [{"name": "priority"}, {"name": "gang"}, {"name": "conformance"}]},
+        {"plugins": [{"name": "predicates"}, {"name": "nodeorder"}]},
+    ],
+}
+"""Volcano behind caldera (docs/kubernetes.md, "Volcano scheduler configuration"): gang binding
+and the node checks, no preempt or reclaim of its own."""
 
 VOLCANO_CI: dict[str, Any] = {
     "actions": "enqueue, allocate, backfill, reclaim, preempt",

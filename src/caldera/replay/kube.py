@@ -65,7 +65,7 @@ from caldera.k8s import names
 from caldera.k8s.client import load_api_client
 from caldera.k8s.crd import training_job_crd
 from caldera.k8s.devcluster import DevCluster, ScenarioNodes
-from caldera.k8s.devcluster_volcano import SEED_001, VolcanoBins
+from caldera.k8s.devcluster_volcano import SEED_001, VOLCANO_FOR_CALDERA, VolcanoBins
 from caldera.k8s.render import priority_classes, volcano_queue
 from caldera.k8s.settings import KubeSettings
 from caldera.model import GPU_MILLI, JobSpec, Queue
@@ -87,16 +87,6 @@ k8s: Any = kubernetes
 NAMESPACE = "replay"
 FAR = "2100-01-01T00:00:00Z"  # a paused pod's finish: long after any replay
 EVICTION_WINDOW = 1.0  # seconds: deletions of one job's pods this close are one eviction
-
-VOLCANO_FOR_CALDERA: dict[str, Any] = {
-    "actions": "enqueue, allocate, backfill",
-    "tiers": [
-        {"plugins": [{"name": "priority"}, {"name": "gang"}, {"name": "conformance"}]},
-        {"plugins": [{"name": "predicates"}, {"name": "nodeorder"}]},
-    ],
-}
-"""Volcano behind caldera (docs/kubernetes.md, "Volcano scheduler configuration"): gang binding
-and the node checks, no preempt or reclaim of its own."""
 
 
 @dataclass(frozen=True, slots=True)
