@@ -35,7 +35,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -466,29 +466,30 @@ def _is_gpu(resource: str, settings: KubeSettings) -> bool:
     return is_gpu_resource(resource, settings.gpu_resource, settings.gpu_share.resource)
 
 
+def _resource_parts(container: Any) -> Iterator[tuple[dict[str, Any], str, dict[str, Any]]]:
+    """(resources, "requests" or "limits", its values) of a template container, where set."""
+    resources = container.get("resources") if isinstance(container, dict) else None
+    if not isinstance(resources, dict):
+        return
+    for part in ("requests", "limits"):
+        values = resources.get(part)
+        if isinstance(values, dict):
+            yield resources, part, values
+
+
 def _quantities_as_text(container: Any) -> None:
     """Requests and limits in the wire form (strings): a tenant's unquoted `cpu: 4` is a
     valid manifest, and the client's typed Pod refuses a number there (issue 34)."""
-    resources = container.get("resources") if isinstance(container, dict) else None
-    if not isinstance(resources, dict):
-        return
-    for part in ("requests", "limits"):
-        values = resources.get(part)
-        if isinstance(values, dict):
-            try:
-                resources[part] = {k: quantity_text(v) for k, v in values.items()}
-            except ValueError as error:
-                raise RenderError(f"template: {part}: {error}") from None
+    for resources, part, values in list(_resource_parts(container)):
+        try:
+            resources[part] = {k: quantity_text(v) for k, v in values.items()}
+        except ValueError as error:
+            raise RenderError(f"template: {part}: {error}") from None
 
 
 def _strip_gpus(container: Any, settings: KubeSettings) -> None:
-    resources = container.get("resources") if isinstance(container, dict) else None
-    if not isinstance(resources, dict):
-        return
-    for part in ("requests", "limits"):
-        values = resources.get(part)
-        if isinstance(values, dict):
-            resources[part] = {k: v for k, v in values.items() if not _is_gpu(k, settings)}
+    for resources, part, values in list(_resource_parts(container)):
+        resources[part] = {k: v for k, v in values.items() if not _is_gpu(k, settings)}
 
 
 def _own_split(pod_spec: Mapping[str, Any], spec: JobSpec, settings: KubeSettings) -> bool:
