@@ -90,6 +90,17 @@ class Peer:
         }
 
 
+# Volcano's ancestor-reclaim tree: root{ project1(1, cap 2){np(1, cap 1), p},
+# project2(3, cap 4){np(3, cap 3), p} }, shared by its case2 and case3.
+PROJECTS: list[dict[str, Any]] = [
+    {"name": "project1", "deserved": {"gpu": 1}, "capability": {"gpu": 2}},
+    {"name": "project1-np", "parent": "project1", "deserved": {"gpu": 1}, "capability": {"gpu": 1}},
+    {"name": "project1-p", "parent": "project1", "deserved": {"gpu": 0}},
+    {"name": "project2", "deserved": {"gpu": 3}, "capability": {"gpu": 4}},
+    {"name": "project2-np", "parent": "project2", "deserved": {"gpu": 3}, "capability": {"gpu": 3}},
+    {"name": "project2-p", "parent": "project2", "deserved": {"gpu": 0}},
+]
+
 KUEUE = "kubernetes-sigs/kueue pkg/scheduler/preemption/preemption_hierarchical_test.go"
 VOLCANO = "volcano-sh/volcano pkg/scheduler/plugins/capacity/capacity_test.go"
 
@@ -389,24 +400,7 @@ CASES: dict[str, Peer] = {
             'and parent are both over deserved"'
         ),
         gpus=4,
-        queues=[
-            {"name": "project1", "deserved": {"gpu": 1}, "capability": {"gpu": 2}},
-            {
-                "name": "project1-np",
-                "parent": "project1",
-                "deserved": {"gpu": 1},
-                "capability": {"gpu": 1},
-            },
-            {"name": "project1-p", "parent": "project1", "deserved": {"gpu": 0}},
-            {"name": "project2", "deserved": {"gpu": 3}, "capability": {"gpu": 4}},
-            {
-                "name": "project2-np",
-                "parent": "project2",
-                "deserved": {"gpu": 3},
-                "capability": {"gpu": 3},
-            },
-            {"name": "project2-p", "parent": "project2", "deserved": {"gpu": 0}},
-        ],
+        queues=PROJECTS,
         jobs=[
             job("p1", "project2-p", 1),
             job("p2", "project2-p", 1),
@@ -430,24 +424,7 @@ CASES: dict[str, Peer] = {
             '"case3: Cross-parent reclaim can evict sibling-queue victim first"'
         ),
         gpus=4,
-        queues=[
-            {"name": "project1", "deserved": {"gpu": 1}, "capability": {"gpu": 2}},
-            {
-                "name": "project1-np",
-                "parent": "project1",
-                "deserved": {"gpu": 1},
-                "capability": {"gpu": 1},
-            },
-            {"name": "project1-p", "parent": "project1", "deserved": {"gpu": 0}},
-            {"name": "project2", "deserved": {"gpu": 3}, "capability": {"gpu": 4}},
-            {
-                "name": "project2-np",
-                "parent": "project2",
-                "deserved": {"gpu": 3},
-                "capability": {"gpu": 3},
-            },
-            {"name": "project2-p", "parent": "project2", "deserved": {"gpu": 0}},
-        ],
+        queues=PROJECTS,
         jobs=[
             job("p1", "project2-p", 1),
             job("p2", "project2-p", 1, submit=1),
