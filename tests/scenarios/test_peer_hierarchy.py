@@ -79,7 +79,6 @@ class Peer:
     # first start of the jobs the case is about
     starts: dict[str, float] = field(default_factory=dict)
     refused: str | None = None  # the scenario is refused with this one-line error
-    bug: str | None = None  # caldera gives another outcome, not by design (strict xfail)
 
     def scenario(self) -> dict[str, Any]:
         return {
@@ -306,13 +305,12 @@ CASES: dict[str, Peer] = {
     # root{ q3(4, cap 4){q31(2), q32(2), q33(0)}, q4(2) }, 8 GPUs: q4 holds 4 (2 over its
     # share), q31 holds 4 (a non-preemptable 2 and a preemptable 2); q32's pending 2.
     # peer: p7 (q31's preemptable pod, q32's sibling) is evicted; q4 keeps its 4.
-    # caldera: should be the same — q3 is at its deserved 4, so nothing comes from the other
-    # department (q4); inside q3, q32 stays within its own 2 and takes from its sibling above
-    # its share (as it does when q3 has no capability). But q3's capability is 4 and q3 holds
-    # 4: `may_reclaim` (core/reclaim.py) refuses any preemptor whose gang is over a cap, before
-    # counting that the sibling's victim frees room under that same cap, so p8 waits for p6's
-    # end (20001) while q31 keeps twice its share. Not by design (§2: lend among siblings
-    # first; "an over-cap preemptor frees what exceeds whichever cap binds"): a strict xfail.
+    # caldera: the same — q3 is at its deserved 4, so nothing comes from the other department
+    # (q4); inside q3, q32 stays within its own 2 and takes from its sibling above its share.
+    # q3 is also at its capability 4: only its own teams' victims free room under that cap,
+    # so the plan must free the 2 that p8 takes q3 beyond it — p7 does (`_cap_enough` in
+    # core/reclaim.py; before it, `may_reclaim` refused the over-cap gang outright and p8
+    # waited for p6's end, 20001, while q31 kept twice its share).
     "volcano-sibling-reclaim-inside-a-department-at-its-share": Peer(
         source=(
             f"{VOLCANO} Test_capacityPlugin_OnSessionOpenWithHierarchy "
@@ -334,11 +332,6 @@ CASES: dict[str, Peer] = {
         ],
         evictions=[("p7", "reclaim", "p8", INCOMING_AT)],
         starts={"p8": STARTS_AFTER_GRACE},
-        bug=(
-            "a team below its share cannot reclaim from its sibling while their department "
-            "is at its capability: may_reclaim refuses an over-cap gang before counting what "
-            "the victims free under that cap"
-        ),
     ),
     # root{ q3(4, cap 4){q31(2), q32(2), q33(0)} }, 8 GPUs: q31 and q32 hold 2 each; q33's
     # pending 3 would take q3 to 7.
@@ -491,14 +484,7 @@ CASES: dict[str, Peer] = {
 }
 
 
-PARAMS = [
-    pytest.param(
-        case,
-        id=name,
-        marks=[] if case.bug is None else [pytest.mark.xfail(strict=True, reason=case.bug)],
-    )
-    for name, case in CASES.items()
-]
+PARAMS = [pytest.param(case, id=name) for name, case in CASES.items()]
 
 
 @pytest.mark.parametrize("case", PARAMS)

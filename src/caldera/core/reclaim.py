@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from caldera.core.context import DEADLINE_WAKES, CycleContext
+from caldera.core.context import DEADLINE_WAKES, CycleContext, QueueUsage
 from caldera.core.decisions import EvictReason
 from caldera.core.estimates import slo_deadline
 from caldera.core.eviction import (
@@ -38,21 +38,61 @@ from caldera.core.eviction import (
 )
 from caldera.core.jobindex import GroupKey, group_key
 from caldera.core.snapshot import JobView
-from caldera.core.victims import Plan, Unit
-from caldera.model import CRITICAL_PRIORITY
+from caldera.core.victims import Enough, Plan, Unit
+from caldera.model import CRITICAL_PRIORITY, Resources
 
 __all__ = ["borrowers_first", "may_reclaim", "reclaim"]
 
 
+def _department_cap_binds(usage: QueueUsage, gang: Resources) -> bool:
+    """Does only the department's capability stand in the way of `gang` (its queue's own
+    fits)? Then victims among the department's teams free room under that same cap, so the
+    preemptor may still reclaim from its siblings (`_department_frees`); a queue's own cap is
+    freed only by its own victims (preempt)."""
+    parent = usage.parent
+    if parent is None or parent.queue.capability is None:
+        return False
+    own = usage.queue.capability
+    return own is None or (usage.allocated + usage.promised + gang).fits_in(own)
+
+
+def _department_frees(usage: QueueUsage, over: Resources) -> Enough:
+    """Do the units of the teams of `usage`'s department free at least `over` (what the
+    preemptor's gang takes the department beyond its capability)?"""
+    assert usage.parent is not None
+    teams = [child.queue.name for child in usage.parent.children]
+
+    def enough(units: Sequence[Unit]) -> bool:
+        freed = Resources()
+        for team in teams:
+            freed = freed + freed_by(units, team)
+        return freed.gpu >= over.gpu and freed.cpu >= over.cpu and freed.memory >= over.memory
+
+    return enough
+
+
+def _cap_enough(usage: QueueUsage, gang: Resources, over: Resources | None) -> Enough | None:
+    """What a plan's victims must free for a preemptor over a cap by `over`
+    (`over_capability`; None: nothing): its own queue's victims for its queue's cap, the
+    department's teams' for the department's."""
+    if over is None:
+        return None
+    if _department_cap_binds(usage, gang):
+        return _department_frees(usage, over)
+    return frees(usage.queue.name, over)
+
+
 def may_reclaim(cycle: CycleContext, job: JobView) -> bool:
     """May `job` take borrowed room back on its own? Its queue stays within its deserved
-    share once it starts (a critical job: within its capability)."""
+    share once it starts (a critical job: within its capability). A gang that only its
+    department's capability stands in the way of may still reclaim: its siblings' victims
+    free room under that cap (the plan must free it, `_cap_enough`)."""
     spec = job.spec
     usage = cycle.usage.get(spec.queue)
     if usage is None or not spec.may_preempt:
         return False
     gang = spec.gang_request
-    if not usage.within_capability(gang):
+    if not usage.within_capability(gang) and not _department_cap_binds(usage, gang):
         return False
     if spec.priority >= CRITICAL_PRIORITY:
         return True
@@ -119,18 +159,20 @@ def reclaim(cycle: CycleContext) -> None:
         usage = cycle.usage[queue]
         gang = job.spec.gang_request
         over = over_capability(usage, gang)
+        capped = _cap_enough(usage, gang, over)
         best = None
         _wake_when_slo_runs_out(cycle, job)
         if may_reclaim(cycle, job) and not pools.empty("borrowers", job):
             veto = pools.floor_veto(queue, job)
-            if usage.parent is not None and veto.across and veto.siblings:
+            if usage.parent is not None and veto.across and veto.siblings and capped is None:
                 # The department's lent room comes home first (DESIGN §2 "Hierarchy"): other
-                # departments alone, then siblings too.
+                # departments alone, then siblings too. (Not when the department is at its
+                # capability: only its own teams' victims free room under it.)
                 veto.siblings = False
                 best = search(cycle, job, pools.borrowers(job), veto)
                 veto = pools.floor_veto(queue, job)
             if best is None:
-                best = search(cycle, job, pools.borrowers(job), veto)
+                best = search(cycle, job, pools.borrowers(job), veto, capped)
             if best is not None and best.cost.lost == 0 and not best.cost.late:
                 return best
         if job.id in deferred and not (hopeless(cycle, job) or pools.own_never_fits(job)):
@@ -147,7 +189,7 @@ def reclaim(cycle: CycleContext) -> None:
 
         def enough(units: Sequence[Unit]) -> bool:
             freed = freed_by(units, queue)
-            if over is not None and not frees(queue, over)(units):
+            if capped is not None and not capped(units):
                 return False
             return critical or not usage.over_deserved(usage.holds(gang) - freed)
 
