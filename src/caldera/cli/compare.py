@@ -4,6 +4,10 @@ The same job list goes through every policy; the seeds' table is printed with on
 policy (critical SLA attainment, GPU-hours wasted per day, gang-hang events per week, GPU
 utilization, then large-job waits and preemptions by type). `--report DIR` writes an HTML page
 with PNG figures. A progress bar per policy shows on stderr when a person is watching.
+
+The policies run in parallel processes, `--jobs` at a time (default: one per CPU;
+cli/compare_runs.py), and the output is the serial run's. A policy that fails costs only its
+own column: the others are printed, then a one-line error names it (exit 1).
 """
 
 from __future__ import annotations
@@ -11,8 +15,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -20,8 +23,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from caldera.cli.errors import EXIT_BAD_INPUT, fail
-from caldera.cli.progress import sim_progress
+from caldera.cli.compare_runs import PolicyFailure, default_jobs, run_in_parallel
+from caldera.cli.errors import EXIT_BAD_INPUT, EXIT_FAILURE, fail
 from caldera.policies import policy_names
 from caldera.report import (
     ROWS,
@@ -29,7 +32,6 @@ from caldera.report import (
     PolicyRun,
     comparison_document,
     order_policies,
-    run_policies,
     summarize,
 )
 from caldera.report.summary import format_row
@@ -75,13 +77,18 @@ def comparison_table(runs: Sequence[PolicyRun], title: str) -> Table:
     return table
 
 
-def run_comparison(scenario: Scenario, policies: Sequence[str], quiet: bool) -> list[PolicyRun]:
-    def progress(
-        variant: Scenario, label: str
-    ) -> AbstractContextManager[Callable[[float], None] | None]:
-        return sim_progress(variant, quiet, label=label)
+def run_comparison(
+    scenario: Scenario, policies: Sequence[str], quiet: bool, jobs: int = 1
+) -> list[PolicyRun]:
+    """Every policy's run, `jobs` processes at a time; a failed policy is a one-line error."""
+    runs, failures = run_in_parallel(scenario, policies, jobs, quiet)
+    if failures:
+        _fail_policies(failures)
+    return runs
 
-    return list(run_policies(scenario, policies, progress))
+
+def _fail_policies(failures: Sequence[PolicyFailure]) -> None:
+    fail("; ".join(str(failure) for failure in failures), EXIT_FAILURE)
 
 
 def _command_line() -> str:
@@ -136,6 +143,15 @@ def register(app: typer.Typer) -> None:
             typer.Option(help="Write an HTML report with PNG figures into this folder."),
         ] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+        jobs: Annotated[
+            int | None,
+            typer.Option(
+                "--jobs",
+                "-j",
+                help="Policies run in parallel processes, this many at a time (default: one "
+                "per CPU; 1: one after the other in this process). The output is the same.",
+            ),
+        ] = None,
         runtime: Annotated[
             str,
             typer.Option(
@@ -168,6 +184,8 @@ def register(app: typer.Typer) -> None:
         if runtime not in ("sim", "k8s"):
             fail(f"unknown runtime {runtime!r} (sim or k8s)", EXIT_BAD_INPUT)
         chosen = parse_policies(policies) if runtime == "sim" else []
+        if jobs is not None and jobs < 1:
+            fail(f"--jobs must be at least 1 (got {jobs})", EXIT_BAD_INPUT)
         try:
             scenario = load_scenario(file)
         except ScenarioError as error:
@@ -179,5 +197,9 @@ def register(app: typer.Typer) -> None:
                 scenario, modes, compress, until, json_output, report, quiet, volcano_period
             )
             return
-        runs = run_comparison(scenario, chosen, quiet)
-        write_outputs(scenario, runs, json_output, report, quiet)
+        workers = default_jobs() if jobs is None else jobs
+        runs, failures = run_in_parallel(scenario, chosen, workers, quiet)
+        if runs:
+            write_outputs(scenario, runs, json_output, report, quiet)
+        if failures:
+            _fail_policies(failures)
