@@ -7,6 +7,8 @@
   cancel, throttle_on, throttle_off), the same kinds as the simulator's output.
 - `throttles`: queues in waiting mode (DESIGN §4.4).
 - `queue_states`: Open/Closing/Closed set by an admin through the API, overriding the file.
+- `fair_share`: each queue's decayed GPU usage (fair share over time, core/fairshare.py), so
+  that a restart does not reset it: one row per queue, all kept at the same `at`.
 - `audit`: every state-changing request: who, what, when, from where, and how it ended.
 """
 
@@ -21,6 +23,7 @@ __all__ = [
     "AuditRecord",
     "Base",
     "EventRecord",
+    "FairShareRecord",
     "JobRecord",
     "QueueStateRecord",
     "ThrottleRecord",
@@ -96,6 +99,15 @@ class QueueStateRecord(Base):
 
     name: Mapped[str] = mapped_column(String(128), primary_key=True)
     state: Mapped[str] = mapped_column(String(16))
+
+
+class FairShareRecord(Base):
+    __tablename__ = "fair_share"
+
+    queue: Mapped[str] = mapped_column(String(128), primary_key=True)
+    used: Mapped[float] = mapped_column(Float)  # decayed milli-GPU-seconds at `at`
+    held: Mapped[int] = mapped_column(Integer)  # milli-GPUs held since `at`
+    at: Mapped[float] = mapped_column(Float)
 
 
 class AuditRecord(Base):

@@ -47,6 +47,7 @@ from caldera.core import (
     admit,
     run,
 )
+from caldera.core.fairshare import DecayedUsage
 from caldera.errors import Conflict, NotFound, Rejected
 from caldera.model import JobState, Node, Queue, QueueState, shares_time, time_share
 from caldera.policies import get_policy
@@ -176,6 +177,8 @@ class Runtime:
             self._thread.join(timeout=10)
         if self._spawner is not None:
             self._spawner.stop()
+        with self.lock:
+            self._keep_decayed_usage(self.clock(), force=True)
 
     def _loop(self) -> None:
         interval = self.config.poll_interval
@@ -268,6 +271,19 @@ class Runtime:
         then one commit, then the signals that depend on it (spawns: `launch_pending`)."""
         self.kernel.apply(decisions, snapshot)
         self.actuator.flush()
+        self._keep_decayed_usage(snapshot.now)
+
+    def _keep_decayed_usage(self, now: float, force: bool = False) -> None:
+        """Write the queues' decayed usage (fair share over time) when due (`SAVE_EVERY`), or
+        now (`force`, on stop): a restart carries on from it (`recover`)."""
+        usage = self.kernel.decayed_usage
+        if usage is None or not (force or usage.due(now)):
+            return
+        record = usage.record()
+        if record is not None:
+            with self.store.batch() as batch:
+                batch.keep_decayed_usage(record)
+            usage.saved_at = now
 
     # -- processes -------------------------------------------------------------------------
 
@@ -594,8 +610,13 @@ class Runtime:
     # -- restart ---------------------------------------------------------------------------
 
     def recover(self) -> None:
-        """Rebuild memory from the database and adopt the processes that are still ours."""
+        """Rebuild memory from the database and adopt the processes that are still ours;
+        fair share over time carries on from the decayed usage kept."""
         recover(self)
+        half_life = self.policy_config.fair_share_half_life
+        kept = self.store.decayed_usage() if half_life > 0 else None
+        if kept is not None:
+            self.kernel.decayed_usage = DecayedUsage.restored(half_life, kept)
 
     # -- reading (`caldera.service.views`) ------------------------------------------------
 

@@ -42,11 +42,13 @@ from sqlalchemy import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 
+from caldera.core.fairshare import DecayedRecord
 from caldera.errors import ServiceError
 from caldera.service import new_rows
 from caldera.service.db import (
     AuditRecord,
     EventRecord,
+    FairShareRecord,
     JobRecord,
     QueueStateRecord,
     ThrottleRecord,
@@ -105,6 +107,22 @@ class Batch:
     def audit(self, rows: Sequence[dict[str, Any]]) -> None:
         if rows:
             self.connection.execute(insert(AuditRecord).inline(), list(rows))
+
+    def keep_decayed_usage(self, record: DecayedRecord) -> None:
+        """Replace the kept decayed usage (fair share over time) with `record`."""
+        self.connection.execute(delete(FairShareRecord))
+        queues = sorted(set(record.used) | set(record.held))
+        rows = [
+            {
+                "queue": queue,
+                "used": record.used.get(queue, 0.0),
+                "held": record.held.get(queue, 0),
+                "at": record.at,
+            }
+            for queue in queues
+        ]
+        if rows:
+            self.connection.execute(insert(FairShareRecord), rows)
 
 
 def _ping_when_idle(engine: Engine) -> None:
@@ -394,6 +412,18 @@ class Store:
         with self.engine.connect() as connection:
             rows = connection.execute(select(ThrottleRecord.__table__)).mappings()
             return [dict(row) for row in rows]
+
+    def decayed_usage(self) -> DecayedRecord | None:
+        """The decayed usage kept by `Batch.keep_decayed_usage` (None: none kept yet)."""
+        with self.engine.connect() as connection:
+            rows = list(connection.execute(select(FairShareRecord.__table__)).mappings())
+        if not rows:
+            return None
+        return DecayedRecord(
+            at=max(row["at"] for row in rows),
+            used={row["queue"]: row["used"] for row in rows},
+            held={row["queue"]: row["held"] for row in rows},
+        )
 
     def queue_states(self) -> dict[str, str]:
         with self.engine.connect() as connection:
