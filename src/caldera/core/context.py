@@ -55,7 +55,6 @@ __all__ = [
     "KnownSearch",
     "PendingGroup",
     "QueueUsage",
-    "shape_key",
 ]
 
 DEADLINE_WAKES = "deadline wakes"
@@ -85,11 +84,6 @@ PendingGroup = tuple[GroupKey, list[JobView]]
 
 def _rank(job: JobView) -> tuple[int, float, str]:
     return job.spec.rank
-
-
-def shape_key(job: JobView) -> int:
-    """Jobs with equal keys fit or fail alike on the same room."""
-    return job.spec.shape
 
 
 NOTHING = Resources()
@@ -598,10 +592,6 @@ class CycleContext:
     def block(self, job_id: str, placement: tuple[TaskPlacement, ...]) -> None:
         """Keep the free part of a reserved placement away from everyone else this cycle."""
         self.blocked.setdefault(job_id, []).extend(self._hold(placement))
-
-    def unblock(self, job_id: str) -> None:
-        for part in self.blocked.pop(job_id, []):
-            self.room.give(part)
 
     def reserve(self, job_id: str, placement: tuple[TaskPlacement, ...]) -> None:
         """Keep free room for a starving large job (DESIGN §4.4) away from everyone else this

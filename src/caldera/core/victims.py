@@ -331,21 +331,6 @@ def _free_on(room: Room, spec: JobSpec, nodes: Sequence[int] | None) -> int:
     return free
 
 
-def _victim_gpu_on(
-    room: Room, spec: JobSpec, nodes: Sequence[int] | None, units: Sequence[Unit]
-) -> int:
-    models = spec.gpu_models
-    allowed = None if nodes is None else set(nodes)
-    total = 0
-    for unit in units:
-        for task in unit.placements:
-            if (allowed is None or task.node in allowed) and (
-                models is None or room.nodes[task.node].gpu_model in models
-            ):
-                total += task.gpu
-    return total
-
-
 def _counted_prefix(
     room: Room, spec: JobSpec, nodes: Sequence[int] | None, units: Sequence[Unit]
 ) -> int | None:

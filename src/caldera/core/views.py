@@ -96,11 +96,6 @@ class JobView:
             return self.work_base
         return self.work_base + max(now - self.running_since, 0.0)
 
-    def saved_at(self, now: float) -> float:
-        """Work a restart would resume from: the later of the last recorded checkpoint and the
-        last periodic one (every `checkpoint.interval` seconds of useful work)."""
-        return self.spec.checkpoint.resume_point(self.work_done(now), self.saved_work)
-
     def progress(self, now: float) -> float:
         """Fraction done in [0, 1]: reported by the job, else work over expected duration."""
         if self.reported_progress is not None:

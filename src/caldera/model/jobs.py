@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
+from itertools import count
 from types import MappingProxyType
 
 from caldera.model.jobtypes import (
@@ -49,7 +51,20 @@ class Checkpointing:
         return min(max(saved, periodic), work)
 
 
-_SHAPES: dict[tuple[object, ...], int] = {}
+_NEXT_SHAPE = count()
+
+
+@lru_cache(maxsize=1 << 16)
+def _shape_id(key: tuple[object, ...]) -> int:
+    """The id of one shape: 0, 1, 2, … in the order shapes are first seen, never reused.
+
+    Bounded because a long-running service sees shapes without end (every new CPU or memory
+    size is one) and must not keep them all. Below 65,536 distinct shapes nothing is ever
+    forgotten and the ids are exactly the first-seen order. Past that the least recently
+    seen shape is forgotten and, seen again, gets a new id: never another shape's, so two
+    jobs with one id still fit alike; only jobs of that shape created long apart may land
+    in separate pending groups."""
+    return next(_NEXT_SHAPE)
 
 
 def _intern_shape(spec: JobSpec) -> int:
@@ -64,7 +79,7 @@ def _intern_shape(spec: JobSpec) -> int:
         spec.gpu_models,
         spec.gpu_profile,
     )
-    return _SHAPES.setdefault(key, len(_SHAPES))
+    return _shape_id(key)
 
 
 @dataclass(frozen=True, slots=True)

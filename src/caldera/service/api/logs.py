@@ -89,10 +89,6 @@ def _whole(handle: BinaryIO | None, close: bool) -> Iterator[bytes]:
             handle.close()
 
 
-def _inode(handle: BinaryIO | None) -> int | None:
-    return os.fstat(handle.fileno()).st_ino if handle is not None else None
-
-
 def read_tail(path: Path, lines: int) -> bytes:
     """The last `lines` lines, read from the end (at most the last 8 MiB)."""
     return tail_lines(path, lines, _TAIL_BYTES)
