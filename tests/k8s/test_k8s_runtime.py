@@ -164,7 +164,9 @@ def test_a_start_creates_the_gang_pinned_where_the_cycle_placed_it() -> None:
     assert world.condition("gang", "Running") == ("False", "Starting")  # pods created
     world.step()
     assert world.condition("gang", "Running") == ("True", "Running")  # pods running
-    assert world.events("gang") == ["Admitted", "Started"]
+    assert world.events("gang") == ["Started"]  # admitted and started in one step: one Event
+    said = world.cluster.events_of(NAMESPACE, "gang")[0][1]
+    assert said.startswith("admitted: queue ") and "; attempt 1 on " in said
     assert world.status("gang")["gpus"] == "24"
     assert world.status("gang")["wait"] == "0s"
 

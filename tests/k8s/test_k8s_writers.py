@@ -7,9 +7,10 @@ trip at a time)."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
-from k8s_support import NAMESPACE, World
+from k8s_support import NAMESPACE, SETTINGS, World
 
 from caldera.k8s import ClusterUnavailable
 from caldera.k8s.actuator import Create
@@ -50,7 +51,8 @@ def test_a_burst_of_starts_goes_out_at_once_statuses_first_each_jobs_objects_in_
     assert made("gang") == ["service", "podgroup", "pod", "pod"]
     assert all(made(name) == ["podgroup", "pod"] for name in singles)
     assert {world.state(name) for name in [*singles, "gang"]} == {"Running"}
-    assert all(world.events(name) == ["Admitted", "Started"] for name in singles)
+    # one Event per job for its admission and start (issue 40: it was two)
+    assert all(world.events(name) == ["Started"] for name in singles)
 
 
 class CutAfter:
@@ -114,3 +116,34 @@ def test_training_jobs_are_kept_without_what_only_their_writers_read() -> None:
     assert slim["metadata"] == {"name": "j", "annotations": {"team": "a"}}
     assert slim["spec"] is job["spec"] and slim["status"] is job["status"]
     assert "managedFields" in job["metadata"]  # the original is left as it was
+
+
+def test_a_single_pod_start_behind_kube_scheduler_writes_status_pod_event_then_running() -> None:
+    """Issue 40: the controller's writes per started single-pod job, as the API server counts
+    them. Behind kube-scheduler (which reads no PodGroup) a start is its status (admitted and
+    started at once), its pod and one Event; once the pod runs, one status write for the
+    Running condition. It was six: a PodGroup nobody read and an Admitted Event besides."""
+    settings = replace(SETTINGS, scheduler_name="default-scheduler")
+    world = World(settings=settings).hypernode("a", "n", count=2).start()
+    for i in range(4):
+        world.submit(f"one{i}", gpus=1)
+    mark, said = len(world.cluster.actions), len(world.cluster.events)
+    world.rt.step()  # admitted and started in one step
+    started = Counter((verb, kind) for verb, kind, _ in world.cluster.actions[mark:])
+    assert started == {("patch", "trainingjob/status"): 4, ("create", "pod"): 4}
+    assert [e["reason"] for e in world.cluster.events[said:]] == ["Started"] * 4
+    world.cluster.settle()  # the fake binds and runs the pods
+    mark, said = len(world.cluster.actions), len(world.cluster.events)
+    world.step()
+    running = Counter((verb, kind) for verb, kind, _ in world.cluster.actions[mark:])
+    assert running == {("patch", "trainingjob/status"): 4}
+    assert world.cluster.events[said:] == []
+    assert {world.condition(f"one{i}", "Running") for i in range(4)} == {("True", "Running")}
+    assert world.cluster.pod_groups == {}
+
+
+def test_behind_volcano_a_start_keeps_its_pod_group() -> None:
+    world = World().hypernode("a", "n", count=2).start()  # scheduler_name: volcano
+    world.submit("one", gpus=1)
+    world.step()
+    assert (NAMESPACE, "one-1") in world.cluster.pod_groups

@@ -44,7 +44,7 @@ from caldera.k8s.api import (
     Object,
     QuotaExceeded,
 )
-from caldera.k8s.events import JobEvent, Reason, event_body, narrate
+from caldera.k8s.events import JobEvent, Reason, event_body, merge_per_job, narrate
 from caldera.k8s.guard import Purpose, refusal
 from caldera.k8s.jobs import KubeJob, KubeTask
 from caldera.k8s.render import Owner, RenderError, render_start
@@ -55,7 +55,16 @@ from caldera.model import GPU_MILLI, Node
 from caldera.runtime import EventKind
 from caldera.runtime.wire import ByName, nomination_to_wire
 
-__all__ = ["WRITERS", "Cleanup", "Create", "Intent", "KubeActuator", "Remove"]
+__all__ = [
+    "NO_POD_GROUPS",
+    "WRITERS",
+    "Cleanup",
+    "Create",
+    "Intent",
+    "KubeActuator",
+    "Remove",
+    "uses_pod_groups",
+]
 
 log = logging.getLogger("caldera.k8s")
 
@@ -96,6 +105,17 @@ class Cleanup:
 
 
 Intent = Create | Remove | Cleanup
+
+# Schedulers known not to read Volcano's PodGroups: a start behind them creates none (issue
+# 40: one write per start nobody reads, and a cluster without Volcano has no PodGroup CRD).
+# Any other name may be Volcano under another name, and gets its PodGroup.
+NO_POD_GROUPS = frozenset({"default-scheduler"})
+
+
+def uses_pod_groups(settings: KubeSettings) -> bool:
+    """Whether the pods' scheduler reads the start's PodGroup (gang, queue, topology)."""
+    return settings.scheduler_name not in NO_POD_GROUPS
+
 
 _T = TypeVar("_T")
 
@@ -207,6 +227,8 @@ class KubeActuator:
             return None
         if not grow:
             job.started_under = nomination_to_wire(nomination, self.keys)
+        if not uses_pod_groups(self.settings):
+            objects = [o for o in objects if o["kind"] != "PodGroup"]
         self._starts[job.id] = objects
         return [
             KubeTask(
@@ -332,7 +354,7 @@ class KubeActuator:
         self.pending.append(Remove(job, namespace, pod, grace, purpose))
 
     def _cleanup_attempt(self, job: KubeJob) -> None:
-        if job.attempts:
+        if job.attempts and uses_pod_groups(self.settings):
             group = names.pod_group_name(job.name, job.attempts)
             self.pending.append(Cleanup(job.namespace, "podgroup", group))
 
@@ -678,7 +700,7 @@ class KubeActuator:
             log.warning("clean-up of %s/%s failed: %s", intent.namespace, intent.name, error)
 
     def _send_events(self) -> None:
-        events, self.events = self.events, []
+        events, self.events = merge_per_job(self.events), []
         numbered = []
         for event in events:
             self._sequence += 1

@@ -8,13 +8,15 @@ resumed, finished, failed, cancelled; and the controller's own: a start given up
 stuck terminating, an eviction refused, a PodGroup Volcano refused.
 
 Events are best effort (the API server may drop them, they expire after an hour); the
-conditions in the status are the record.
+conditions in the status are the record. A job admitted and started in one step gets one
+`Started` Event that says both (`merge_per_job`), not two writes (issue 40: a burst of
+starts wrote about two Events per job).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -24,7 +26,7 @@ from caldera.k8s.jobs import KubeJob
 from caldera.model import GPU_MILLI
 from caldera.runtime import EventKind
 
-__all__ = ["JobEvent", "Reason", "event_body", "narrate"]
+__all__ = ["JobEvent", "Reason", "event_body", "merge_per_job", "narrate"]
 
 COMPONENT = "caldera-controller"
 
@@ -115,6 +117,29 @@ def event_body(event: JobEvent, instance: str, sequence: int = 0) -> dict[str, A
         "lastTimestamp": stamp,
         "count": 1,
     }
+
+
+def merge_per_job(events: Sequence[JobEvent]) -> list[JobEvent]:
+    """A job admitted and then started (or held, or told to wait) in one step gets one Event,
+    the later one, its message opening with the admission's ("admitted: queue …; attempt 1
+    on …"): a burst of starts writes one Event per job, not two. Every other Event stays its
+    own: each is rare and is looked for by its reason (`kubectl get events --field-selector
+    reason=Preempted`)."""
+    merged: list[JobEvent] = []
+    admitted: dict[tuple[str, str, str], JobEvent] = {}
+    for event in events:
+        key = (event.namespace, event.name, event.uid)
+        if event.reason is Reason.ADMITTED:
+            admitted[key] = event
+            continue
+        first = admitted.pop(key, None)
+        if first is not None and not event.warning:
+            event = replace(event, message=f"admitted: {first.message}; {event.message}")
+        elif first is not None:
+            merged.append(first)
+        merged.append(event)
+    merged += admitted.values()  # admitted, nothing more said this step
+    return merged
 
 
 def _gpus(milli: float) -> str:

@@ -299,7 +299,8 @@ class FakeCluster:
         return str(terms[0]["matchFields"][0]["values"][0])
 
     def _bind(self) -> None:
-        """Volcano's gang binding, reduced to what caldera relies on."""
+        """Volcano's gang binding, reduced to what caldera relies on; a pod for kube-scheduler
+        (`default-scheduler`, no PodGroup) is bound on its own."""
         groups: dict[tuple[str, str], list[Object]] = {}
         for (namespace, _), pod in self.pods.items():
             if pod["spec"].get("nodeName") or "deletionTimestamp" in pod["metadata"]:
@@ -308,14 +309,15 @@ class FakeCluster:
             groups.setdefault((namespace, group), []).append(pod)
         for key, pending in sorted(groups.items()):
             group = self.pod_groups.get(key)
-            if group is None:
+            alone = all(p["spec"].get("schedulerName") == "default-scheduler" for p in pending)
+            if group is None and not alone:
                 continue
             members = [
                 p
                 for (ns, _), p in self.pods.items()
                 if ns == key[0] and p["metadata"]["annotations"].get(names.GROUP_NAME) == key[1]
             ]
-            if len(members) < int(group["spec"]["minMember"]):
+            if group is not None and len(members) < int(group["spec"]["minMember"]):
                 continue
             want: dict[str, int] = {}
             for pod in pending:
