@@ -38,7 +38,7 @@ def test_a_gang_applied_with_kubectl_runs_on_the_nodes_caldera_chose_then_succee
         decided = json.loads(pod.metadata.annotations[names.PLACEMENT])["node"]
         assert pod.spec.node_name == decided  # bound where caldera decided, nowhere else
     assert len({p.spec.node_name for p in pods}) == 2  # 8 GPUs each: one node each
-    assert clean.events("team-a", "train") == ["Admitted", "Started"]
+    assert clean.events("team-a", "train") == ["Started"]  # admitted and started: one Event
     clean.wait("team-a", "train", "Succeeded")
     status = clean.status("team-a", "train")
     assert (status["state"], status["exitCode"], status["attempts"]) == ("Succeeded", 0, 1)
@@ -88,7 +88,8 @@ def test_a_large_job_preempts_a_normal_gang_which_gets_its_grace_period_then_res
     status = clean.status("team-a", "filler")
     assert (status["evictions"], status["attempts"]) == (1, 2)
     events = clean.events("team-a", "filler")
-    assert events[:4] == ["Admitted", "Started", "Preempted", "Requeued"]
+    # "Admitted" is its own Event only when the start came in a later step
+    assert [e for e in events if e != "Admitted"][:3] == ["Started", "Preempted", "Requeued"]
     assert "Resumed" in events[4:]
 
 
