@@ -5,6 +5,7 @@ of the finished jobs of its queue and type."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 import pytest
@@ -15,6 +16,8 @@ from caldera.core.estimates import (
     MIN_SAMPLES,
     WINDOW,
     DurationEstimates,
+    LearnedDurations,
+    chance_to_end,
     expected_end,
     slo_deadline,
 )
@@ -108,3 +111,36 @@ def test_a_ceiling_borrower_without_expected_duration_uses_the_learned_estimate(
     if learned is not None:
         snap = replace(snap, estimates={("b", JobType.NORMAL.value): learned})
     assert decided_evictions(run(snap, CALDERA)) == want
+
+
+def _learned(*works: float) -> Mapping[tuple[str, str], float]:
+    estimates = DurationEstimates()
+    for work in works:
+        estimates.observe(_spec(), work)
+    return estimates.view()
+
+
+def test_the_view_keeps_the_finished_work_behind_the_estimate() -> None:
+    view = _learned(300.0, 100.0, 200.0, 500.0, 400.0)
+    assert isinstance(view, LearnedDurations)
+    assert view.finished(("b", "normal")) == (100.0, 200.0, 300.0, 400.0, 500.0)
+    assert view.finished(("a", "normal")) == ()
+    assert dict(view) == {("b", "normal"): 500.0}
+
+
+def test_chance_to_end_counts_finished_jobs_that_ran_longer_than_the_job_has() -> None:
+    nodes = cluster().group("n", count=1).build()
+    silent = job("s").queue("b").running(since=0).on("n-0").view(nodes)  # 1000 s done at now
+    now = 1000.0
+    # finished: 3 shorter than 1000 s (they say nothing about a job past them), then 6 longer
+    view = _learned(10.0, 20.0, 30.0, 1100.0, 1200.0, 1300.0, 1400.0, 5000.0, 9000.0)
+    assert chance_to_end(silent, view, now, by=now + 450.0) == 4 / 6  # 1100 … 1400
+    assert chance_to_end(silent, view, now, by=now) == 0.0
+    assert chance_to_end(silent, view, now, by=now + 10_000.0) == 1.0
+    # fewer than MIN_SAMPLES ran that long: nothing tells
+    assert chance_to_end(silent, _learned(10.0, 20.0, 1100.0, 1200.0, 1300.0), now, now) is None
+    # a plain mapping of estimates carries no finished work
+    assert chance_to_end(silent, {("b", "normal"): 1200.0}, now, now + 450.0) is None
+    # a job that says how long it runs is not a matter of chance
+    told = job("t").queue("b").expected(2000.0).running(since=0).on("n-0").view(nodes)
+    assert chance_to_end(told, view, now, now + 450.0) is None

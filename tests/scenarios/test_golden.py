@@ -450,6 +450,47 @@ def test_an_eviction_waits_for_the_victims_checkpoint_inside_the_slo() -> None:
     assert result(TIMED)["metrics"]["sla_attainment"]["large-job"] == 1.0
 
 
+ENDS_BY_ITSELF = "victim-ends-by-itself.yaml"
+
+
+def _ends_by_itself(policy: dict[str, Any], work: float) -> dict[str, Any]:
+    """victim-ends-by-itself.yaml with a `policy:` block and `v` needing `work` seconds."""
+    data = yaml.safe_load((HERE / ENDS_BY_ITSELF).read_text())
+    data["policy"] = policy
+    for entry in data["jobs"]:
+        if entry["name"] == "v":
+            entry["duration"] = work
+    return simulate(parse_scenario(data, HERE))
+
+
+def test_a_victim_likely_to_end_inside_the_slack_is_waited_for() -> None:
+    """Bounds derived in victim-ends-by-itself.yaml: `v` ends by itself, nothing lost."""
+    assert events(ENDS_BY_ITSELF, "evict") == []
+    assert job(ENDS_BY_ITSELF, "v")["end"] == 4000.0
+    assert job(ENDS_BY_ITSELF, "v")["lost_gpu_seconds"] == 0.0
+    assert job(ENDS_BY_ITSELF, "big")["start"] == 4001.0  # the next cycle, 1 s on
+    assert result(ENDS_BY_ITSELF)["metrics"]["sla_attainment"]["large-job"] == 1.0
+
+
+def test_without_timing_the_victim_is_evicted_at_once() -> None:
+    off = _ends_by_itself({"checkpoint_wait": 0}, 3000.0)
+    (evict,) = [e for e in off["events"] if e["kind"] == "evict"]
+    assert (evict["t"], evict["job"], evict["preemptor"]) == (3000.0, "v", "big")
+    lost = {j["name"]: j["lost_gpu_seconds"] for j in off["jobs"]}
+    assert lost["v"] == 16_000.0
+    assert next(j for j in off["jobs"] if j["name"] == "big")["start"] == 3120.0
+
+
+def test_a_victim_that_outruns_its_estimate_is_evicted_at_the_last_moment() -> None:
+    """The trade when the learned chance is wrong: more work lost, the SLO still kept."""
+    late = _ends_by_itself({}, 4000.0)
+    (evict,) = [e for e in late["events"] if e["kind"] == "evict"]
+    assert (evict["t"], evict["job"], evict["preemptor"]) == (4620.0, "v", "big")
+    by_name = {j["name"]: j for j in late["jobs"]}
+    assert by_name["v"]["lost_gpu_seconds"] == 3620.0 * 8
+    assert by_name["big"]["start"] == 4740.0
+
+
 # -- planned start: backfill into a starving large job's reserved room (§4.4) ---------------
 
 PLANNED = "planned-backfill.yaml"

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Mapping
-from types import MappingProxyType
+from collections.abc import Iterator, Mapping
 
 from caldera.core.config import PolicyConfig
 from caldera.core.views import JobView
@@ -31,6 +30,8 @@ __all__ = [
     "WINDOW",
     "DurationEstimates",
     "EstimateKey",
+    "LearnedDurations",
+    "chance_to_end",
     "expected_end",
     "slo_deadline",
 ]
@@ -50,6 +51,34 @@ MIN_SAMPLES = 5
 """Fewer finished jobs than this give no estimate (the job's end is unknown)."""
 
 
+class LearnedDurations(Mapping[EstimateKey, float]):
+    """What a snapshot carries: (queue, type) -> the p90 estimate, and behind it the sorted
+    useful work of the finished jobs it was taken over (`chance_to_end`). Immutable."""
+
+    __slots__ = ("_estimates", "_finished")
+
+    def __init__(
+        self,
+        estimates: Mapping[EstimateKey, float],
+        finished: Mapping[EstimateKey, tuple[float, ...]],
+    ) -> None:
+        self._estimates = dict(estimates)
+        self._finished = dict(finished)
+
+    def __getitem__(self, key: EstimateKey) -> float:
+        return self._estimates[key]
+
+    def __iter__(self) -> Iterator[EstimateKey]:
+        return iter(self._estimates)
+
+    def __len__(self) -> int:
+        return len(self._estimates)
+
+    def finished(self, key: EstimateKey) -> tuple[float, ...]:
+        """The useful work of the last finished jobs of `key`, sorted (empty: none)."""
+        return self._finished.get(key, ())
+
+
 class DurationEstimates:
     """Learns, per (queue, type), the p90 of finished jobs' useful work (seconds).
 
@@ -60,7 +89,7 @@ class DurationEstimates:
     def __init__(self) -> None:
         self._recent: dict[EstimateKey, deque[float]] = {}
         self._sorted: dict[EstimateKey, list[float]] = {}
-        self._view: Mapping[EstimateKey, float] = MappingProxyType({})
+        self._view = LearnedDurations({}, {})
 
     def observe(self, spec: JobSpec, work: float) -> None:
         """A job of `spec` finished after `work` seconds of useful work."""
@@ -74,11 +103,13 @@ class DurationEstimates:
         recent.append(work)
         bisect.insort(ordered, work)
         estimates = dict(self._view)
+        finished = {k: self._view.finished(k) for k in self._sorted}
         if len(ordered) >= MIN_SAMPLES:
             estimates[key] = ordered[min(int(QUANTILE * len(ordered)), len(ordered) - 1)]
-        self._view = MappingProxyType(estimates)
+            finished[key] = tuple(ordered)
+        self._view = LearnedDurations(estimates, finished)
 
-    def view(self) -> Mapping[EstimateKey, float]:
+    def view(self) -> LearnedDurations:
         """The current estimates, immutable (a new mapping after each change)."""
         return self._view
 
@@ -94,6 +125,28 @@ def expected_end(job: JobView, estimates: Mapping[EstimateKey, float], now: floa
         if total is None:
             return float("inf")
     return now + max(total - job.work_done(now), 0.0)
+
+
+def chance_to_end(
+    job: JobView, estimates: Mapping[EstimateKey, float], now: float, by: float
+) -> float | None:
+    """The learned chance that `job` ends by itself by `by`: among the finished jobs of its
+    queue and type that ran longer than it has so far, the share that ended within its work
+    by then (the estimate corrected by the job's own progress). None when nothing tells:
+    `expected_duration` given (a job says how long it runs, not how likely), or fewer than
+    `MIN_SAMPLES` finished jobs ran that long."""
+    spec = job.spec
+    if spec.expected_duration is not None and spec.expected_duration > 0:
+        return None
+    if not isinstance(estimates, LearnedDurations):
+        return None
+    finished = estimates.finished((spec.queue, spec.type.value))
+    work = job.work_done(now)
+    longer = len(finished) - bisect.bisect_right(finished, work)
+    if longer < MIN_SAMPLES:
+        return None
+    ended = bisect.bisect_right(finished, work + max(by - now, 0.0)) - (len(finished) - longer)
+    return ended / longer
 
 
 def slo_deadline(spec: JobSpec, config: PolicyConfig) -> float | None:

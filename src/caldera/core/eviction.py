@@ -733,7 +733,7 @@ def _reason(holder: JobView, victim: JobView) -> EvictReason:
 
 def _execute(cycle: CycleContext, job: JobView, plan: Plan) -> None:
     pending: list[PendingVictim] = []
-    timed = signal_times(job, plan, cycle.config, cycle.now)
+    timed = signal_times(job, plan, cycle.config, cycle.now, cycle.snapshot.estimates)
     for victim, tasks in _by_victim(plan):
         gpu = victim.spec.gpu * (len(tasks) if tasks else len(victim.placement))
         at = timed.get(victim.id)
@@ -865,6 +865,7 @@ def continue_nominations(cycle: CycleContext) -> None:
         if job.id not in cycle.blocked:
             continue  # the nomination was dropped this cycle
         still: list[PendingVictim] = []
+        ended = False  # a pending victim ended by itself (core/timing.py: waited for)
         if (
             any(_no_longer_a_victim(cycle, job, pending) for pending in nomination.pending)
             or _below_the_floor(cycle, job, nomination.pending)
@@ -882,6 +883,7 @@ def continue_nominations(cycle: CycleContext) -> None:
         for pending in nomination.pending:
             victim = cycle.jobs.get(pending.job)
             if victim is None or victim.state is not JobState.RUNNING:
+                ended = True
                 continue  # gone by itself: its room is free already
             if pending.at is not None and pending.at > cycle.now:
                 still.append(pending)  # a timed eviction, not due yet
@@ -916,3 +918,7 @@ def continue_nominations(cycle: CycleContext) -> None:
             cycle.nominations.append(Nominate(job.id, updated))
         if still:
             cycle.wakeups.append(next_signal(still, cycle.now))
+        elif ended:
+            # Allocate ran before this cycle knew the plan waits for nobody: the holder
+            # starts in the next cycle, not at a moment its last victim no longer needs.
+            cycle.wakeups.append(cycle.now + 1)

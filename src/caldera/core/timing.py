@@ -1,4 +1,4 @@
-"""Evictions timed to checkpoints (DESIGN §4.4, last point).
+"""Evictions timed to checkpoints, or to a victim's likely end (DESIGN §4.4, last point).
 
 A victim that cannot write an emergency checkpoint loses the work done since its last
 periodic one. When its next periodic checkpoint comes soon enough — the preemptor can still
@@ -10,31 +10,51 @@ driver signals such a victim once it is due (eviction.continue_nominations), lik
 the eviction budget left to a later cycle, so every runtime carries it out unchanged.
 
 Per victim of a plan that would lose work now:
-  - a victim that would lose work: just after its next periodic checkpoint;
+  - a victim that would lose work: just after its next periodic checkpoint, when that comes
+    within `checkpoint_wait` of the preemptor's submission (default 600 s: a large job still
+    starts within ten minutes when it can, issue 3);
+  - else — it takes no periodic checkpoint, or the next comes too late — it may be *waited
+    for to end by itself*: signalled at the last moment that still lets the preemptor start
+    `FINISH_MARGIN` before its start SLO runs out, when the learned chance that it ends by
+    then (core/estimates.py `chance_to_end`: among finished jobs of its queue and type that
+    ran longer than it has, the share that ended by then) makes waiting the smaller expected
+    loss — p * (work lost now) >= (1 - p) * (work it would do meanwhile and lose). A victim
+    that ends by itself loses nothing and frees its room for the preemptor, like one gone;
   - one that has just taken one (within `CHECKPOINT_MARGIN`): now;
   - one that loses nothing (it checkpoints on SIGTERM, or gives up tasks above its minimum):
     at the latest of those moments, so that it works on meanwhile.
-All or nothing: if a losing victim takes no periodic checkpoint, or the last of them comes
-too late — its release after the preemptor's start SLO, later than `checkpoint_wait` after
-the preemptor's submission (default 600 s: a large job still starts within ten minutes when
-it can, issue 3), or after the preemptor's nomination would go stale (`nomination_timeout`)
-— every victim is signalled now, as before.
+All or nothing: if a losing victim can be neither timed nor waited for, or the preemptor
+would start after its SLO or after its nomination would go stale (`nomination_timeout`),
+every victim is signalled now, as before. `checkpoint_wait: 0` turns all of it off.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 
 from caldera.core.config import PolicyConfig
-from caldera.core.estimates import slo_deadline
-from caldera.core.victims import Plan
+from caldera.core.estimates import EstimateKey, chance_to_end, slo_deadline
+from caldera.core.victims import Plan, Unit
 from caldera.core.views import JobView, PendingVictim
+from caldera.model import GPU_MILLI
 
-__all__ = ["CHECKPOINT_MARGIN", "next_checkpoint", "next_signal", "signal_times"]
+__all__ = [
+    "CHECKPOINT_MARGIN",
+    "FINISH_MARGIN",
+    "next_checkpoint",
+    "next_signal",
+    "signal_times",
+]
 
 CHECKPOINT_MARGIN = 1.0
 """Seconds after a victim's periodic checkpoint at which a timed eviction signals it: just
 after, so that the checkpoint is surely written (a runtime's clock is not exact)."""
+
+
+FINISH_MARGIN = 60.0
+"""Seconds before the preemptor's start SLO runs out by which a victim waited for (to end by
+itself) has released its room: the preemptor's start is not left to the last second."""
 
 
 def next_checkpoint(victim: JobView, now: float) -> float | None:
@@ -57,16 +77,22 @@ def _just_checkpointed(victim: JobView, now: float) -> bool:
 
 
 def signal_times(
-    preemptor: JobView, plan: Plan, config: PolicyConfig, now: float
+    preemptor: JobView,
+    plan: Plan,
+    config: PolicyConfig,
+    now: float,
+    estimates: Mapping[EstimateKey, float] | None = None,
 ) -> Mapping[str, float]:
     """Victim id -> when to signal it (module docstring); empty: all of them now."""
-    if plan.cost.lost <= 0:
+    if plan.cost.lost <= 0 or config.checkpoint_wait <= 0:
         return {}
-    deadline = slo_deadline(preemptor.spec, config)
-    if deadline is None or config.checkpoint_wait <= 0:
+    slo = slo_deadline(preemptor.spec, config)
+    if slo is None:
         return {}
-    submit = preemptor.spec.submit
-    deadline = min(deadline, submit + config.checkpoint_wait, now + config.nomination_timeout)
+    # The preemptor must still start within its SLO, before its nomination goes stale.
+    slo = min(slo, now + config.nomination_timeout)
+    deadline = min(slo, preemptor.spec.submit + config.checkpoint_wait)
+    learned = MappingProxyType({}) if estimates is None else estimates
     times: dict[str, float] = {}
     savers: list[str] = []
     ready = now  # when the last timed victim has released its room
@@ -76,13 +102,12 @@ def signal_times(
         if unit.lost <= 0:
             savers.append(victim.id)
             continue
-        if _just_checkpointed(victim, now):
-            at = now
-        else:
-            checkpoint = next_checkpoint(victim, now)
-            if checkpoint is None:
-                return {}
-            at = checkpoint + CHECKPOINT_MARGIN
+        at = _after_checkpoint(victim, now)
+        if at is None or at + unit.delay > deadline:
+            # No checkpoint in time: perhaps it ends by itself before the preemptor must go.
+            at = _end_by_itself(unit, learned, now, slo - FINISH_MARGIN - unit.delay)
+        if at is None:
+            return {}
         times[victim.id] = min(times.get(victim.id, at), at)
         latest = max(latest, at)
         ready = max(ready, at + unit.delay)
@@ -90,9 +115,34 @@ def signal_times(
         if victim_id not in times:
             times[victim_id] = latest
     ready = max([ready, *(latest + u.delay for u in plan.units if u.job.id in savers)])
-    if latest <= now or ready > deadline:
+    if latest <= now or ready > slo:
         return {}
     return times
+
+
+def _after_checkpoint(victim: JobView, now: float) -> float | None:
+    """Now if the victim has just checkpointed, else just after its next periodic checkpoint
+    (None: it takes none)."""
+    if _just_checkpointed(victim, now):
+        return now
+    checkpoint = next_checkpoint(victim, now)
+    return None if checkpoint is None else checkpoint + CHECKPOINT_MARGIN
+
+
+def _end_by_itself(
+    unit: Unit, estimates: Mapping[EstimateKey, float], now: float, at: float
+) -> float | None:
+    """`at`, when waiting until then for the victim to end by itself is expected to lose
+    less than evicting it now (None: evict now). It loses `unit.lost` now, and as much more
+    per second as it holds GPUs while it runs on; so waiting pays when the learned chance p
+    that it ends by `at` (core/estimates.py) has p * lost >= (1 - p) * extra."""
+    if at <= now:
+        return None
+    chance = chance_to_end(unit.job, estimates, now, at)
+    if chance is None:
+        return None
+    extra = unit.gpu / GPU_MILLI * (at - now)
+    return at if chance * unit.lost >= (1 - chance) * extra else None
 
 
 def next_signal(pending: Sequence[PendingVictim], now: float) -> float:
