@@ -21,8 +21,9 @@ own — pods it did not create, cordoned or not-Ready nodes, pods of deleted job
 of the free-room index and never offered as a victim.
 
 Everything it knows lives in the cluster — the TrainingJobs' status, the pods (placement,
-attempt, rank), the `caldera-state` ConfigMap (queue waiting modes) — so a controller that
-restarts, or a standby taking over, rebuilds it all and carries on (`caldera.k8s.intake`).
+attempt, rank), the `caldera-state` ConfigMap (queue waiting modes; decayed usage with fair
+share over time, `caldera.k8s.fairshare_store`) — so a controller that restarts, or a
+standby taking over, rebuilds it all and carries on (`caldera.k8s.intake`).
 """
 
 from __future__ import annotations
@@ -46,11 +47,13 @@ from caldera.core import (
     Throttle,
     run,
 )
+from caldera.core.fairshare import DecayedUsage
 from caldera.k8s import names
 from caldera.k8s.actuator import KubeActuator
 from caldera.k8s.api import ClusterAPI, ClusterError, Object
 from caldera.k8s.cache import ClusterReads, Listing
 from caldera.k8s.events import Reason
+from caldera.k8s.fairshare_store import read_decayed_usage, write_decayed_usage
 from caldera.k8s.guard import Purpose
 from caldera.k8s.intake import Intake
 from caldera.k8s.jobs import KubeJob, KubeTask
@@ -204,6 +207,7 @@ class KubeRuntime:
             self._set_nodes(state, now)
         if not self._loaded:
             self._load_throttles()
+            self._load_decayed_usage()
             self._loaded = True
         served = list(settings.namespaces)
         objects = [obj for namespace in served for obj in reads.jobs(namespace)]
@@ -231,6 +235,7 @@ class KubeRuntime:
             self.kernel.apply(decisions, snapshot)
             tell_waits(self, decisions, snapshot)  # why pending jobs wait (issue 34)
             self.actuator.flush()
+            self._keep_decayed_usage(now)
             if self.observer is not None:
                 self.observer(took, decisions, now)
             self._next_wakeup = decisions.wakeup
@@ -445,6 +450,31 @@ class KubeRuntime:
         loaded = read_throttles(self.api, self.settings.state_namespace)
         self.throttles.clear()
         self.throttles.update(loaded)
+
+    def _load_decayed_usage(self) -> None:
+        """Fair share over time carries on from the decayed usage the last leader kept."""
+        half_life = self.policy_config.fair_share_half_life
+        if half_life <= 0:
+            return
+        kept = read_decayed_usage(self.api, self.settings.state_namespace)
+        if kept is not None:
+            self.kernel.decayed_usage = DecayedUsage.restored(half_life, kept)
+
+    def _keep_decayed_usage(self, now: float) -> None:
+        """Write the queues' decayed usage when due (`SAVE_EVERY`). A failed write is logged
+        and tried again when due again: a restart then forgets a little more usage, and
+        nothing else depends on it."""
+        usage = self.kernel.decayed_usage
+        if usage is None or not usage.due(now):
+            return
+        record = usage.record()
+        usage.saved_at = now
+        if record is None:
+            return
+        try:
+            write_decayed_usage(self.api, self.settings.state_namespace, record)
+        except ClusterError as error:
+            log.warning("decayed usage not kept: %s", error)
 
     def _block(self, pods: list[Object]) -> None:
         """Keep room caldera does not own out of the index: foreign pods' requests, and all

@@ -2,8 +2,9 @@
 namespace (`kubernetes.state_namespace`).
 
 What the core decides from its history rather than from what the cluster shows — the queues'
-waiting modes (throttles, core/throttle.py) — must survive a controller restart and a new
-leader, so it lives beside the jobs in the API server. The runtime reads it when it starts
+waiting modes (throttles, core/throttle.py), and with fair share over time their decayed
+usage (key `fair_share`, caldera/k8s/fairshare_store.py) — must survive a controller restart
+and a new leader, so it lives beside the jobs in the API server. The runtime reads it when it starts
 (`read_throttles`); the actuator writes it whenever the waiting modes change
 (`write_throttles`). Either side may be the first to find it missing: both create it the same
 way, and a namespace that does not exist is an operator's mistake with one fix, named in the
@@ -20,7 +21,7 @@ from caldera.errors import NotFound
 from caldera.k8s import names
 from caldera.k8s.api import ClusterAPI, ClusterConflict, ClusterError, ClusterUnavailable
 
-__all__ = ["read_throttles", "write_throttles"]
+__all__ = ["create_state_map", "read_throttles", "write_throttles"]
 
 
 def read_throttles(api: ClusterAPI, namespace: str) -> dict[str, Throttle]:
@@ -28,7 +29,7 @@ def read_throttles(api: ClusterAPI, namespace: str) -> dict[str, Throttle]:
     does not exist yet."""
     found = api.read_config_map(namespace, names.STATE_CONFIG_MAP)
     if found is None:
-        _create(api, namespace, {"throttles": "{}"})
+        create_state_map(api, namespace, {"throttles": "{}"})
         return {}
     data = json.loads((found.get("data") or {}).get("throttles") or "{}")
     return {
@@ -45,11 +46,12 @@ def write_throttles(api: ClusterAPI, namespace: str, throttles: Mapping[str, Thr
     except ClusterUnavailable:
         raise
     except ClusterError:
-        _create(api, namespace, data)
+        create_state_map(api, namespace, data)
 
 
-def _create(api: ClusterAPI, namespace: str, data: dict[str, str]) -> None:
-    """Create the state ConfigMap holding `data`; one made meanwhile by another writer wins."""
+def create_state_map(api: ClusterAPI, namespace: str, data: dict[str, str]) -> None:
+    """Create the state ConfigMap holding `data`; one made meanwhile by another writer wins
+    (also for the decayed usage, caldera/k8s/fairshare_store.py)."""
     body = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
