@@ -48,6 +48,8 @@ _HELM = {
     '{"__NS_A__": ["__Q_A__"], "__NS_B__": ["__Q_B__"]}': '{{ include "caldera.cel.queues" . }}',
     '["__NS_A__", "__NS_B__"]': '{{ include "caldera.cel.namespaces" . }}',
     '["__NS_A__"]': '{{ include "caldera.cel.critical" . }}',
+    # The served namespaces' Pod Security level (KubeSettings' default, restricted).
+    "'expression': '\"restricted\"'": "'expression': '{{ include \"caldera.cel.podSecurity\" . }}'",
 }
 
 

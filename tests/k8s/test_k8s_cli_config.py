@@ -129,6 +129,7 @@ def test_render_a_config_prints_classes_queues_and_with_rbac_the_controllers_rol
         "ClusterRole",
         "Role",
         "RoleBinding",
+        "Namespace",  # the served one, labelled for Pod Security Admission
         "RoleBinding",
         *["ClusterRole"] * 3,
         "ValidatingAdmissionPolicy",
@@ -143,6 +144,9 @@ def test_render_a_config_prints_classes_queues_and_with_rbac_the_controllers_rol
         if d["kind"] == "RoleBinding" and d["metadata"]["name"] == ("caldera-controller-jobs")
     ]
     assert [d["metadata"]["namespace"] for d in job_bindings] == ["team-a"]
+    served = docs[8]["metadata"]
+    assert served["name"] == "team-a"
+    assert served["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     assert docs[-1]["spec"]["deserved"] == {"nvidia.com/gpu": "8"}
 
 

@@ -284,6 +284,60 @@ def test_a_template_reaches_only_what_its_submitter_may_get(clean: Cluster) -> N
     clean.wait("team-a", "plain", "Running")
 
 
+def test_without_the_policy_the_controller_refuses_what_it_cannot_check(clean: Cluster) -> None:
+    """With the policy's binding gone, the controller created bob's pods mounting the
+    namespace's `deployer-token` (Kubernetes records no creator it could ask about). Now
+    it Rejects a template reading a Secret, a ConfigMap or a PVC, naming the reference and
+    the missing policy; with the policy in force, a ConfigMap bob may get runs."""
+    from caldera_support import without_admission_policy
+
+    cases = {
+        "secretvol": _pod_spec_with(
+            volumes=[{"name": "t", "secret": {"secretName": "deployer-token"}}]
+        ),
+        "claimvol": _pod_spec_with(
+            volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
+        ),
+        "envfrom": {
+            "containers": [
+                {**_gpu_container("main", 8), "envFrom": [{"secretRef": {"name": "deployer"}}]}
+            ]
+        },
+    }
+    with without_admission_policy(clean):
+        for name, pod_spec in cases.items():
+            assert clean.apply("bob", "team-a", _with_template(name, pod_spec)).returncode == 0
+        for name in cases:
+            wait_for(f"{name} Rejected", lambda n=name: clean.state("team-a", n) == "Rejected")
+        reasons = {name: clean.status("team-a", name)["reason"] for name in cases}
+        assert "secret deployer-token" in reasons["secretvol"], reasons
+        assert "persistentvolumeclaim data" in reasons["claimvol"], reasons
+        assert "secret deployer" in reasons["envfrom"], reasons
+        assert all("admission policy" in r and "\n" not in r for r in reasons.values()), reasons
+        assert not clean.pods("team-a", "secretvol")
+    # The policy back: what bob may get is his to use (the controller reads the policy).
+    role = clean.kubectl(
+        "admin", "-n", "team-a", "create", "role", "read-bob-settings", "--verb=get",
+        "--resource=configmaps", "--resource-name=bob-settings",
+    )  # fmt: skip
+    assert role.returncode == 0 or "AlreadyExists" in role.stderr, role.stderr
+    bound = clean.kubectl(
+        "admin", "-n", "team-a", "create", "rolebinding", "read-bob-settings",
+        "--role=read-bob-settings", "--user=bob",
+    )  # fmt: skip
+    assert bound.returncode == 0 or "AlreadyExists" in bound.stderr, bound.stderr
+    time.sleep(6)  # the re-created binding in force for longer than the controller's margin
+    mine = {
+        "containers": [
+            {**_gpu_container("main", 8), "envFrom": [{"configMapRef": {"name": "bob-settings"}}]}
+        ]
+    }
+    done = clean.apply("bob", "team-a", _with_template("mine", mine))
+    assert done.returncode == 0, done.stderr
+    clean.wait("team-a", "mine", "Running")
+    _alive(clean)
+
+
 def test_pod_security_baseline_is_refused_by_the_policy_and_the_controller(
     clean: Cluster,
 ) -> None:
@@ -313,6 +367,54 @@ def test_pod_security_baseline_is_refused_by_the_policy_and_the_controller(
         for name in cases:
             wait_for(f"{name} Rejected", lambda n=name: clean.state("team-a", n) == "Rejected")
             assert "pod template may not" in clean.status("team-a", name)["reason"]
+    _alive(clean)
+
+
+def test_pods_meet_pod_security_restricted_and_contradictions_are_refused(
+    clean: Cluster,
+) -> None:
+    """A served namespace labelled `restricted` (what render and the chart now label by
+    default): a template with no securityContext runs, its pods admitted by Pod Security
+    Admission with the defaults the controller filled (before, PSA refused every pod: no
+    runAsNonRoot, no seccomp profile, capabilities kept, and the job never ran). A template
+    that contradicts the level is refused by the policy at apply and, without the policy,
+    Rejected by the controller with the same reason."""
+    from caldera_support import without_admission_policy
+
+    label = "pod-security.kubernetes.io/enforce"
+    done = clean.kubectl(
+        "admin", "label", "--overwrite", "namespace", "team-a", f"{label}=restricted"
+    )
+    assert done.returncode == 0, done.stderr
+    try:
+        assert clean.apply("bob", "team-a", training_job("plainpsa")).returncode == 0
+        clean.wait("team-a", "plainpsa", "Running")
+        (pod,) = clean.running_pods("team-a", "plainpsa")
+        assert pod.spec.security_context.run_as_non_root is True
+        assert pod.spec.containers[0].security_context.capabilities.drop == ["ALL"]
+        cases = {
+            "nonroot": _pod_spec_with(securityContext={"runAsNonRoot": False}),
+            "nfs": _pod_spec_with(volumes=[{"name": "n", "nfs": {"server": "s", "path": "/"}}]),
+            "keepcaps": {
+                "containers": [
+                    {
+                        **_gpu_container("main", 8),
+                        "securityContext": {"capabilities": {"drop": ["NET_RAW"]}},
+                    }
+                ]
+            },
+        }
+        for name, pod_spec in cases.items():
+            done = clean.apply("bob", "team-a", _with_template(name, pod_spec))
+            assert done.returncode != 0 and "restricted" in done.stderr, (name, done.stderr)
+        with without_admission_policy(clean):
+            for name, pod_spec in cases.items():
+                assert clean.apply("bob", "team-a", _with_template(name, pod_spec)).returncode == 0
+            for name in cases:
+                wait_for(f"{name} Rejected", lambda n=name: clean.state("team-a", n) == "Rejected")
+                assert "restricted" in clean.status("team-a", name)["reason"]
+    finally:
+        clean.kubectl("admin", "label", "namespace", "team-a", f"{label}-")
     _alive(clean)
 
 

@@ -33,13 +33,16 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
 from caldera.k8s import names
+from caldera.k8s.api import from_rfc3339
 from caldera.k8s.leader import LEASE_NAME
-from caldera.k8s.settings import KubeSettings
-from caldera.k8s.trainingjob import SAFE_SYSCTLS
+from caldera.k8s.podtemplate import RESTRICTED_VOLUMES
+from caldera.k8s.settings import KubeSettings, PodSecurity
+from caldera.k8s.trainingjob import ADDABLE_CAPABILITY, SAFE_SYSCTLS
 from caldera.model import PRIORITY_CLASSES
 
 __all__ = [
@@ -48,9 +51,13 @@ __all__ = [
     "CONTROLLER_WRITE_RULES",
     "CRITICAL_VERB",
     "POLICY_NAME",
+    "POLICY_SETTLE_SECONDS",
     "PROTECT_VERB",
+    "REFERENCES_MESSAGE",
     "admission_policy",
     "controller_rbac",
+    "policy_problem",
+    "served_namespace",
     "user_roles",
 ]
 
@@ -82,6 +89,14 @@ CONTROLLER_READ_RULES: tuple[dict[str, list[str]], ...] = (
     _rule("scheduling.k8s.io", ["priorityclasses"], ["get"], _CLASSES),
     _rule("scheduling.k8s.io", ["priorityclasses"], ["create"]),
     _rule(_VOLCANO, ["queues"], ["get", "list", "create", "update"]),
+    # Whether caldera's own admission policy checked a template's Secrets and ConfigMaps
+    # against its submitter's rights (`policy_problem`), read by name.
+    _rule(
+        "admissionregistration.k8s.io",
+        ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+        ["get"],
+        [POLICY_NAME],
+    ),
 )
 # In each served namespace only (pods are read cluster-wide above).
 CONTROLLER_WRITE_RULES: tuple[dict[str, list[str]], ...] = (
@@ -124,6 +139,23 @@ def _binding(
     }
 
 
+def served_namespace(name: str, level: PodSecurity) -> dict[str, Any]:
+    """A namespace caldera serves, labelled for Pod Security Admission at `level` (enforced,
+    and warned about on apply): the pods caldera creates there meet it
+    (`caldera.k8s.podtemplate.restricted_defaults`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "pod-security.kubernetes.io/enforce": level.value,
+                "pod-security.kubernetes.io/warn": level.value,
+            },
+        },
+    }
+
+
 def controller_rbac(
     settings: KubeSettings, name: str = "caldera-controller"
 ) -> list[dict[str, Any]]:
@@ -144,6 +176,8 @@ def controller_rbac(
             "RoleBinding", f"{name}-state", "Role", f"{name}-state", name, home, namespace=home
         ),
     ]
+    for namespace in settings.namespaces:
+        objects.append(served_namespace(namespace, settings.pod_security))
     for namespace in settings.namespaces:
         objects.append(
             _binding(
@@ -194,14 +228,25 @@ def _allowed(verb: str) -> str:
 
 
 _SPEC = "(has(t.template.spec) ? t.template.spec : {})"
+_CONTAINERS = (
+    f"((has({_SPEC}.containers) ? {_SPEC}.containers : []) + "
+    f"(has({_SPEC}.initContainers) ? {_SPEC}.initContainers : []))"
+)
+_MATCH: dict[str, Any] = {
+    "resourceRules": [
+        {
+            "apiGroups": [names.GROUP],
+            "apiVersions": ["*"],
+            "resources": [names.PLURAL],
+            "operations": ["CREATE"],
+        }
+    ]
+}
 
 
 def _pod_rules() -> list[tuple[str, str]]:
     """(CEL over every task `t`, message) for the pod-template rules."""
-    containers = (
-        f"((has({_SPEC}.containers) ? {_SPEC}.containers : []) + "
-        f"(has({_SPEC}.initContainers) ? {_SPEC}.initContainers : []))"
-    )
+    containers = _CONTAINERS
     return [
         (
             f"!({_SPEC}.?hostNetwork.orValue(false) || {_SPEC}.?hostPID.orValue(false) || "
@@ -215,9 +260,10 @@ def _pod_rules() -> list[tuple[str, str]]:
         (
             f"!{containers}.exists(c, c.?securityContext.?privileged.orValue(false) || "
             "c.?securityContext.?allowPrivilegeEscalation.orValue(false) || "
-            "c.?securityContext.?capabilities.?add.orValue([]).size() > 0)",
+            "c.?securityContext.?capabilities.?add.orValue([])"
+            f".exists(x, x != '{ADDABLE_CAPABILITY}'))",
             "a pod template may not run a privileged container, allow privilege escalation "
-            "or add capabilities",
+            f"or add a capability other than {ADDABLE_CAPABILITY}",
         ),
         (
             f"!{containers}.exists(c, c.?ports.orValue([]).exists(p, has(p.hostPort)))",
@@ -249,25 +295,45 @@ def _pod_rules() -> list[tuple[str, str]]:
             f"x.?name.orValue('') in {_cel(sorted(SAFE_SYSCTLS))})",
             "a pod template may not set an unsafe sysctl (Pod Security: baseline)",
         ),
+        (_REFERENCES_RULE, REFERENCES_MESSAGE),
+        *(
+            (f"variables.podSecurity != 'restricted' || ({rule})", message)
+            for rule, message in _restricted_rules()
+        ),
+    ]
+
+
+def _restricted_rules() -> list[tuple[str, str]]:
+    """(CEL over every task `t`, message): what contradicts Pod Security's `restricted`
+    (`caldera.k8s.podtemplate.restricted_problem`; the defaults it needs are filled on the
+    pods by the controller)."""
+    contexts = (
+        f"([{_SPEC}.?securityContext.orValue({{}})] + "
+        f"{_CONTAINERS}.map(c, c.?securityContext.orValue({{}})))"
+    )
+    allowed = sorted(RESTRICTED_VOLUMES)
+    return [
         (
-            f"{_SPEC}.?volumes.orValue([]).all(v, "
-            f"(!has(v.secret) || {_may_get('secrets', 'v.secret.?secretName')}) && "
-            f"(!has(v.configMap) || {_may_get('configmaps', 'v.configMap.?name')}) && "
-            "(!has(v.persistentVolumeClaim) || "
-            f"{_may_get('persistentvolumeclaims', 'v.persistentVolumeClaim.?claimName')}) && "
-            "v.?projected.?sources.orValue([]).all(p, "
-            f"(!has(p.secret) || {_may_get('secrets', 'p.secret.?name')}) && "
-            f"(!has(p.configMap) || {_may_get('configmaps', 'p.configMap.?name')}))) && "
-            f"{containers}.all(c, c.?env.orValue([]).all(e, "
-            f"(!has(e.valueFrom) || !has(e.valueFrom.secretKeyRef) || "
-            f"{_may_get('secrets', 'e.valueFrom.secretKeyRef.?name')}) && "
-            f"(!has(e.valueFrom) || !has(e.valueFrom.configMapKeyRef) || "
-            f"{_may_get('configmaps', 'e.valueFrom.configMapKeyRef.?name')})) && "
-            "c.?envFrom.orValue([]).all(f, "
-            f"(!has(f.secretRef) || {_may_get('secrets', 'f.secretRef.?name')}) && "
-            f"(!has(f.configMapRef) || {_may_get('configmaps', 'f.configMapRef.?name')})))",
-            "a pod template may use only the Secrets, ConfigMaps and PersistentVolumeClaims "
-            "its submitter may get (the pods run with the controller's rights, not theirs)",
+            f"{_SPEC}.?volumes.orValue([]).all(v, v.all(k, k == 'name' || k in {_cel(allowed)}))",
+            "a pod template may use only the volume types Pod Security's restricted allows: "
+            + ", ".join(allowed),
+        ),
+        (
+            f"!{contexts}.exists(x, x.?runAsNonRoot.orValue(true) == false)",
+            "a pod template may not set runAsNonRoot: false (Pod Security: restricted)",
+        ),
+        (
+            f"{contexts}.all(x, x.?seccompProfile.?type.orValue('RuntimeDefault') in "
+            "['RuntimeDefault', 'Localhost'])",
+            "a pod template may use only the seccomp profiles RuntimeDefault or Localhost "
+            "(Pod Security: restricted)",
+        ),
+        (
+            f"{_CONTAINERS}.all(c, !has(c.securityContext) || "
+            "!has(c.securityContext.capabilities) || "
+            "!has(c.securityContext.capabilities.drop) || "
+            "'ALL' in c.securityContext.capabilities.drop)",
+            "a pod template's capabilities.drop must include ALL (Pod Security: restricted)",
         ),
     ]
 
@@ -279,6 +345,107 @@ def _may_get(resource: str, name: str) -> str:
         f"authorizer.group('').resource('{resource}').namespace(request.namespace)"
         f".name(string({name}.orValue(''))).check('get').allowed()"
     )
+
+
+REFERENCES_MESSAGE = (
+    "a pod template may use only the Secrets, ConfigMaps and PersistentVolumeClaims "
+    "its submitter may get (the pods run with the controller's rights, not theirs)"
+)
+# Every reference `caldera.k8s.trainingjob.template_references` finds, asked of the
+# authorizer with the submitter's own rights.
+_REFERENCES_RULE = (
+    f"{_SPEC}.?volumes.orValue([]).all(v, "
+    f"(!has(v.secret) || {_may_get('secrets', 'v.secret.?secretName')}) && "
+    f"(!has(v.configMap) || {_may_get('configmaps', 'v.configMap.?name')}) && "
+    "(!has(v.persistentVolumeClaim) || "
+    f"{_may_get('persistentvolumeclaims', 'v.persistentVolumeClaim.?claimName')}) && "
+    "(!has(v.csi) || !has(v.csi.nodePublishSecretRef) || "
+    f"{_may_get('secrets', 'v.csi.nodePublishSecretRef.?name')}) && "
+    "v.?projected.?sources.orValue([]).all(p, "
+    f"(!has(p.secret) || {_may_get('secrets', 'p.secret.?name')}) && "
+    f"(!has(p.configMap) || {_may_get('configmaps', 'p.configMap.?name')}))) && "
+    f"{_CONTAINERS}.all(c, c.?env.orValue([]).all(e, "
+    f"(!has(e.valueFrom) || !has(e.valueFrom.secretKeyRef) || "
+    f"{_may_get('secrets', 'e.valueFrom.secretKeyRef.?name')}) && "
+    f"(!has(e.valueFrom) || !has(e.valueFrom.configMapKeyRef) || "
+    f"{_may_get('configmaps', 'e.valueFrom.configMapKeyRef.?name')})) && "
+    "c.?envFrom.orValue([]).all(f, "
+    f"(!has(f.secretRef) || {_may_get('secrets', 'f.secretRef.?name')}) && "
+    f"(!has(f.configMapRef) || {_may_get('configmaps', 'f.configMapRef.?name')})))"
+)
+# A new or re-bound policy takes the API server a moment to enforce: a job created within
+# this many seconds of it is not taken as checked by it.
+POLICY_SETTLE_SECONDS = 5.0
+
+
+def _created(obj: Any) -> float | None:
+    stamp = ((obj or {}).get("metadata") or {}).get("creationTimestamp")
+    try:
+        return from_rfc3339(str(stamp)) if stamp else None
+    except ValueError:
+        return None
+
+
+def _narrows_nothing(match: Any) -> bool:
+    """A binding's matchResources as the API server stores an absent one (empty selectors,
+    no resource rules): it leaves out no namespace and no object."""
+    if not match:
+        return True
+    if not isinstance(match, dict):
+        return False
+    return not any(
+        match.get(key)
+        for key in ("namespaceSelector", "objectSelector", "resourceRules", "excludeResourceRules")
+    )
+
+
+def _matches_creates(match: Any) -> bool:
+    """A policy's matchConstraints as rendered here (the API server adds its defaults: a
+    rule's scope, the match policy, empty selectors): every TrainingJob create."""
+    if not isinstance(match, dict) or match.get("excludeResourceRules"):
+        return False
+    if match.get("namespaceSelector") or match.get("objectSelector"):
+        return False
+    want = _MATCH["resourceRules"][0]
+    rules = match.get("resourceRules") or []
+    return any(
+        isinstance(rule, dict)
+        and rule.get("scope", "*") == "*"
+        and all(rule.get(key) == want[key] for key in want)
+        for rule in rules
+    )
+
+
+def policy_problem(policy: Any, binding: Any, created: float) -> str | None:
+    """Why caldera's admission policy did not check the references of a TrainingJob
+    created at `created` against its submitter's rights, or None when it did: the policy
+    and its binding exist, unchanged in what matters (the reference rule as rendered here,
+    failing closed on CREATE of TrainingJobs, denying, in every namespace), and both were in
+    force before the job was created. The controller cannot ask for the submitter's rights
+    itself (Kubernetes records no creator), so without this it refuses the references."""
+    if not isinstance(policy, dict) or not isinstance(binding, dict):
+        missing = "ValidatingAdmissionPolicy" if not isinstance(policy, dict) else "binding"
+        return f"the admission policy {POLICY_NAME} is not installed (its {missing} is missing)"
+    spec = policy.get("spec") or {}
+    bound = binding.get("spec") or {}
+    rule = f"object.spec.tasks.all(t, {_REFERENCES_RULE})"
+    checks = any(
+        isinstance(v, dict) and v.get("expression") == rule for v in spec.get("validations") or []
+    )
+    if (
+        not checks
+        or spec.get("failurePolicy", "Fail") != "Fail"
+        or not _matches_creates(spec.get("matchConstraints"))
+        or bound.get("policyName") != POLICY_NAME
+        or "Deny" not in (bound.get("validationActions") or [])
+        or not _narrows_nothing(bound.get("matchResources"))
+        or bound.get("paramRef")
+    ):
+        return f"the admission policy {POLICY_NAME} installed is not the one caldera renders"
+    since = max(_created(policy) or math.inf, _created(binding) or math.inf)
+    if not created >= since + POLICY_SETTLE_SECONDS:
+        return f"the admission policy {POLICY_NAME} was installed after the job was created"
+    return None
 
 
 def admission_policy(settings: KubeSettings) -> list[dict[str, Any]]:
@@ -346,22 +513,14 @@ def admission_policy(settings: KubeSettings) -> list[dict[str, Any]]:
         "metadata": {"name": POLICY_NAME, "labels": {names.MANAGED: "true"}},
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [names.GROUP],
-                        "apiVersions": ["*"],
-                        "resources": [names.PLURAL],
-                        "operations": ["CREATE"],
-                    }
-                ]
-            },
+            "matchConstraints": copy.deepcopy(_MATCH),
             "variables": [
                 {
                     "name": "critical",
                     "expression": "object.spec.?type.orValue('normal') == 'critical'",
                 },
                 {"name": "queues", "expression": _cel(queues)},
+                {"name": "podSecurity", "expression": _cel(settings.pod_security.value)},
                 {
                     "name": "accounts",
                     "expression": f"request.namespace in {_cel(accounts)} ? "

@@ -106,6 +106,11 @@ class ClusterAPI(Protocol):
 
     def read_config_map(self, namespace: str, name: str) -> Object | None: ...
 
+    def read_admission_policy(self, name: str) -> tuple[Object | None, Object | None]:
+        """A ValidatingAdmissionPolicy and its binding of the same name (None where
+        missing)."""
+        ...
+
     def create_config_map(self, namespace: str, body: Object) -> Object: ...
 
     def patch_config_map(self, namespace: str, name: str, patch: Object) -> Object:

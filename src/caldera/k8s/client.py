@@ -158,6 +158,7 @@ class KubeClusterAPI:
         self.scheduling: Any = client.SchedulingV1Api(api_client)
         self.coordination: Any = client.CoordinationV1Api(api_client)
         self.version: Any = client.VersionApi(api_client)
+        self.admission: Any = client.AdmissionregistrationV1Api(api_client)
 
     @classmethod
     def from_kubeconfig(
@@ -501,6 +502,22 @@ class KubeClusterAPI:
             ),
             retry=False,
         )
+
+    def read_admission_policy(self, name: str) -> tuple[Object | None, Object | None]:
+        t = self.timeout
+        policy = self._read(
+            f"read validatingadmissionpolicy {name}",
+            lambda: self.admission.read_validating_admission_policy(
+                name, _request_timeout=t, _preload_content=False
+            ),
+        )
+        binding = self._read(
+            f"read validatingadmissionpolicybinding {name}",
+            lambda: self.admission.read_validating_admission_policy_binding(
+                name, _request_timeout=t, _preload_content=False
+            ),
+        )
+        return policy, binding
 
     def read_config_map(self, namespace: str, name: str) -> Object | None:
         return self._read(

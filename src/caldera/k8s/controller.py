@@ -79,6 +79,9 @@ class DryRunCluster:
     def read_config_map(self, namespace: str, name: str) -> Object | None:
         return self.api.read_config_map(namespace, name)
 
+    def read_admission_policy(self, name: str) -> tuple[Object | None, Object | None]:
+        return self.api.read_admission_policy(name)
+
     def list_queues(self) -> list[Object]:
         return self.api.list_queues()
 

@@ -9,6 +9,11 @@
   controller ran (restart, fail-over): the job is rebuilt from its spec (immutable) and the
   status, its tasks from the pods of its current attempt (placement, rank, deletion), and
   tasks whose pods vanished meanwhile are counted lost (the gang is stopped and requeued).
+- A new TrainingJob whose templates read the namespace's Secrets, ConfigMaps or PVCs is
+  admitted only where caldera's admission policy checked them against its submitter's own
+  rights (`caldera.k8s.admission.policy_problem`): Kubernetes records no creator to ask a
+  SubjectAccessReview about, and the pods would read them with the controller's rights.
+  Elsewhere it is Rejected, naming the reference (issue 34).
 - A job whose TrainingJob is gone was cancelled by its owner: its pods (owned by the
   TrainingJob) are deleted by the garbage collector; their room stays taken until they are.
 """
@@ -21,8 +26,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from caldera.core import admit
-from caldera.errors import RecordError, RenderError
+from caldera.errors import ClusterUnavailable, Forbidden, RecordError, RenderError
 from caldera.k8s import names
+from caldera.k8s.admission import POLICY_NAME, policy_problem
 from caldera.k8s.api import Object, from_rfc3339
 from caldera.k8s.events import Reason
 from caldera.k8s.guard import Purpose
@@ -41,6 +47,9 @@ __all__ = ["Intake"]
 log = logging.getLogger("caldera.k8s")
 
 _FINAL = frozenset(state.value for state in TERMINAL)
+# How long one read of the admission policy answers for jobs created before it (jobs arriving
+# together ask once; a job created after the read asks again).
+_POLICY_FRESH = 10.0
 
 
 def _one_line(error: BaseException) -> str:
@@ -55,6 +64,8 @@ class Intake:
         # (namespace, job name) whose TrainingJob exists but cannot be taken back: its pods
         # are left alone (their room stays taken) rather than guessed about.
         self.unreadable: set[tuple[str, str]] = set()
+        # (when read, policy, binding): caldera's admission policy as last read.
+        self._policy: tuple[float, Any, Any] | None = None
 
     def reconcile(self, objects: Iterable[Object], pods: Iterable[Object], now: float) -> None:
         runtime = self.runtime
@@ -127,6 +138,15 @@ class Intake:
         except (RecordError, RenderError) as error:
             self.reject(obj, str(error), now)
             return
+        if accepted.references:
+            try:
+                unchecked = self._unchecked(accepted.references[0], submit, now)
+            except ClusterUnavailable as error:  # asked again at the next look
+                log.warning("cannot read the admission policy: %s", error)
+                return
+            if unchecked:
+                self.reject(obj, unchecked, now)
+                return
         spec = accepted.spec
         admission = admit(
             spec,
@@ -149,6 +169,24 @@ class Intake:
         runtime.kernel.mark(job)
         runtime.cycle_needed = True
         log.info("admitted %s (%s, %s): %s", job.id, spec.type.value, spec.queue, job.state.value)
+
+    def _unchecked(self, reference: str, created: float, now: float) -> str | None:
+        """Why a template's `reference` was not checked against its submitter's rights, as a
+        one-line reason, or None when the admission policy checked it."""
+        cached = self._policy
+        if cached is None or now - cached[0] > _POLICY_FRESH or cached[0] < created:
+            try:
+                policy, binding = self.runtime.api.read_admission_policy(POLICY_NAME)
+            except Forbidden:  # a controller without the chart's RBAC: cannot tell
+                policy = binding = None
+            cached = self._policy = (now, policy, binding)
+        problem = policy_problem(cached[1], cached[2], created)
+        if problem is None:
+            return None
+        return (
+            f"{reference}: caldera cannot check that its submitter may get it: {problem} "
+            "(install caldera's admission policy, or use no Secret, ConfigMap or PVC)"
+        )
 
     def reject(self, obj: Object, reason: str, now: float) -> None:
         """Refused before it became a job: Rejected, with the one-line reason."""

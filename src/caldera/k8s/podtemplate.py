@@ -23,6 +23,13 @@ admitted (issue 34):
   `overhead` are refused: caldera could not count what they take.
 
 `caldera.k8s.nodes.pod_requests` counts a running pod with the same `effective_requests`.
+
+Pod Security `restricted` (the default level of served namespaces, `KubeSettings.pod_security`):
+`restricted_problem` refuses at intake what contradicts it (a volume type it does not allow,
+`runAsNonRoot: false`, a seccomp profile other than RuntimeDefault or Localhost, a dropped
+capability list without ALL); `restricted_defaults` fills, on each pod caldera creates, what
+the template leaves unset (runAsNonRoot, RuntimeDefault seccomp, no privilege escalation, every
+capability dropped), so the pod passes the namespace's Pod Security Admission.
 """
 
 from __future__ import annotations
@@ -38,9 +45,12 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_VALUES",
     "POD_SPEC_FIELDS",
+    "RESTRICTED_VOLUMES",
     "effective_requests",
     "is_gpu_resource",
     "nesting_problem",
+    "restricted_defaults",
+    "restricted_problem",
     "shape_problem",
     "typed_problem",
 ]
@@ -342,3 +352,82 @@ def typed_problem(template: Mapping[str, Any], where: str = "template") -> str |
             return f"{where}.{path}: {message}"[:300]
         return f"{where}: " + " ".join(str(error).split())[:200]
     return None
+
+
+# Volume types Pod Security's restricted profile allows (Kubernetes 1.34).
+RESTRICTED_VOLUMES = frozenset(
+    {
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    }
+)
+_SECCOMP_RESTRICTED = frozenset({"RuntimeDefault", "Localhost"})
+
+
+def _pod_containers(pod_spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    found = [*(pod_spec.get("containers") or []), *(pod_spec.get("initContainers") or [])]
+    return [c for c in found if isinstance(c, Mapping)]
+
+
+def _context(holder: Mapping[str, Any]) -> Mapping[str, Any]:
+    context = holder.get("securityContext")
+    return context if isinstance(context, Mapping) else {}
+
+
+def restricted_problem(pod_spec: Any) -> str | None:
+    """Why a pod template contradicts Pod Security's `restricted` profile where no default
+    can help, as one line, or None (baseline's rules are `caldera.k8s.trainingjob`'s)."""
+    if not isinstance(pod_spec, Mapping):
+        return None
+    for volume in pod_spec.get("volumes") or []:
+        if not isinstance(volume, Mapping):
+            continue
+        kinds = sorted(str(key) for key in volume if key != "name")
+        bad = [kind for kind in kinds if kind not in RESTRICTED_VOLUMES]
+        if bad:
+            return (
+                f"a pod template may not use a {bad[0][:64]} volume (Pod Security: restricted "
+                f"allows {', '.join(sorted(RESTRICTED_VOLUMES))})"
+            )
+    contexts = [_context(pod_spec), *(_context(c) for c in _pod_containers(pod_spec))]
+    if any(c.get("runAsNonRoot") is False for c in contexts):
+        return "a pod template may not set runAsNonRoot: false (Pod Security: restricted)"
+    for context in contexts:
+        profile = context.get("seccompProfile")
+        kind = profile.get("type") if isinstance(profile, Mapping) else None
+        if kind is not None and kind not in _SECCOMP_RESTRICTED:
+            return (
+                f"a pod template may not use the seccomp profile {str(kind)[:64]!r} "
+                "(Pod Security: restricted allows RuntimeDefault or Localhost)"
+            )
+    for container in _pod_containers(pod_spec):
+        capabilities = _context(container).get("capabilities")
+        drop = capabilities.get("drop") if isinstance(capabilities, Mapping) else None
+        if drop is not None and "ALL" not in (drop if isinstance(drop, list) else []):
+            return "a pod template's capabilities.drop must include ALL (Pod Security: restricted)"
+    return None
+
+
+def restricted_defaults(pod_spec: dict[str, Any]) -> None:
+    """Fill, in place, what Pod Security's `restricted` profile needs and the template left
+    unset: the pod runs as non-root under the runtime's default seccomp profile, and every
+    container drops every capability and may not escalate its privileges. What the template
+    set is kept (`restricted_problem` refused what contradicts the profile)."""
+    pod_context = dict(_context(pod_spec))
+    pod_context.setdefault("runAsNonRoot", True)
+    pod_context.setdefault("seccompProfile", {"type": "RuntimeDefault"})
+    pod_spec["securityContext"] = pod_context
+    for key in ("containers", "initContainers"):
+        for container in pod_spec.get(key) or []:
+            context = dict(_context(container))
+            context.setdefault("allowPrivilegeEscalation", False)
+            capabilities = dict(context.get("capabilities") or {})
+            capabilities.setdefault("drop", ["ALL"])
+            context["capabilities"] = capabilities
+            container["securityContext"] = context

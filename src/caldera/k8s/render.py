@@ -44,7 +44,12 @@ import yaml
 from caldera.core import Nomination, TaskPlacement
 from caldera.errors import RenderError
 from caldera.k8s import names
-from caldera.k8s.podtemplate import effective_requests, is_gpu_resource, typed_problem
+from caldera.k8s.podtemplate import (
+    effective_requests,
+    is_gpu_resource,
+    restricted_defaults,
+    typed_problem,
+)
 from caldera.k8s.quantities import (
     cpu_quantity,
     memory_quantity,
@@ -52,7 +57,7 @@ from caldera.k8s.quantities import (
     resource_list,
     resources_from_list,
 )
-from caldera.k8s.settings import KubeSettings
+from caldera.k8s.settings import KubeSettings, PodSecurity
 from caldera.model import (
     CRITICAL_PRIORITY,
     GPU_MILLI,
@@ -633,6 +638,8 @@ def task_pod(
     if gang:
         pod_spec["hostname"] = f"{spec.name}-{rank}"
         pod_spec["subdomain"] = spec.name
+    if settings.pod_security is PodSecurity.RESTRICTED:
+        restricted_defaults(pod_spec)  # the served namespaces' Pod Security Admission level
     ordered = {key: pod_spec[key] for key in sorted(pod_spec)}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": ordered}
 

@@ -9,6 +9,7 @@
       gpu_resource: nvidia.com/gpu
       gpu_share: {resource: volcano.sh/gpu-memory, unit: mib}
       labels: {gpu_model: nvidia.com/gpu.product, hypernode: caldera.io/hypernode, ...}
+      pod_security: restricted       # or baseline: the Pod Security level of served namespaces
 
 Everything has a default that matches a stock NVIDIA GPU Operator + Volcano cluster, so the
 section is optional. The rest of the file is the service's configuration (DESIGN §8): queues
@@ -20,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Literal
 
@@ -33,6 +35,7 @@ __all__ = [
     "LeaderElection",
     "NamespaceBinding",
     "NodeLabels",
+    "PodSecurity",
     "settings_from_model",
 ]
 
@@ -40,6 +43,18 @@ __all__ = [
 # the cluster's own (DESIGN §4.1, conformance) and the API server's.
 RESERVED_NAMESPACES = frozenset({"kube-system", "kube-public", "kube-node-lease"})
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class PodSecurity(StrEnum):
+    """The Pod Security Standard the served namespaces are labelled for (Pod Security
+    Admission enforces it on every pod there) and the pods caldera creates must meet:
+    the controller fills the `restricted` defaults a template leaves unset and refuses,
+    at intake, what contradicts the level (`caldera.k8s.podtemplate`). `baseline` is
+    caldera's floor: host namespaces, privileged containers, root and the like are refused
+    at either level."""
+
+    BASELINE = "baseline"
+    RESTRICTED = "restricted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +144,7 @@ class KubeSettings:
     resync: float = 30.0  # seconds between two full reconciles when nothing happens
     request_timeout: float = 30.0  # seconds per API request
     leader_election: LeaderElection = field(default_factory=LeaderElection)
+    pod_security: PodSecurity = PodSecurity.RESTRICTED
 
     def binding(self, namespace: str) -> NamespaceBinding | None:
         """The namespace's binding; None where caldera does not serve (never kube-system)."""
@@ -191,6 +207,7 @@ class KubeSettingsModel(_Strict):
     resync: float = Field(default=30.0, gt=0, le=3600)
     request_timeout: float = Field(default=30.0, gt=0, le=600)
     leader_election: LeaderElectionModel = Field(default_factory=LeaderElectionModel)
+    pod_security: PodSecurity = PodSecurity.RESTRICTED
 
     @field_validator("namespaces")
     @classmethod
@@ -228,4 +245,5 @@ def settings_from_model(model: KubeSettingsModel) -> KubeSettings:
         resync=model.resync,
         request_timeout=model.request_timeout,
         leader_election=LeaderElection(**model.leader_election.model_dump()),
+        pod_security=PodSecurity(model.pod_security),
     )

@@ -12,7 +12,8 @@ is no less safe, and says in one line why a job cannot run:
 - the pod templates ask for nothing their submitter could not do alone (`template_problem`:
   host namespaces, hostPath, privileged containers, added capabilities, host ports, a
   service account the binding does not list — issue 9, defect 8; root, procMount,
-  unconfined seccomp or AppArmor, a runtimeClassName, unsafe sysctls — issue 34);
+  unconfined seccomp or AppArmor, a runtimeClassName, unsafe sysctls — issue 34; and at
+  the `restricted` level, what contradicts it: `caldera.k8s.podtemplate.restricted_problem`);
 - the tasks are one gang of equal members (caldera's gangs are homogeneous: every replica
   of every task asks for the same GPUs, CPU and memory).
 
@@ -32,9 +33,14 @@ from typing import Any
 from caldera.errors import RecordError
 from caldera.k8s import names
 from caldera.k8s.crd import MAX_GPUS, MAX_REPLICAS, MAX_SECONDS, MAX_TASK_GROUPS
-from caldera.k8s.podtemplate import effective_requests, is_gpu_resource, shape_problem
+from caldera.k8s.podtemplate import (
+    effective_requests,
+    is_gpu_resource,
+    restricted_problem,
+    shape_problem,
+)
 from caldera.k8s.render import TaskTemplate, Workload
-from caldera.k8s.settings import KubeSettings, NamespaceBinding
+from caldera.k8s.settings import KubeSettings, NamespaceBinding, PodSecurity
 from caldera.model import (
     GPU_MILLI,
     Checkpointing,
@@ -47,7 +53,14 @@ from caldera.model import (
     time_share,
 )
 
-__all__ = ["SAFE_SYSCTLS", "Accepted", "read_training_job", "template_problem"]
+__all__ = [
+    "ADDABLE_CAPABILITY",
+    "SAFE_SYSCTLS",
+    "Accepted",
+    "read_training_job",
+    "template_problem",
+    "template_references",
+]
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,10 @@ class Accepted:
 
     spec: JobSpec
     workload: Workload
+    # The namespace's Secrets, ConfigMaps and PVCs its templates reference
+    # (`template_references`): the pods would read them with the controller's rights, so
+    # the intake admits them only where the admission policy checked the submitter's.
+    references: tuple[str, ...] = ()
 
 
 # The sysctls Pod Security's baseline profile allows (Kubernetes 1.33).
@@ -84,8 +101,17 @@ def _containers(pod_spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [c for c in found if isinstance(c, Mapping)]
 
 
-def template_problem(template: Mapping[str, Any], binding: NamespaceBinding) -> str | None:
-    """Why a pod template asks for more than its submitter could do alone, or None.
+# The one capability a container may add (Pod Security: baseline and restricted allow it).
+ADDABLE_CAPABILITY = "NET_BIND_SERVICE"
+
+
+def template_problem(
+    template: Mapping[str, Any],
+    binding: NamespaceBinding,
+    level: PodSecurity = PodSecurity.RESTRICTED,
+) -> str | None:
+    """Why a pod template asks for more than its submitter could do alone, or more than the
+    served namespaces' Pod Security `level` allows, or None.
 
     The same rules as the admission policy's (`caldera.k8s.admission`)."""
     pod_spec = template.get("spec") or {}
@@ -99,14 +125,15 @@ def template_problem(template: Mapping[str, Any], binding: NamespaceBinding) -> 
     for container in _containers(pod_spec):
         security = container.get("securityContext") or {}
         capabilities = security.get("capabilities") or {}
+        added = capabilities.get("add") if isinstance(capabilities, Mapping) else None
         if (
             security.get("privileged")
             or security.get("allowPrivilegeEscalation")
-            or capabilities.get("add")
+            or any(c != ADDABLE_CAPABILITY for c in (added if isinstance(added, list) else []))
         ):
             return (
                 "a pod template may not run a privileged container, allow privilege "
-                "escalation or add capabilities"
+                f"escalation or add a capability other than {ADDABLE_CAPABILITY}"
             )
         if any(isinstance(p, Mapping) and "hostPort" in p for p in container.get("ports") or []):
             return "a pod template may not bind a host port"
@@ -140,7 +167,58 @@ def template_problem(template: Mapping[str, Any], binding: NamespaceBinding) -> 
     if account and account not in binding.service_accounts:
         allowed = ", ".join(binding.service_accounts)
         return f"a pod template may run only as a service account the operator allows: {allowed}"
+    if level is PodSecurity.RESTRICTED:
+        return restricted_problem(pod_spec)
     return None
+
+
+def _name(ref: Any, key: str) -> str:
+    value = ref.get(key) if isinstance(ref, Mapping) else None
+    return str(value)[:253] if value else "(no name)"
+
+
+def template_references(template: Mapping[str, Any]) -> list[str]:
+    """Each Secret, ConfigMap and PersistentVolumeClaim of the namespace a pod template
+    reads, as `kind name` (volumes, projected sources, a CSI volume's secret, env
+    `valueFrom` and `envFrom` of every container): what the admission policy checks against
+    its submitter's own rights, and what the controller cannot check alone."""
+    pod_spec = template.get("spec") or {}
+    if not isinstance(pod_spec, Mapping):
+        return []
+    found: list[str] = []
+    for volume in pod_spec.get("volumes") or []:
+        if not isinstance(volume, Mapping):
+            continue
+        if "secret" in volume:
+            found.append(f"secret {_name(volume['secret'], 'secretName')}")
+        if "configMap" in volume:
+            found.append(f"configmap {_name(volume['configMap'], 'name')}")
+        if "persistentVolumeClaim" in volume:
+            claim = volume["persistentVolumeClaim"]
+            found.append(f"persistentvolumeclaim {_name(claim, 'claimName')}")
+        csi = volume.get("csi")
+        if isinstance(csi, Mapping) and "nodePublishSecretRef" in csi:
+            found.append(f"secret {_name(csi['nodePublishSecretRef'], 'name')}")
+        projected = volume.get("projected")
+        sources = projected.get("sources") if isinstance(projected, Mapping) else None
+        for source in sources or []:
+            if isinstance(source, Mapping) and "secret" in source:
+                found.append(f"secret {_name(source['secret'], 'name')}")
+            if isinstance(source, Mapping) and "configMap" in source:
+                found.append(f"configmap {_name(source['configMap'], 'name')}")
+    for container in _containers(pod_spec):
+        for entry in container.get("env") or []:
+            source = entry.get("valueFrom") if isinstance(entry, Mapping) else None
+            if isinstance(source, Mapping) and "secretKeyRef" in source:
+                found.append(f"secret {_name(source['secretKeyRef'], 'name')}")
+            if isinstance(source, Mapping) and "configMapKeyRef" in source:
+                found.append(f"configmap {_name(source['configMapKeyRef'], 'name')}")
+        for entry in container.get("envFrom") or []:
+            if isinstance(entry, Mapping) and "secretRef" in entry:
+                found.append(f"secret {_name(entry['secretRef'], 'name')}")
+            if isinstance(entry, Mapping) and "configMapRef" in entry:
+                found.append(f"configmap {_name(entry['configMapRef'], 'name')}")
+    return found
 
 
 def _number(value: Any, where: str, low: float, high: float, integer: bool = False) -> float:
@@ -263,6 +341,7 @@ def _read(
         )
     queue = _queue(spec, namespace, binding)
     groups: list[TaskTemplate] = []
+    references: list[str] = []
     shapes: set[tuple[int, int, int, str | None]] = set()
     tasks_in = spec["tasks"]
     if not isinstance(tasks_in, list) or len(tasks_in) > MAX_TASK_GROUPS:
@@ -274,8 +353,9 @@ def _read(
         template = task.get("template") or {}
         if problem := shape_problem(template, f"{where}.template"):
             raise RecordError(problem)
-        if problem := template_problem(template, binding):
+        if problem := template_problem(template, binding, settings.pod_security):
             raise RecordError(problem)
+        references.extend(f"{where}.template: {ref}" for ref in template_references(template))
         profile = task.get("gpuProfile")
         if profile is not None and not isinstance(profile, str):
             raise RecordError(f"{where}.gpuProfile must be a string")
@@ -345,4 +425,4 @@ def _read(
         raise RecordError(f"spec: {error}") from None
     job = time_share(job, queues.get(queue))
     workload = Workload(groups=tuple(groups))
-    return Accepted(job, workload)
+    return Accepted(job, workload, tuple(references))

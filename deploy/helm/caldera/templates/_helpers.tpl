@@ -30,8 +30,23 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $config := deepCopy .Values.config -}}
 {{- $kube := get $config "kubernetes" | default dict -}}
 {{- $_ := set $kube "state_namespace" .Release.Namespace -}}
+{{- $_ := set $kube "pod_security" (include "caldera.podSecurity" .) -}}
 {{- $_ := set $config "kubernetes" $kube -}}
 {{- toYaml $config -}}
+{{- end -}}
+
+{{/* The served namespaces' Pod Security level: namespaces.podSecurity (restricted by
+default); "" labels no namespace, and caldera keeps its own floor, baseline. */}}
+{{- define "caldera.podSecurity" -}}
+{{- $level := .Values.namespaces.podSecurity | default "baseline" -}}
+{{- if not (has $level (list "baseline" "restricted")) -}}
+{{- fail (printf "namespaces.podSecurity must be restricted, baseline or \"\", not %q" $level) -}}
+{{- end -}}
+{{- $level -}}
+{{- end -}}
+
+{{- define "caldera.cel.podSecurity" -}}
+{{- include "caldera.podSecurity" . | toJson -}}
 {{- end -}}
 
 {{- define "caldera.bindings" -}}
