@@ -131,6 +131,8 @@ class FakeCluster:
     services: dict[tuple[str, str], Object] = field(default_factory=dict)
     queues: dict[str, Object] = field(default_factory=dict)
     priority_classes: dict[str, Object] = field(default_factory=dict)
+    # ValidatingAdmissionPolicies and their bindings, by name (not enforced here).
+    admission_policies: dict[str, tuple[Object | None, Object | None]] = field(default_factory=dict)
     actions: list[tuple[str, str, str]] = field(default_factory=list)  # (verb, kind, ns/name)
     deletions: list[tuple[str, str, int]] = field(default_factory=list)  # (ns, pod, grace)
     _terminating: dict[tuple[str, str], _Terminating] = field(default_factory=dict)
@@ -561,6 +563,11 @@ class FakeCluster:
     def create_event(self, namespace: str, body: Object) -> None:
         self._check()
         self.events.append(copy.deepcopy(body))
+
+    def read_admission_policy(self, name: str) -> tuple[Object | None, Object | None]:
+        self._check()
+        policy, binding = self.admission_policies.get(name, (None, None))
+        return copy.deepcopy(policy), copy.deepcopy(binding)
 
     def read_config_map(self, namespace: str, name: str) -> Object | None:
         self._check()
