@@ -6,6 +6,7 @@ tests/service/test_runtime.py."""
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,21 @@ def test_without_fair_share_nothing_is_kept(store: Store, tmp_path: Path) -> Non
     runtime.stop()
     assert store.decayed_usage() is None
     assert runtime.kernel.decayed_usage is None
+
+
+def test_a_failed_write_is_one_log_line_and_the_cycle_carries_on(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    runtime = server(store, tmp_path, clock)
+    job_id = runtime.submit(request(), "ops")["id"]
+
+    def down() -> Any:
+        raise RuntimeError("database is down\nsecond line")
+
+    monkeypatch.setattr(runtime.actuator, "flush", lambda: None)  # the job's rows: not here
+    monkeypatch.setattr(store, "batch", down)
+    with caplog.at_level(logging.WARNING, logger="caldera.service"):
+        runtime.cycle()
+    assert runtime.jobs[job_id].state is JobState.RUNNING
+    assert [r.getMessage() for r in caplog.records] == ["decayed usage not kept: database is down"]

@@ -275,15 +275,22 @@ class Runtime:
 
     def _keep_decayed_usage(self, now: float, force: bool = False) -> None:
         """Write the queues' decayed usage (fair share over time) when due (`SAVE_EVERY`), or
-        now (`force`, on stop): a restart carries on from it (`recover`)."""
+        now (`force`, on stop): a restart carries on from it (`recover`). A failed write is
+        logged and tried again when due again: the decisions already applied, and the spawns
+        that follow them, do not wait on it."""
         usage = self.kernel.decayed_usage
         if usage is None or not (force or usage.due(now)):
             return
         record = usage.record()
-        if record is not None:
+        usage.saved_at = now
+        if record is None:
+            return
+        try:
             with self.store.batch() as batch:
                 batch.keep_decayed_usage(record)
-            usage.saved_at = now
+        except Exception as error:  # the database's own errors, whatever the driver
+            first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            log.warning("decayed usage not kept: %s", first)
 
     # -- processes -------------------------------------------------------------------------
 
