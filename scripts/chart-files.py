@@ -48,6 +48,10 @@ _HELM = {
     '{"__NS_A__": ["__Q_A__"], "__NS_B__": ["__Q_B__"]}': '{{ include "caldera.cel.queues" . }}',
     '["__NS_A__", "__NS_B__"]': '{{ include "caldera.cel.namespaces" . }}',
     '["__NS_A__"]': '{{ include "caldera.cel.critical" . }}',
+    # The controller's user, as the chart names its ServiceAccount (the pod-report policy).
+    '"system:serviceaccount:caldera-system:caldera-controller"': (
+        '"system:serviceaccount:{{ .Release.Namespace }}:{{ .Values.serviceAccount.name }}"'
+    ),
     # The served namespaces' Pod Security level (KubeSettings' default, restricted).
     "'expression': '\"restricted\"'": "'expression': '{{ include \"caldera.cel.podSecurity\" . }}'",
 }
@@ -77,7 +81,8 @@ def crd() -> str:
 
 
 def admission_policy() -> str:
-    objects = admission.admission_policy(KubeSettings(namespaces=_SENTINELS))
+    settings = KubeSettings(namespaces=_SENTINELS)
+    objects = [*admission.admission_policy(settings), *admission.report_policy(settings)]
     text = _dump(objects, _Quoted)
     for literal, helm in _HELM.items():
         text = text.replace(literal, helm)

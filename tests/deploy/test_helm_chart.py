@@ -137,8 +137,11 @@ def test_the_chart_renders_what_caldera_renders_for_the_same_config(
     assert raw["kubernetes"]["state_namespace"] == "caldera-system"
     loaded = parse_kube_config(raw)
     settings = loaded.settings
-    # The admission policy: the Python policy for the same bindings.
-    want = admission.admission_policy(settings)
+    # The admission policies: the Python policies for the same bindings and ServiceAccount.
+    account = values.get("serviceAccount", {}).get("name", "caldera-controller")
+    policy, binding = admission.admission_policy(settings)
+    reports, reports_binding = admission.report_policy(settings, account)
+    want = [policy, reports, binding, reports_binding]
     got = kinds(objects, "ValidatingAdmissionPolicy") + kinds(
         objects, "ValidatingAdmissionPolicyBinding"
     )

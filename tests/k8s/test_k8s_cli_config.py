@@ -134,6 +134,8 @@ def test_render_a_config_prints_classes_queues_and_with_rbac_the_controllers_rol
         *["ClusterRole"] * 3,
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy",  # a pod's report path (admission.report_policy)
+        "ValidatingAdmissionPolicyBinding",
         *["PriorityClass"] * 4,
         "Queue",
     ]

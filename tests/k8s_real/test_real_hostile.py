@@ -12,7 +12,9 @@ full node and never bound; `progress=nan` made every later status write fail."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import kubernetes
@@ -225,6 +227,56 @@ def test_a_pod_that_loses_its_managed_label_stays_its_jobs(clean: Cluster) -> No
         ),
         timeout=60,
     )
+
+
+def test_a_pods_service_account_may_report_progress_but_not_change_ownership(
+    clean: Cluster, tmp_path: Path
+) -> None:
+    """The docs grant the job's service account `patch pods` for its reports, which let it
+    also remove `caldera.io/managed` or the ownerReference from its own pod. The report
+    policy (rendered with the admission policy) lets it change only the progress and
+    checkpoint annotations."""
+    from caldera_support import service_account_kubeconfig
+
+    for args in (
+        ("create", "role", "report-progress", "--verb=get,patch", "--resource=pods"),
+        ("create", "rolebinding", "report-progress", "--role=report-progress",
+         "--serviceaccount=team-a:default"),
+    ):  # fmt: skip
+        done = clean.kubectl("admin", "-n", "team-a", *args)
+        assert done.returncode == 0 or "AlreadyExists" in done.stderr, done.stderr
+    assert clean.apply("bob", "team-a", training_job("reporter")).returncode == 0
+    clean.wait("team-a", "reporter", "Running")
+    (pod,) = clean.running_pods("team-a", "reporter")
+    config = service_account_kubeconfig(clean, "team-a", "default", tmp_path / "job.kubeconfig")
+    kubectl = Path(clean.dev._state["bins"]) / "kubectl"
+
+    def as_job(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(kubectl), "--kubeconfig", str(config), "-n", "team-a", *args],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    target = f"pod/{pod.metadata.name}"
+    reported = as_job("annotate", "--overwrite", target, f"{names.PROGRESS}=0.5")
+    assert reported.returncode == 0, reported.stderr
+    checkpoint = json.dumps({"time": int(time.time())})
+    reported = as_job("annotate", "--overwrite", target, f"{names.CHECKPOINT}={checkpoint}")
+    assert reported.returncode == 0, reported.stderr
+    unlabelled = as_job("label", target, f"{names.MANAGED}-")
+    assert unlabelled.returncode != 0 and "not its labels" in unlabelled.stderr, unlabelled
+    orphaned = as_job(
+        "patch", target, "--type=json",
+        "-p", '[{"op": "remove", "path": "/metadata/ownerReferences"}]',
+    )  # fmt: skip
+    assert orphaned.returncode != 0 and "ownerReferences" in orphaned.stderr, orphaned
+    other = as_job("annotate", "--overwrite", target, f"{names.GROUP_NAME}=elsewhere")
+    assert other.returncode != 0 and "other annotations" in other.stderr, other
+    core = k8s.client.CoreV1Api(clean.client())
+    now = core.read_namespaced_pod(pod.metadata.name, "team-a").metadata
+    assert now.labels[names.MANAGED] == "true" and now.owner_references
+    assert now.annotations[names.PROGRESS] == "0.5"
+    _alive(clean)
 
 
 def test_a_waiting_job_says_why_and_a_started_one_is_not_running_before_its_pods(

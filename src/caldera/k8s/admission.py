@@ -27,6 +27,12 @@ this module renders:
     controller's rights, and `pods/log` would show what they read).
   The controller checks the same template rules and bindings again before it creates a pod
   (`caldera.k8s.trainingjob`), for a cluster where the policy is missing.
+- `report_policy` (rendered after `admission_policy`): a second ValidatingAdmissionPolicy on
+  UPDATE of caldera's pods by anyone in a served namespace but the controller (a user, or a
+  service account of a served namespace: the job's own, which may `patch pods` to report
+  progress): only the `caldera.io/progress` and `caldera.io/checkpoint` annotations may
+  change — no label (`caldera.io/managed`), ownerReference, finalizer, other annotation or
+  spec field (issue 34, item 4).
 """
 
 from __future__ import annotations
@@ -54,14 +60,18 @@ __all__ = [
     "POLICY_SETTLE_SECONDS",
     "PROTECT_VERB",
     "REFERENCES_MESSAGE",
+    "REPORT_POLICY_NAME",
     "admission_policy",
     "controller_rbac",
     "policy_problem",
+    "report_policy",
     "served_namespace",
     "user_roles",
 ]
 
 POLICY_NAME = "caldera-trainingjobs"
+REPORT_POLICY_NAME = "caldera-pod-reports"
+CONTROLLER_ACCOUNT = "caldera-controller"
 CRITICAL_VERB = "critical"
 PROTECT_VERB = "protect"
 _RBAC = "rbac.authorization.k8s.io/v1"
@@ -156,9 +166,7 @@ def served_namespace(name: str, level: PodSecurity) -> dict[str, Any]:
     }
 
 
-def controller_rbac(
-    settings: KubeSettings, name: str = "caldera-controller"
-) -> list[dict[str, Any]]:
+def controller_rbac(settings: KubeSettings, name: str = CONTROLLER_ACCOUNT) -> list[dict[str, Any]]:
     """The controller's namespace, ServiceAccount and every role and binding it needs."""
     home = settings.state_namespace
     objects: list[dict[str, Any]] = [
@@ -530,10 +538,90 @@ def admission_policy(settings: KubeSettings) -> list[dict[str, Any]]:
             "validations": validations,
         },
     }
-    binding = {
+    return [policy, _policy_binding(POLICY_NAME)]
+
+
+def _policy_binding(name: str) -> dict[str, Any]:
+    return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": {names.MANAGED: "true"}},
-        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+        "metadata": {"name": name, "labels": {names.MANAGED: "true"}},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
-    return [policy, binding]
+
+
+_REPORTS = sorted({names.PROGRESS, names.CHECKPOINT})
+
+
+def _unchanged(path: str, empty: str) -> str:
+    return f"object.{path}.orValue({empty}) == oldObject.{path}.orValue({empty})"
+
+
+def report_policy(
+    settings: KubeSettings, account: str = CONTROLLER_ACCOUNT
+) -> list[dict[str, Any]]:
+    """The ValidatingAdmissionPolicy (+ binding) that keeps a pod's report path to its
+    reports: an UPDATE of a caldera pod by a user or a service account of a served
+    namespace may change the progress and checkpoint annotations and nothing else. The
+    controller (`account` in the state namespace), cluster admins (system:masters) and the
+    cluster's own components (kubelet, garbage collector: `system:` users outside the served
+    namespaces) are not matched."""
+    controller = f"system:serviceaccount:{settings.state_namespace}:{account}"
+    served = _cel(sorted(settings.namespaces))
+    reports = _cel(_REPORTS)
+    old = "oldObject.metadata.?annotations.orValue({})"
+    new = "object.metadata.?annotations.orValue({})"
+    what = f"a caldera pod may be changed here only in its {' and '.join(_REPORTS)} annotations"
+    checks = [
+        (_unchanged("metadata.?labels", "{}"), f"{what}, not its labels"),
+        (_unchanged("metadata.?ownerReferences", "[]"), f"{what}, not its ownerReferences"),
+        (_unchanged("metadata.?finalizers", "[]"), f"{what}, not its finalizers"),
+        ("object.spec == oldObject.spec", f"{what}, not its spec"),
+        (
+            f"{new}.all(k, k in {reports} || (k in {old} && {old}[k] == {new}[k])) && "
+            f"{old}.all(k, k in {reports} || k in {new})",
+            f"{what}, not its other annotations",
+        ),
+    ]
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": REPORT_POLICY_NAME, "labels": {names.MANAGED: "true"}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                        "operations": ["UPDATE"],
+                    }
+                ],
+                # Matched when the old or the new pod has it: removing it is matched too.
+                "objectSelector": {"matchLabels": {names.MANAGED: "true"}},
+            },
+            "matchConditions": [
+                {"name": "served", "expression": f"request.namespace in {served}"},
+                {
+                    "name": "not-the-controller",
+                    "expression": f"request.userInfo.username != {_cel(controller)}",
+                },
+                {
+                    "name": "not-a-cluster-admin",
+                    "expression": "!('system:masters' in request.userInfo.groups)",
+                },
+                {
+                    "name": "a-tenant",
+                    "expression": "!request.userInfo.username.startsWith('system:') || "
+                    f"{served}.exists(ns, "
+                    "request.userInfo.username.startsWith('system:serviceaccount:' + ns + ':'))",
+                },
+            ],
+            "validations": [
+                {"expression": rule, "message": message, "reason": "Forbidden"}
+                for rule, message in checks
+            ],
+        },
+    }
+    return [policy, _policy_binding(REPORT_POLICY_NAME)]

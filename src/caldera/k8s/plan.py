@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from caldera.config import Scenario
 from caldera.core import JobView, Snapshot, admit, run
 from caldera.k8s import names
-from caldera.k8s.admission import admission_policy, controller_rbac, user_roles
+from caldera.k8s.admission import admission_policy, controller_rbac, report_policy, user_roles
 from caldera.k8s.api import Object
 from caldera.k8s.config import KubeConfig
 from caldera.k8s.crd import training_job_crd
@@ -55,6 +55,7 @@ def plan_manifests(
         objects.extend(controller_rbac(settings))
         objects.extend(user_roles())
         objects.extend(admission_policy(settings))
+        objects.extend(report_policy(settings))
     objects.extend(priority_classes())
     objects.extend(volcano_queue(queue, settings) for queue in config.queues)
     if scenario is None:
