@@ -1,11 +1,15 @@
 """The import graph points one way (docs/architecture.md): every `import caldera.X` in every
 module, including imports inside functions and under TYPE_CHECKING, is checked against the
 layers below. A runtime never imports another runtime or the simulator; the core never
-imports the baselines, the registry or anything that applies its decisions."""
+imports the baselines, the registry or anything that applies its decisions; the SDK never
+imports a runtime: on a cluster it speaks the TrainingJob API through `caldera.trainingjob_api`,
+which the controller shares, so a user's program never loads the controller."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +19,14 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "caldera"
 # package -> the caldera packages it must never import (directly, at any place in a module).
 RUNTIMES = {"sim", "service", "k8s"}
 ABOVE = {"cli", "report", "bench", "replay"}  # the commands and tools on top of everything
-# The bottom layers may import only these caldera packages.
-ONLY: dict[str, set[str]] = {"errors": set(), "model": {"errors"}}
+# The bottom layers, and the SDK users import into their own programs, may import only these
+# caldera packages.
+ONLY: dict[str, set[str]] = {
+    "errors": set(),
+    "model": {"errors"},
+    "trainingjob_api": {"errors", "model"},
+    "sdk": {"errors", "trainingjob_api"},
+}
 FORBIDDEN: dict[str, set[str]] = {
     "core": {"baselines", "policies", "config", "runtime", *RUNTIMES, *ABOVE},
     "baselines": {"policies", "config", "runtime", *RUNTIMES, *ABOVE},
@@ -76,3 +86,16 @@ def test_no_forbidden_import(package: str) -> None:
         if source == package and target in forbidden
     ]
     assert not bad, "\n".join(bad)
+
+
+def test_the_sdk_loads_no_controller() -> None:
+    """What a user's program gets by importing the SDK, transitive imports included."""
+    code = (
+        "import sys, caldera.sdk, caldera.sdk.kube, caldera.sdk.preemption\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[:2] in "
+        "(['caldera', 'k8s'], ['caldera', 'service'], ['caldera', 'runtime'])))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    ).stdout.strip()
+    assert loaded == "[]"

@@ -23,7 +23,6 @@ What the client does not do by itself:
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,7 +32,6 @@ from typing import Any, TypeVar, cast
 import kubernetes
 import urllib3
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
 from caldera.errors import NotFound
 from caldera.k8s import names, wirejson
@@ -48,6 +46,7 @@ from caldera.k8s.api import (
     QuotaExceeded,
     VolcanoMissing,
 )
+from caldera.trainingjob_api import api_message, kube_configuration
 
 __all__ = ["POOL", "Expired", "KubeClusterAPI", "load_api_client"]
 
@@ -62,28 +61,13 @@ POOL = 32  # connections per client: watches (one per informer) + writers + the 
 # The client's signatures name its model classes (V1Pod, V1DeleteOptions, …); caldera sends
 # the same objects as plain dicts in wire form, which the client serialises as they are.
 client: Any = kubernetes.client
-config: Any = kubernetes.config
 watch: Any = kubernetes.watch
 
 
 def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> client.ApiClient:
     """An ApiClient from a kubeconfig file, else the in-cluster service account, else the
     default kubeconfig (KUBECONFIG, ~/.kube/config). One-line ClusterError otherwise."""
-    configuration = client.Configuration()
-    try:
-        if kubeconfig:
-            config.load_kube_config(
-                config_file=kubeconfig, context=context, client_configuration=configuration
-            )
-        else:
-            try:
-                config.load_incluster_config(client_configuration=configuration)
-            except ConfigException:
-                config.load_kube_config(context=context, client_configuration=configuration)
-    except (ConfigException, OSError, ValueError, TypeError) as error:
-        where = kubeconfig or "the in-cluster service account or ~/.kube/config"
-        text = " ".join(str(error).split()) or error.__class__.__name__
-        raise ClusterError(f"cannot load a Kubernetes configuration from {where}: {text}") from None
+    configuration = kube_configuration(kubeconfig, context)
     configuration.retries = False  # fail fast: the controller loop retries on its own
     # Connections kept open: the informers' watches hold one each, the writers one each
     # (the client's default, 5 per CPU, would close and re-open TLS connections under load).
@@ -128,12 +112,7 @@ def _lines(response: Any) -> Iterator[str]:
 
 
 def _message(error: ApiException) -> str:
-    try:
-        body = json.loads(error.body or "")
-        text = str(body.get("message") or "")
-    except (ValueError, AttributeError):
-        text = ""
-    return " ".join((text or str(error.reason or "")).split())
+    return api_message(error)
 
 
 class KubeClusterAPI:

@@ -36,11 +36,11 @@ controller needs (work accounting, reservation); the tasks themselves live on th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from caldera.k8s import names
 from caldera.model import JobType
+from caldera.trainingjob_api import training_job  # re-exported: the SDK shares it
 
 __all__ = [
     "CONDITION_TYPES",
@@ -272,79 +272,4 @@ def training_job_crd() -> dict[str, Any]:
                 }
             ],
         },
-    }
-
-
-def training_job(
-    name: str,
-    command: Sequence[str],
-    *,
-    image: str | None = None,
-    queue: str | None = None,
-    type: str = JobType.NORMAL.value,
-    tasks: int = 1,
-    gpus: float = 1,
-    gpu_resource: str = "nvidia.com/gpu",
-    min_available: int | None = None,
-    env: Mapping[str, str] | None = None,
-    cpu: str | None = None,
-    memory: str | None = None,
-    checkpoint_interval: float | None = None,
-    checkpoint_cost: float | None = None,
-    topology: Mapping[str, Any] | None = None,
-    expected_duration: float | None = None,
-    max_retries: int | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """A TrainingJob manifest from the same keywords the service's `caldera submit` takes:
-    what the SDK and `caldera k8s submit` create. Whole GPUs go in the container's limits
-    (what a Kubernetes user would write); a fraction in the task's `gpus` field."""
-    container: dict[str, Any] = {"name": "main", "command": list(command)}
-    if image:
-        container["image"] = image
-    if env:
-        container["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    resources: dict[str, Any] = {}
-    whole = gpus >= 1 and float(gpus).is_integer()
-    if whole:
-        resources["limits"] = {gpu_resource: int(gpus)}
-    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
-    if requests:
-        resources["requests"] = requests
-    if resources:
-        container["resources"] = resources
-    task: dict[str, Any] = {
-        "name": "worker",
-        "replicas": tasks,
-        "template": {"spec": {"containers": [container]}},
-    }
-    if labels:
-        task["template"]["metadata"] = {"labels": dict(labels)}
-    if not whole and gpus > 0:
-        task["gpus"] = gpus
-    spec: dict[str, Any] = {"type": type, "tasks": [task]}
-    if queue:
-        spec["queue"] = queue
-    if min_available is not None:
-        spec["minAvailable"] = min_available
-    if checkpoint_interval is not None or checkpoint_cost is not None:
-        spec["checkpoint"] = {
-            k: v
-            for k, v in (("interval", checkpoint_interval), ("cost", checkpoint_cost))
-            if v is not None
-        }
-    if topology:
-        spec["topology"] = {
-            "mode": topology.get("mode", "soft"),
-            "highestTier": topology.get("highest_tier", topology.get("highestTier", 1)),
-        }
-    if expected_duration is not None:
-        spec["expectedDuration"] = expected_duration
-    if max_retries is not None:
-        spec["maxRetries"] = max_retries
-    return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
-        "metadata": {"name": name},
-        "spec": spec,
     }

@@ -10,6 +10,30 @@ from __future__ import annotations
 
 import re
 
+from caldera.trainingjob_api import (
+    API_VERSION,
+    ATTEMPT,
+    CHECKPOINT,
+    DESERVED,
+    GROUP,
+    JOB,
+    JOB_ID,
+    JOB_TYPE,
+    KIND,
+    MANAGED,
+    NOMINATION,
+    PLACEMENT,
+    PLURAL,
+    PROGRESS,
+    PROTECTED,
+    QUEUE,
+    QUEUE_STATE,
+    RANK,
+    TASK,
+    TIME_WINDOWS,
+    VERSION,
+)
+
 __all__ = [
     "API_VERSION",
     "ATTEMPT",
@@ -45,40 +69,16 @@ __all__ = [
     "split_job_id",
 ]
 
-# -- the job resource ----------------------------------------------------------------------
-GROUP = "caldera.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "TrainingJob"
-PLURAL = "trainingjobs"
-
-# -- labels --------------------------------------------------------------------------------
-MANAGED = "caldera.io/managed"  # "true" on every pod, PodGroup and Service caldera creates
-JOB = "caldera.io/job"  # the TrainingJob's name, on everything created for it
-JOB_TYPE = "caldera.io/job-type"
-QUEUE = "caldera.io/queue"
-ATTEMPT = "caldera.io/attempt"
-RANK = "caldera.io/rank"
-TASK = "caldera.io/task"  # the TrainingJob task (replica group) a pod is a replica of
-PROTECTED = "caldera.io/protected"  # informational: protection is read from the job's spec
+# The job resource (GROUP … PLURAL), caldera's labels (MANAGED … PROTECTED) and its own
+# annotations (JOB_ID … CHECKPOINT) are defined in `caldera.trainingjob_api`, which the SDK
+# shares without loading the controller; they are re-exported here.
 
 # Label and annotation prefixes a user's pod template may not set: the ones schedulers read
 # (a template label `volcano.sh/preemptable` would change what happens to the pod); caldera's
 # own keys are `RESERVED_KEYS` below. Stripped from templates.
 RESERVED_PREFIXES = ("volcano.sh/", "scheduling.k8s.io/", "scheduling.volcano.sh/")
 
-# -- annotations ---------------------------------------------------------------------------
-JOB_ID = "caldera.io/job-id"  # NAMESPACE/NAME: the id the decision core knows the job by
-PLACEMENT = "caldera.io/placement"  # a pod's decided node, devices and milli-GPUs (JSON)
-NOMINATION = "caldera.io/nomination"  # the reservation a job started in (JSON, node names)
-QUEUE_STATE = "caldera.io/queue-state"  # Open / Closing / Closed, on a Volcano Queue
-TIME_WINDOWS = "caldera.io/time-windows"  # a queue's windows (JSON), on a Volcano Queue
-# On a Volcano Queue whose `deserved` was raised to its guarantee (Volcano wants guarantee
-# <= deserved <= capability): caldera's own deserved share (JSON ResourceList; {}: none,
-# the weight's).
-DESERVED = "caldera.io/deserved"
-PROGRESS = "caldera.io/progress"  # written by a job on its own pod: fraction done, 0..1
-CHECKPOINT = "caldera.io/checkpoint"  # written by a job on its own pod: {"time": unix}
+# -- Volcano's annotations -----------------------------------------------------------------
 GROUP_NAME = "scheduling.k8s.io/group-name"  # Volcano: the PodGroup a pod belongs to
 VOLCANO_PREEMPTABLE = "volcano.sh/preemptable"  # Volcano: "false" keeps its own preempt off
 

@@ -19,9 +19,9 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from caldera import trainingjob_api as names
 from caldera.errors import ApiError, CalderaError
-from caldera.k8s import names
-from caldera.k8s.crd import training_job
+from caldera.trainingjob_api import api_message, kube_configuration, training_job
 
 __all__ = ["KubeClient"]
 
@@ -40,13 +40,13 @@ class KubeClient:
     ) -> None:
         import kubernetes
 
-        from caldera.k8s.client import load_api_client
-
+        k8s: Any = kubernetes
         try:
-            self.api_client = load_api_client(kubeconfig, context)
+            configuration = kube_configuration(kubeconfig, context)
         except CalderaError as error:
             raise ApiError(str(error)) from None
-        k8s: Any = kubernetes
+        configuration.retries = False  # one call, one answer: the caller decides to try again
+        self.api_client = k8s.client.ApiClient(configuration)
         self.custom = k8s.client.CustomObjectsApi(self.api_client)
         self.core = k8s.client.CoreV1Api(self.api_client)
         self.namespace = namespace or _context_namespace(kubeconfig, context) or "default"
@@ -67,11 +67,9 @@ class KubeClient:
         try:
             return call()
         except ApiException as error:
-            from caldera.k8s.client import _message
-
             if error.status == 404:
                 raise ApiError(f"{what}: not found", 404) from None
-            raise ApiError(f"{what}: {_message(error)}", error.status) from None
+            raise ApiError(f"{what}: {api_message(error)}", error.status) from None
         except OSError as error:
             raise ApiError(f"{what}: cannot reach the Kubernetes API: {error}") from None
 
@@ -93,8 +91,8 @@ class KubeClient:
     def submit(
         self, name: str, command: Sequence[str], namespace: str | None = None, **fields: Any
     ) -> dict[str, Any]:
-        """Submit a job; `fields` as `caldera.k8s.crd.training_job` takes them (image, queue,
-        type, tasks, gpus, min_available, env, checkpoint_interval, topology, …)."""
+        """Submit a job; `fields` as `caldera.trainingjob_api.training_job` takes them (image,
+        queue, type, tasks, gpus, min_available, env, checkpoint_interval, topology, …)."""
         return self.create(training_job(name, command, **fields), namespace)
 
     def get(self, name: str, namespace: str | None = None) -> dict[str, Any]:
