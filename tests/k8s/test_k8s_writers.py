@@ -147,3 +147,28 @@ def test_behind_volcano_a_start_keeps_its_pod_group() -> None:
     world.submit("one", gpus=1)
     world.step()
     assert (NAMESPACE, "one-1") in world.cluster.pod_groups
+
+
+def test_a_job_marked_changed_with_the_same_status_is_not_written_again() -> None:
+    """A pod seen bound marks its job changed for the next snapshot, not for its status:
+    the status it would write is the one already written, and it is not sent (issue 40: on a
+    real cluster, where the bind and the pod running are seen in two steps, a third status
+    patch per start)."""
+    world = World().hypernode("a", "n", count=2).start()
+    for i in range(3):
+        world.submit(f"one{i}", gpus=1)
+    world.step()
+    world.step()  # Running
+    mark = len(world.cluster.actions)
+    for job in world.rt.jobs.values():
+        world.rt.kernel.mark(job)
+    world.rt.cycle_needed = True
+    world.step()
+    assert [a for a in world.cluster.actions[mark:] if a[1] == "trainingjob/status"] == []
+    world.cluster.advance(1)
+    job = world.rt.jobs[f"{NAMESPACE}/one0"]
+    job.reason = "changed"
+    world.rt.kernel.mark(job)
+    world.step()
+    written = [a for a in world.cluster.actions[mark:] if a[1] == "trainingjob/status"]
+    assert written == [("patch", "trainingjob/status", f"{NAMESPACE}/one0")]

@@ -22,6 +22,7 @@ condition), stops and clean-ups are plain deletes with the grace period.
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -166,6 +167,9 @@ class KubeActuator:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _keys: ByName | None = None
     _inflight: list[deque[tuple[int, Intent]]] = field(default_factory=list)
+    # The status last written for each live job (by uid), as sorted JSON: an unchanged one is
+    # not written again. Jobs no longer live are dropped from it at each flush's end.
+    _written: dict[str, str] = field(default_factory=dict)
     # Pods created and not yet seen by the reads (an informer lags the API by a moment):
     # (namespace, pod) → when. Until seen (or `EXPECT` seconds pass) a missing pod is not gone.
     expected: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -371,8 +375,11 @@ class KubeActuator:
             if self.pending:
                 self._carry_out_pending()
         self._send_events()
+        if len(self._written) > len(self.jobs):
+            live = {job.uid for job in self.jobs.values()}
+            self._written = {uid: said for uid, said in self._written.items() if uid in live}
 
-    def _each(self, send: Callable[[_T], None], items: Sequence[_T]) -> list[Exception | None]:
+    def _each(self, send: Callable[[_T], object], items: Sequence[_T]) -> list[Exception | None]:
         """`send` each item, up to `writers` at once; what each raised (None: done). One at a
         time, an unreachable server stops the rest (they count as not sent)."""
         if self.writers <= 1 or len(items) <= 1:
@@ -422,19 +429,31 @@ class KubeActuator:
         self._raise_failure(raised)
 
     def _write_status(self, job: KubeJob) -> None:
-        self._patch_status(job.id, job.namespace, job.name, status_body(job, self.keys))
+        """Patch the job's status unless it is what this controller last wrote: a job marked
+        changed for the snapshot only (a pod seen bound) needs no write (issue 40: a third
+        status patch per start)."""
+        body = status_body(job, self.keys)
+        said = json.dumps(body, sort_keys=True, default=str)
+        if self._written.get(job.uid) == said:
+            return
+        if self._patch_status(job.id, job.namespace, job.name, body):
+            with self._lock:
+                self._written[job.uid] = said
 
-    def _patch_status(self, job_id: str, namespace: str, name: str, body: Object) -> None:
+    def _patch_status(self, job_id: str, namespace: str, name: str, body: Object) -> bool:
+        """Whether the status was written."""
         try:
             self.api.patch_job_status(namespace, name, body)
+            return True
         except NotFound:
-            pass  # deleted meanwhile: the next look forgets it
+            return False  # deleted meanwhile: the next look forgets it
         except ClusterUnavailable:
             raise
         except ClusterError as error:
             with self._lock:
                 self.api_errors += 1
             log.warning("cannot update the status of %s: %s", job_id, error)
+            return False
 
     def _write_throttles(self) -> None:
         write_throttles(self.api, self.settings.state_namespace, self.throttles)
