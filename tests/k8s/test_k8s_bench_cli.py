@@ -7,7 +7,15 @@ from typer.testing import CliRunner
 
 from caldera.cli.main import app
 from caldera.k8s.bench import finishing
-from caldera.k8s.bench_side import GANG_MAX, GANG_MIN, is_write, per_pod, ratios, workload
+from caldera.k8s.bench_side import (
+    GANG_MAX,
+    GANG_MIN,
+    controller_writes,
+    is_write,
+    per_pod,
+    ratios,
+    workload,
+)
 
 
 @pytest.mark.parametrize(
@@ -87,3 +95,24 @@ def test_ratios_pair_caldera_with_what_it_stands_in_front_of() -> None:
     got = ratios({"kube-scheduler": 40.0, "caldera": 38.0, "volcano": 20.0})
     assert got == {"caldera/kube-scheduler": 0.95}  # caldera-volcano did not run
     assert ratios({"caldera-volcano": 25.0, "volcano": 20.0}) == {"caldera-volcano/volcano": 1.25}
+
+
+def test_controller_writes_are_its_own_resources_and_the_events_beyond_the_runtime_behind() -> None:
+    behind = {"POST pods": 10, "POST pods/binding": 10, "POST events": 25, "PUT podgroups": 20}
+    caldera = {
+        "POST trainingjobs": 10,  # the users' creates, not the controller's
+        "POST pods": 10,
+        "POST pods/binding": 10,
+        "PATCH trainingjobs/status": 20,
+        "PUT podgroups": 21,  # Volcano's own updates
+        "POST events": 35,
+        "PATCH events": 1,
+        "PUT leases": 99,
+    }
+    got = controller_writes(caldera, behind)
+    assert got == {
+        "PATCH trainingjobs/status": 20,
+        "POST pods": 10,
+        "POST events": 10,
+        "PATCH events": 1,
+    }

@@ -97,8 +97,11 @@ def _print(report: dict[str, object]) -> None:
     table.add_column("RSS MiB apiserver", justify="right")
     table.add_column("RSS MiB sched+ctrl", justify="right")
     table.add_column("load", justify="right")
+    for column in ("ctrl wr/job", "admit p50/p99", "decision->bind p99"):
+        table.add_column(column, justify="right")  # caldera modes only
     for r in rows:
         cpu = r["cpu_s"]
+        caldera = r["mode"].startswith("caldera")
         table.add_row(
             r["mode"],
             f"{r['bound']}/{r['pods']}",
@@ -111,8 +114,11 @@ def _print(report: dict[str, object]) -> None:
             f"{r['rss_mib'].get('kube-apiserver', 0.0):.0f}",
             f"{sum(r['rss_mib'].get(n, 0.0) for n in _CPU_COLUMNS[2][1]):.0f}",
             "{:.1f}-{:.1f}".format(*r["load"]),
+            f"{r['controller_writes_per_job']:.2f}" if r["controller_writes"] else "-",
+            f"{r['admit_p50_s']:.2f}/{r['admit_p99_s']:.2f} s" if caldera else "-",
+            f"{r['decision_bind_p99_s']:.2f} s" if caldera else "-",
         )
-    console = Console(width=180)
+    console = Console(width=230)
     console.print(table)
     ratios = report["ratios"]
     assert isinstance(ratios, dict)

@@ -32,6 +32,19 @@ What is measured, per mode, from one watch on the namespace's pods (local arriva
   window (`/proc/PID/stat`), and each one's peak RSS (`VmHWM`); the machine's load average at
   both ends of the window (other users of a shared machine).
 
+In the caldera modes, also (issue 40, items 1 and 2):
+
+- the controller's writes per job (`controller_writes_per_job`; for single-pod jobs, its
+  writes per start): from the same counts, the writes only the controller makes there (its
+  pods' creates and deletes, evictions, the TrainingJobs' status patches, PodGroups,
+  Services, its state ConfigMap) and the Events beyond those of the mode behind it in the
+  same run (kube-scheduler's, KWOK's, Volcano's own Events are in both);
+- admission: from the moment a TrainingJob was sent to the first sight of its status (the
+  controller admitted it), p50/p99 over the jobs sent in the middle third of the submissions
+  (in the thick of the burst) and p99 over all;
+- decision → bind: from the start decision (the status's `controller.start_time`, the
+  controller's clock, this machine's) to the first sight of each of its pods bound.
+
 And the ratios of pods bound per second: caldera + Volcano / Volcano alone and caldera /
 kube-scheduler, when both of a pair ran.
 """
@@ -58,7 +71,7 @@ import kubernetes
 import yaml
 
 from caldera.k8s import names
-from caldera.k8s.api import ClusterError
+from caldera.k8s.api import ClusterError, from_rfc3339
 from caldera.k8s.bench import (
     LEASE,
     NODE_GRACE,
@@ -82,6 +95,7 @@ __all__ = [
     "SideMode",
     "SideResult",
     "bench_side_by_side",
+    "controller_writes",
     "is_write",
     "per_pod",
     "ratios",
@@ -100,6 +114,25 @@ SETTLE_STEP = 2.0  # seconds between two looks at the API server's counts after 
 SETTLE_MAX = 60.0  # seconds at most waited for the writes to settle
 SETTLED = 2  # workload writes per SETTLE_STEP at or below which the writes have settled
 PROGRESS_EVERY = 10.0  # seconds between two progress lines
+# What only caldera's controller writes in the caldera modes (Volcano's own PodGroup updates
+# are PUTs, KWOK's pod status patches `pods/status`: neither is here).
+CONTROLLER_WRITES = frozenset(
+    {
+        "POST pods",
+        "DELETE pods",
+        "POST pods/eviction",
+        "PATCH trainingjobs/status",
+        "POST podgroups",
+        "DELETE podgroups",
+        "POST services",
+        "DELETE services",
+        "POST configmaps",
+        "PUT configmaps",
+        "PATCH configmaps",
+    }
+)
+EVENT_WRITES = ("POST events", "PATCH events")
+BEHIND = {"caldera": "kube-scheduler", "caldera-volcano": "volcano"}  # the runtime behind
 
 
 class SideMode(Enum):
@@ -158,6 +191,19 @@ def per_pod(requests: dict[str, int], pods: int) -> tuple[float, float]:
     return round(total / max(pods, 1), 2), round(writes / max(pods, 1), 2)
 
 
+def controller_writes(caldera: dict[str, int], behind: dict[str, int]) -> dict[str, int]:
+    """The writes of caldera's controller in a caldera mode's counts (`VERB resource`): what
+    only it writes there, and its Events — those beyond the count of the mode behind it,
+    measured in the same run on the same workload (may be negative by a few: the
+    schedulers' own Events vary from run to run)."""
+    found = {k: n for k, n in caldera.items() if k in CONTROLLER_WRITES and n}
+    for key in EVENT_WRITES:
+        extra = caldera.get(key, 0) - behind.get(key, 0)
+        if extra:
+            found[key] = extra
+    return dict(sorted(found.items(), key=lambda kv: -kv[1]))
+
+
 def ratios(pods_per_s: dict[str, float]) -> dict[str, float]:
     """caldera + Volcano / Volcano and caldera / kube-scheduler in pods bound per second, for
     each pair that both ran (and bound something)."""
@@ -198,6 +244,14 @@ class SideResult:
     # the machine's 1-minute load average at the first submission and at the end: other
     # users of a shared machine show here
     load: tuple[float, float] = (0.0, 0.0)
+    # caldera modes only (see the module's docstring)
+    controller_writes: dict[str, int] = field(default_factory=dict)
+    controller_writes_per_job: float = 0.0
+    admit_p50_s: float = 0.0  # jobs sent in the middle third of the submissions
+    admit_p99_s: float = 0.0
+    admit_all_p99_s: float = 0.0
+    decision_bind_p50_s: float = 0.0
+    decision_bind_p99_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -208,33 +262,49 @@ class _Watch:
     """The namespace's pods: each one's job and when it was first seen bound."""
 
     api: KubeClusterAPI
+    kind: str = "pods"
     job_of: dict[str, str] = field(default_factory=dict)
-    bound: dict[str, float] = field(default_factory=dict)
+    bound: dict[str, float] = field(default_factory=dict)  # pod → first seen bound
+    bound_wall: dict[str, float] = field(default_factory=dict)  # the same, in unix time
+    admitted: dict[str, float] = field(default_factory=dict)  # TrainingJob → status seen
+    decided: dict[str, float] = field(default_factory=dict)  # TrainingJob → its start, unix
     stop: threading.Event = field(default_factory=threading.Event)
 
-    def _note(self, pod: dict[str, Any], now: float) -> None:
-        meta = pod["metadata"]
+    def _note(self, obj: dict[str, Any], now: float) -> None:
+        meta = obj["metadata"]
+        if self.kind == "trainingjobs":
+            self._note_job(meta["name"], obj.get("status") or {}, now)
+            return
         labels = meta.get("labels") or {}
         job = labels.get(BENCH_JOB) or labels.get(names.JOB)
         if not job:
             return
         self.job_of.setdefault(meta["name"], job)
-        if (pod.get("spec") or {}).get("nodeName"):
-            self.bound.setdefault(meta["name"], now)
+        if (obj.get("spec") or {}).get("nodeName") and meta["name"] not in self.bound:
+            self.bound[meta["name"]] = now
+            self.bound_wall[meta["name"]] = time.time()
+
+    def _note_job(self, name: str, status: dict[str, Any], now: float) -> None:
+        if status.get("state"):
+            self.admitted.setdefault(name, now)
+        start = (status.get("controller") or {}).get("start_time")
+        if isinstance(start, str) and name not in self.decided:
+            with contextlib.suppress(ValueError):
+                self.decided[name] = from_rfc3339(start)
 
     def run(self) -> None:
         version = ""
         while not self.stop.is_set():
             try:
                 if not version:
-                    items, version = self.api.list_objects("pods", NAMESPACE)
+                    items, version = self.api.list_objects(self.kind, NAMESPACE)
                     now = time.monotonic()
-                    for pod in items:
-                        self._note(pod, now)
-                for kind, pod in self.api.watch_objects("pods", NAMESPACE, "", "", version, 5):
-                    version = str(pod["metadata"].get("resourceVersion") or version)
+                    for obj in items:
+                        self._note(obj, now)
+                for kind, obj in self.api.watch_objects(self.kind, NAMESPACE, "", "", version, 5):
+                    version = str(obj["metadata"].get("resourceVersion") or version)
                     if kind != "BOOKMARK":
-                        self._note(pod, time.monotonic())
+                        self._note(obj, time.monotonic())
                     if self.stop.is_set():
                         break
             except Expired:
@@ -488,10 +558,13 @@ def _run_mode(
         say(f"{mode.value}: cluster of {result.nodes} nodes up in {result.cluster_start_s:.0f} s")
         api = load_api_client(str(cluster.kubeconfig()))
         watch = _Watch(KubeClusterAPI(api))
+        jobs = _Watch(KubeClusterAPI(api), kind="trainingjobs")
         started: list[subprocess.Popen[bytes]] = []
         try:
             controller = _prepare(api, cluster, mode, folder, started)
             threading.Thread(target=watch.run, daemon=True).start()
+            if mode.controller:
+                threading.Thread(target=jobs.run, daemon=True).start()
             pids = dict(cluster.pids)
             if controller is not None:
                 pids["caldera-controller"] = controller.pid
@@ -539,6 +612,8 @@ def _run_mode(
             ]
             result.bind_p50_s = round(_percentile(delays, 0.50), 2)
             result.bind_p99_s = round(_percentile(delays, 0.99), 2)
+            if mode.controller:
+                _admission(result, sizes, sent, watch, jobs)
             grown = {
                 k: n - requests_before.get(k, 0)
                 for k, n in requests_after.items()
@@ -559,6 +634,7 @@ def _run_mode(
             )
         finally:
             watch.stop.set()
+            jobs.stop.set()
             for controller in started:
                 if controller.poll() is not None:
                     continue
@@ -570,6 +646,31 @@ def _run_mode(
                     controller.wait()
             api.close()
             cluster.stop()
+
+
+def _admission(
+    result: SideResult,
+    sizes: Sequence[int],
+    sent: dict[str, float],
+    pods: _Watch,
+    jobs: _Watch,
+) -> None:
+    """Admission (sent → status first seen) and decision → bind, for a caldera mode."""
+    names_in_order = [f"job-{i:05d}" for i in range(len(sizes))]
+    third = len(names_in_order) // 3
+    middle = names_in_order[third : len(names_in_order) - third] or names_in_order
+    waits = {n: jobs.admitted[n] - sent[n] for n in names_in_order if n in jobs.admitted}
+    mid = [waits[n] for n in middle if n in waits]
+    result.admit_p50_s = round(_percentile(mid, 0.50), 2)
+    result.admit_p99_s = round(_percentile(mid, 0.99), 2)
+    result.admit_all_p99_s = round(_percentile(list(waits.values()), 0.99), 2)
+    to_bind = [
+        t - jobs.decided[pods.job_of[pod]]
+        for pod, t in pods.bound_wall.items()
+        if pods.job_of.get(pod) in jobs.decided
+    ]
+    result.decision_bind_p50_s = round(_percentile(to_bind, 0.50), 2)
+    result.decision_bind_p99_s = round(_percentile(to_bind, 0.99), 2)
 
 
 def bench_side_by_side(
@@ -602,6 +703,16 @@ def bench_side_by_side(
             result.error = _said(error)
             say(f"{mode.value}: {result.error}")
         results.append(result.as_dict())
+    by_mode = {r["mode"]: r for r in results}
+    for front, behind in BEHIND.items():
+        if front in by_mode and behind in by_mode and not by_mode[behind]["error"]:
+            r = by_mode[front]
+            r["controller_writes"] = controller_writes(
+                r["server_requests"], by_mode[behind]["server_requests"]
+            )
+            r["controller_writes_per_job"] = round(
+                sum(r["controller_writes"].values()) / max(r["jobs"], 1), 2
+            )
     return {
         "modes": results,
         "ratios": ratios({r["mode"]: r["pods_per_s"] for r in results if not r["error"]}),
