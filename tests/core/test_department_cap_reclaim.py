@@ -1,8 +1,10 @@
-"""Reclaim inside a department at its capability (DESIGN §2 "Hierarchy": a team's capability
-and its department's both cap it; an over-cap preemptor frees what exceeds the cap that
-binds). Only the department's own teams' victims free room under the department's cap, so a
-team below its share takes from a sibling above its share when, and only when, that frees
-what its gang takes the department beyond its cap (core/reclaim.py, `_cap_enough`).
+"""Reclaim and preempt inside a department at its capability (DESIGN §2 "Hierarchy": a team's
+capability and its department's both cap it; an over-cap preemptor frees what exceeds the
+caps that bind). Only the department's own teams' victims free room under the department's
+cap, so a team below its share takes from a sibling above its share when, and only when, that
+frees what its gang takes the department beyond its cap (core/reclaim.py, `_cap_enough`); a
+team's own victims free room under both caps, so they must free the larger excess
+(core/eviction.py, `over_capability`).
 
 Each case: one node, every earlier job submitted at t = 0, 1, … and running past the case's
 end unless said otherwise; the preemptor arrives at 600 and starts after the 120 s grace
@@ -121,11 +123,31 @@ CASES = {
         want_evictions=[("lent", "reclaim", "p", 600.0)],
         want_starts={"p": 720.0},
     ),
+    # a (cap 3) holds 2 on two debug jobs, b a protected 2: d (cap 4) at 4. a's normal 2
+    # takes a 1 beyond its own cap and d 2 beyond its: a's own victims must free the larger
+    # (both debug jobs go, a preempt), or d stays over its cap and p waits anyway.
+    "a-team-over-both-caps-frees-the-larger-excess": Case(
+        gpus=16,
+        queues=[
+            {"name": "d", "deserved": {"gpu": 4}, "capability": {"gpu": 4}},
+            {"name": "a", "parent": "d", "deserved": {"gpu": 2}, "capability": {"gpu": 3}},
+            {"name": "b", "parent": "d", "deserved": {"gpu": 2}},
+            {"name": "other", "deserved": {"gpu": 12}},
+        ],
+        jobs=[
+            job("a1", "a", 1, 0, kind="debug"),
+            job("a2", "a", 1, 1, kind="debug"),
+            job("b1", "b", 2, 2, **PROTECTED),
+            job("p", "a", 2, 600, duration=3600),
+        ],
+        want_evictions=[("a1", "preempt", "p", 600.0), ("a2", "preempt", "p", 600.0)],
+        want_starts={"p": 720.0},
+    ),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
-def test_reclaim_inside_a_department_at_its_capability(case: Case) -> None:
+def test_eviction_inside_a_department_at_its_capability(case: Case) -> None:
     data = {
         "cluster": {"nodes": [{"prefix": "n", "count": 1, "gpus": case.gpus}]},
         "policy": {"grace_period": 120},

@@ -105,28 +105,25 @@ def patience(cycle: CycleContext, job: JobView) -> float | None:
 
 
 def over_capability(usage: QueueUsage, extra: Resources) -> Resources | None:
-    """By how much `extra` would take the queue over its capability, or its department over
-    the department's (None: it would not)."""
+    """By how much `extra` would take the queue over its capability or its department over
+    the department's, the larger of the two in each resource: the queue's own victims free
+    room under both (None: it would not)."""
     if usage.within_capability(extra):
         return None
-    cap = usage.queue.capability
-    total = usage.allocated + usage.promised + extra
+    levels = [(usage.queue.capability, usage.allocated + usage.promised + extra)]
     parent = usage.parent
-    if (cap is None or total.fits_in(cap)) and parent is not None:
-        cap = parent.queue.capability  # the department's cap stands in the way
-        total = parent.tree_capped(extra)
-    if cap is None:
-        return None
-    return Resources(
-        *(
-            max(held - limit, 0) if limit > 0 else 0
-            for held, limit in (
-                (total.gpu, cap.gpu),
-                (total.cpu, cap.cpu),
-                (total.memory, cap.memory),
-            )
-        )
-    )
+    if parent is not None:  # the department's cap may stand in the way too
+        levels.append((parent.queue.capability, parent.tree_capped(extra)))
+    over = [0, 0, 0]
+    for cap, total in levels:
+        if cap is None:
+            continue
+        for i, (held, limit) in enumerate(
+            ((total.gpu, cap.gpu), (total.cpu, cap.cpu), (total.memory, cap.memory))
+        ):
+            if limit > 0:
+                over[i] = max(over[i], held - limit)
+    return Resources(*over)
 
 
 def freed_by(units: Sequence[Unit], queue: str) -> Resources:
