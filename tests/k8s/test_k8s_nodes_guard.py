@@ -149,8 +149,8 @@ def test_foreign_pods_hold_what_the_scheduler_would_count() -> None:
         SETTINGS,
     )
     assert usage == {
-        "n1": Blocked(gpus=3, cpu=1500 + 4000, memory=1024),
-        "n2": Blocked(gpus=0, cpu=250, memory=0),
+        "n1": Blocked(gpus=3, cpu=1500 + 4000, memory=1024, pods=2),  # a pod slot each
+        "n2": Blocked(gpus=0, cpu=250, memory=0, pods=1),
     }
 
 

@@ -304,6 +304,37 @@ def test_a_waiting_job_says_why_and_a_started_one_is_not_running_before_its_pods
     assert found is not None and found[0] == "True", found
 
 
+def test_a_start_that_keeps_timing_out_backs_off_and_says_so(clean: Cluster) -> None:
+    """A job whose PVC is missing restarted every bind timeout forever with a StartTimeout
+    that did not say it would go on. Now the second give-up in a row for the same reason
+    holds it before the next try, and status.reason and the Event say so, with the
+    scheduler's reason."""
+    for args in (
+        ("create", "role", "get-data", "--verb=get", "--resource=persistentvolumeclaims",
+         "--resource-name=data"),
+        ("create", "rolebinding", "get-data", "--role=get-data", "--user=bob"),
+    ):  # fmt: skip
+        done = clean.kubectl("admin", "-n", "team-a", *args)
+        assert done.returncode == 0 or "AlreadyExists" in done.stderr, done.stderr
+    pod_spec = _pod_spec_with(
+        volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]
+    )
+    _policy_settled(clean)
+    assert clean.apply("bob", "team-a", _with_template("noclaim", pod_spec)).returncode == 0
+    wait_for(
+        "noclaim held after its second StartTimeout",
+        lambda: clean.state("team-a", "noclaim") == "Held",
+        timeout=150,
+    )
+    reason = clean.status("team-a", "noclaim")["reason"]
+    assert reason.startswith("StartTimeout 2nd time: "), reason
+    assert 'persistentvolumeclaim "data" not found' in reason and "next try in " in reason, reason
+    said = _messages(clean, "team-a", "noclaim", "StartTimeout")
+    assert any("StartTimeout 2nd time: next try in 1m0s" in m for m in said), said
+    assert len(said) == 2, said  # not restarted meanwhile
+    _alive(clean)
+
+
 def _pod_spec_with(**extra: Any) -> dict[str, Any]:
     return {"containers": [_gpu_container("main", 8)], **extra}
 
@@ -334,6 +365,20 @@ def test_a_template_reaches_only_what_its_submitter_may_get(clean: Cluster) -> N
     plain = _with_template("plain", _pod_spec_with(volumes=[{"name": "s", "emptyDir": {}}]))
     assert clean.apply("bob", "team-a", plain).returncode == 0
     clean.wait("team-a", "plain", "Running")
+
+
+def _policy_settled(cluster: Cluster) -> None:
+    """Wait until the admission policy's binding is older than the controller's margin
+    (`POLICY_SETTLE_SECONDS`): a job created sooner is not taken as checked by it."""
+    from caldera.k8s.admission import POLICY_NAME, POLICY_SETTLE_SECONDS
+    from caldera.k8s.api import from_rfc3339
+
+    done = cluster.kubectl(
+        "admin", "get", "validatingadmissionpolicybinding", POLICY_NAME, "-o", "json"
+    )
+    assert done.returncode == 0, done.stderr
+    created = from_rfc3339(json.loads(done.stdout)["metadata"]["creationTimestamp"])
+    time.sleep(max(created + POLICY_SETTLE_SECONDS + 1.5 - time.time(), 0.0))
 
 
 def test_without_the_policy_the_controller_refuses_what_it_cannot_check(clean: Cluster) -> None:
@@ -378,7 +423,7 @@ def test_without_the_policy_the_controller_refuses_what_it_cannot_check(clean: C
         "--role=read-bob-settings", "--user=bob",
     )  # fmt: skip
     assert bound.returncode == 0 or "AlreadyExists" in bound.stderr, bound.stderr
-    time.sleep(6)  # the re-created binding in force for longer than the controller's margin
+    _policy_settled(clean)
     mine = {
         "containers": [
             {**_gpu_container("main", 8), "envFrom": [{"configMapRef": {"name": "bob-settings"}}]}
@@ -494,6 +539,66 @@ def test_a_nodes_pod_limit_is_placed_against(clean: Cluster) -> None:
         assert len(placed) == 6 and max(placed.count(n) for n in placed) <= 4, placed
         assert "StartTimeout" not in clean.events("team-a", "wide")
     finally:
+        for node, pods in before.items():
+            core.patch_node_status(node, {"status": {"allocatable": {"pods": pods}}})
+    _alive(clean)
+
+
+def test_other_teams_pods_take_a_node_slot_each(clean: Cluster) -> None:
+    """Pods caldera did not create counted as one pod slot per node (none when they asked
+    for nothing), so caldera started a gang onto a node its other pods had filled. Every
+    node takes 4 pods and three best-effort pods of another namespace run on the first:
+    a gang of all the slots caldera sees less one waits; one that fits runs, at most one
+    of its pods on the first node."""
+    core = k8s.client.CoreV1Api(clean.client())
+    nodes = sorted(
+        n.metadata.name for n in core.list_node(label_selector="caldera.io/kwok=true").items
+    )
+    before = {n: core.read_node_status(n).status.allocatable["pods"] for n in nodes}
+    first = nodes[0]
+    try:
+        for node in nodes:
+            core.patch_node_status(node, {"status": {"allocatable": {"pods": "4"}}})
+        wait_for(
+            "the pod limit on every node",
+            lambda: all(core.read_node_status(n).status.allocatable["pods"] == "4" for n in nodes),
+        )
+        for i in range(3):
+            body = {
+                "metadata": {"name": f"agent-{i}"},
+                "spec": {
+                    "nodeName": first,
+                    "containers": [{"name": "agent", "image": "registry.example/agent:v1"}],
+                    "tolerations": [{"operator": "Exists"}],
+                },
+            }
+            core.create_namespaced_pod("elsewhere", body)
+        wait_for(
+            "the other team's pods running",
+            lambda: all(
+                p.status.phase == "Running" for p in core.list_namespaced_pod("elsewhere").items
+            ),
+        )
+        slots = 4 * len(nodes) - 3
+        too_wide = training_job("toowide", replicas=slots + 1, gpus=0)
+        too_wide["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"] = {}
+        assert clean.apply("bob", "team-a", too_wide).returncode == 0
+        wait_for(
+            "toowide's Waiting event", lambda: _messages(clean, "team-a", "toowide", "Waiting")
+        )
+        assert clean.status("team-a", "toowide")["state"] == "Pending"
+        assert not clean.pods("team-a", "toowide")
+        clean.kubectl("bob", "-n", "team-a", "delete", names.PLURAL, "toowide")
+        wide = training_job("fits", replicas=slots, gpus=0)
+        wide["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"] = {}
+        assert clean.apply("bob", "team-a", wide).returncode == 0
+        clean.wait("team-a", "fits", "Running", timeout=90)
+        placed = [p.spec.node_name for p in clean.running_pods("team-a", "fits")]
+        assert len(placed) == slots and placed.count(first) <= 1, placed
+        assert "StartTimeout" not in clean.events("team-a", "fits")
+    finally:
+        for i in range(3):
+            core.delete_namespaced_pod(f"agent-{i}", "elsewhere", grace_period_seconds=0)
         for node, pods in before.items():
             core.patch_node_status(node, {"status": {"allocatable": {"pods": pods}}})
     _alive(clean)

@@ -74,11 +74,13 @@ class NodeState:
 
 @dataclass(frozen=True, slots=True)
 class Blocked:
-    """Room on one node that caldera must not hand out: whole GPUs, millicores, MiB."""
+    """Room on one node that caldera must not hand out: whole GPUs, millicores, MiB, and pod
+    slots (one per foreign pod: the node's `pods` allocatable counts every pod)."""
 
     gpus: int = 0
     cpu: int = 0
     memory: int = 0
+    pods: int = 0
 
 
 def _int_label(labels: Mapping[str, str], key: str) -> int:
@@ -207,7 +209,8 @@ def pod_requests(pod: Mapping[str, Any], gpu_resource: str) -> tuple[int, int, i
 def foreign_usage(
     pods: Iterable[Mapping[str, Any]], node_names: Iterable[str], settings: KubeSettings
 ) -> dict[str, Blocked]:
-    """What pods caldera did not create hold on caldera's nodes (bound, not finished). A pod is
+    """What pods caldera did not create hold on caldera's nodes (bound, not finished): their
+    requests, and one pod slot each (issue 34: they counted as one slot per node). A pod is
     caldera's only in a namespace caldera serves: a label anyone can write elsewhere hides
     nothing."""
     wanted = set(node_names)
@@ -225,10 +228,11 @@ def foreign_usage(
             continue
         try:
             gpu, cpu, memory = pod_requests(pod, settings.gpu_resource)
-        except ValueError:
-            continue  # a quantity this reader does not understand: not caldera's to judge
-        totals = usage.setdefault(node, [0, 0, 0])
+        except ValueError:  # a quantity this reader does not understand: not caldera's to
+            gpu = cpu = memory = 0  # judge, but the pod takes its slot all the same
+        totals = usage.setdefault(node, [0, 0, 0, 0])
         totals[0] += gpu
         totals[1] += cpu
         totals[2] += memory
+        totals[3] += 1  # a pod slot, whatever it asks for
     return {node: Blocked(*values) for node, values in usage.items() if any(values)}

@@ -10,6 +10,8 @@ For each live job, each task's pod says:
 - not bound within `bind_timeout` (the scheduler disagreed with caldera's view), or bound
   but not running within `ready_timeout` (an image that never pulls: Kueue's
   `waitForPodsReady` is the model) → the start is given up, the job requeued, with an Event;
+  given up again for the same reason, the job is held before its next try, longer each time
+  (`start_backoff`: 1 min, 2, 4, … up to an hour), and its status.reason says so;
 - a job's reports on its own pod: `caldera.io/progress`, `caldera.io/checkpoint`.
 Then the kernel settles each job whose tasks ended.
 
@@ -32,16 +34,22 @@ from caldera.k8s.api import Object, from_rfc3339
 from caldera.k8s.events import Reason
 from caldera.k8s.guard import Purpose
 from caldera.k8s.jobs import KubeJob, KubeTask
+from caldera.k8s.status import duration_text
 from caldera.model import JobState
+from caldera.runtime import EventKind
 
 if TYPE_CHECKING:
     from caldera.k8s.runtime import KubeRuntime
 
 __all__ = [
+    "BACKOFF_BASE",
+    "BACKOFF_MAX",
     "PodWatcher",
     "claim_unlabelled",
     "exit_code",
+    "ordinal",
     "read_reports",
+    "start_backoff",
     "started_at",
 ]
 
@@ -104,12 +112,43 @@ def _node_view(node: Mapping[str, Any]) -> str:
     )
 
 
+# A start given up for the same reason again waits before the next try (issue 34: a job whose
+# PVC was missing restarted every 60 s forever): the n-th time in a row, n >= 2, it is held
+# BACKOFF_BASE * 2**(n-2) seconds, at most BACKOFF_MAX. The first time it is tried again at
+# once (elsewhere: the node the scheduler refused is withheld).
+BACKOFF_BASE = 60.0
+BACKOFF_MAX = 3600.0
+_GIVEN_UP = (Reason.START_TIMEOUT.value, Reason.NOT_READY.value)
+
+
+def start_backoff(times: int) -> float:
+    """Seconds a job waits before its next start, after `times` starts in a row given up for
+    the same reason."""
+    if times < 2:
+        return 0.0
+    return min(BACKOFF_BASE * 2.0 ** min(times - 2, 32), BACKOFF_MAX)
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _same_reason(text: str) -> str:
+    """A give-up's reason without its numbers (pod names carry the attempt, the scheduler's
+    verdict its node counts): what must repeat for the start to back off."""
+    return re.sub(r"\d+", "#", text)
+
+
 class PodWatcher:
     def __init__(self, runtime: KubeRuntime) -> None:
         self.runtime = runtime
         self._collected: set[tuple[str, str]] = set()  # ended orphans already deleted
         # node → (until when its free room is withheld, the node as it was then)
         self.suspect: dict[str, tuple[float, str]] = {}
+        # job id → (the reason its starts were given up for, times in a row, held until, why)
+        self.given_up: dict[str, tuple[str, int, float, str]] = {}
 
     def withhold(self, node: str, now: float) -> None:
         found = [n for n in self.runtime.reads.nodes() if n["metadata"]["name"] == node]
@@ -136,6 +175,35 @@ class PodWatcher:
         for key in [k for k in runtime.orphans if k not in by_key]:
             runtime.release_orphan(key)
         self._collected &= set(by_key)
+        self._back_off(now)
+
+    def _back_off(self, now: float) -> None:
+        """Hold a requeued job whose starts keep being given up for the same reason until its
+        next try (`start_backoff`), said as its status.reason and a Held Event; release it
+        then. A job that ran, or is gone, starts afresh. A hold of this kind with no record
+        (a restarted controller) is released at once: the next try is the record."""
+        runtime = self.runtime
+        kernel = runtime.kernel
+        for job_id in [j for j in self.given_up if j not in runtime.jobs]:
+            del self.given_up[job_id]
+        for job in runtime.jobs.values():
+            record = self.given_up.get(job.id)
+            if job.state is JobState.RUNNING and job.running_since is not None:
+                self.given_up.pop(job.id, None)
+            elif job.state is JobState.PENDING and record and record[2] > now:
+                kernel.set_state(job, JobState.HELD)
+                job.hold_reason = f"{record[3]}; next try in {duration_text(record[2] - now)}"
+                job.hold_since = now
+                runtime.actuator.record(EventKind.HOLD, job, now, reason=job.hold_reason)
+            elif (
+                job.state is JobState.HELD
+                and (job.hold_reason or "").startswith(_GIVEN_UP)
+                and (record is None or record[2] <= now)
+            ):
+                job.hold_reason = job.hold_since = None
+                kernel.set_state(job, JobState.PENDING)
+                runtime.actuator.record(EventKind.RELEASE, job, now, reason="next try")
+                runtime.cycle_needed = True
 
     def _job(
         self,
@@ -215,6 +283,14 @@ class PodWatcher:
             then = "stopping the gang, requeued"
             if reason is Reason.START_TIMEOUT and self.suspect:
                 then += f"; node(s) {', '.join(sorted(self.suspect))} withheld {WITHHOLD:.0f} s"
+            same = _same_reason(f"{reason.value}: {late}")
+            known = self.given_up.get(job.id)
+            times = known[1] + 1 if known is not None and known[0] == same else 1
+            wait = start_backoff(times)
+            why = f"{reason.value} {ordinal(times)} time: {late}"
+            self.given_up[job.id] = (same, times, now + wait, why)
+            if wait:
+                then += f"; {reason.value} {ordinal(times)} time: next try in {duration_text(wait)}"
             runtime.actuator.note(reason, job, now, f"{late}: {then}")
             runtime.stop_gang(job, now)
 

@@ -136,7 +136,8 @@ class KubeRuntime:
         self.actuator.jobs = self.jobs
         self.intake = Intake(self)
         self.pods = PodWatcher(self)
-        self._blocked: dict[int, TaskPlacement] = {}  # room on each node caldera may not use
+        # Room on each node caldera may not use: what foreign pods hold (and one pod slot each).
+        self._blocked: dict[int, tuple[TaskPlacement, ...]] = {}
         self.orphans: dict[tuple[str, str], TaskPlacement] = {}  # pods no job claims
         self._loaded = False
         self.cycle_needed = True
@@ -482,9 +483,9 @@ class KubeRuntime:
         usage = foreign_usage(pods, (n.name for n in self.nodes), self.settings)
         closed = self.node_state.closed | self.pods.withheld(self.clock())
         for node in self.nodes:
-            old = self._blocked.pop(node.index, None)
-            if old is not None:
-                self.room.give(old)
+            old = self._blocked.pop(node.index, ())
+            for part in old:
+                self.room.give(part)
             if node.name in closed:
                 want = Blocked(node.gpus, self.room.cpu[node.index], self.room.memory[node.index])
             else:
@@ -499,10 +500,18 @@ class KubeRuntime:
                 min(want.cpu, self.room.cpu[node.index]),
                 min(want.memory, self.room.memory[node.index]),
             )
-            if (pseudo.devices or pseudo.cpu or pseudo.memory) and self.room.pods[node.index]:
-                self.room.take(pseudo)
-                self._blocked[node.index] = pseudo
-            if old != self._blocked.get(node.index):
+            # One pod slot for each foreign pod where the node has a pod limit: the first holds
+            # their room, the rest nothing.
+            held = bool(pseudo.devices or pseudo.cpu or pseudo.memory)
+            wanted = max(want.pods, int(held)) if node.pods else int(held)
+            slots = min(wanted, self.room.pods[node.index])
+            empty = TaskPlacement(node.index, (), 0, 0, 0)
+            parts = ((pseudo if held else empty), *[empty] * (slots - 1))[:slots]
+            for part in parts:
+                self.room.take(part)
+            if parts:
+                self._blocked[node.index] = parts
+            if old != self._blocked.get(node.index, ()):
                 self.cycle_needed = True
 
     def remove_pod(
