@@ -25,14 +25,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 
+from caldera.baselines.ledger import ledger_for
 from caldera.core.config import PolicyConfig
 from caldera.core.context import CycleContext
 from caldera.core.decisions import Evict, EvictReason
 from caldera.core.placement import node_allows, place_job
 from caldera.core.room import Room, TaskPlacement
-from caldera.core.snapshot import JobView, Snapshot
+from caldera.core.snapshot import JobView
 from caldera.core.victims import is_protected
-from caldera.model import GPU_MILLI, JobSpec, JobState, Resources, TopologyMode
+from caldera.model import GPU_MILLI, JobSpec, Resources, TopologyMode
 
 __all__ = [
     "FOLLOW_UP",
@@ -87,13 +88,10 @@ def pending_work(cycle: CycleContext) -> list[JobView]:
 
 def running_with_missing(cycle: CycleContext) -> list[JobView]:
     """Running jobs with pods neither running nor terminating (gang-hung or elastic), except
-    those evicted earlier in this cycle."""
+    those evicted earlier in this cycle, in no particular order (kept by the ledger)."""
     evicted = cycle.evicted
-    return [
-        job
-        for job in cycle.snapshot.by_state[JobState.RUNNING]
-        if len(job.placement) + len(job.releasing) < job.spec.tasks and job.id not in evicted
-    ]
+    missing = ledger_for(cycle).missing
+    return [job for job_id, job in missing.items() if job_id not in evicted]
 
 
 def can_host(room: Room, index: int, spec: JobSpec) -> bool:
@@ -162,27 +160,18 @@ class TaskCuts:
         return positions
 
 
-def _leaving(snapshot: Snapshot, gone: set[str]) -> list[TaskPlacement]:
-    """Tasks holding room that is on its way to being free: tasks inside their grace period,
-    and the running tasks of jobs the cycle has already evicted whole (a window closed)."""
-    tasks = [t for job in snapshot.by_state[JobState.RELEASING] for t in job.releasing]
-    for job in snapshot.by_state[JobState.RUNNING]:
-        tasks.extend(job.releasing)
-        if job.id in gone:
-            tasks.extend(job.placement)
-    return tasks
-
-
 class FutureRoom:
     """Idle room plus room held by terminating tasks (Volcano's FutureIdle, the room a
     nominated pod waits for).
 
-    Two ways to get one. `separate`: a room index of its own, built from the snapshot, for a
-    phase that still places pods in idle room while it counts on future room (Volcano's
-    allocate pipelines). `in_place`: the cycle's own working room, with the leaving tasks
-    given back — only for phases after the last start of the cycle, since idle and future
-    room are then one (and the cycle rolls its working room back when it ends). With nothing
-    leaving, the idle room already is the future room: `shared` says so.
+    Two ways to get one. `separate`: a room index of its own — the nodes less every running
+    pod, kept from cycle to cycle by the ledger (baselines/ledger.py) and handed out as a
+    working copy — for a phase that still places pods in idle room while it counts on
+    future room (Volcano's allocate pipelines); the caller takes into it what the cycle has
+    started so far. `in_place`: the cycle's own working room, with the leaving tasks given
+    back — only for phases after the last start of the cycle, since idle and future room are
+    then one (and the cycle rolls its working room back when it ends). With nothing leaving,
+    the idle room already is the future room: `shared` says so.
     """
 
     def __init__(self, room: Room, shared: bool) -> None:
@@ -190,20 +179,16 @@ class FutureRoom:
         self.shared = shared
 
     @classmethod
-    def separate(cls, snapshot: Snapshot, idle: Room, gone: set[str]) -> FutureRoom:
-        leaving = _leaving(snapshot, gone)
-        if not leaving:
-            return cls(idle, shared=True)
-        room = Room(snapshot.nodes)
-        for job in snapshot.by_state[JobState.RUNNING]:
-            if job.id not in gone:
-                for task in job.placement:
-                    room.take(task)
-        return cls(room, shared=False)
+    def separate(cls, cycle: CycleContext, gone: set[str]) -> FutureRoom:
+        ledger = ledger_for(cycle)
+        if not ledger.leaving(cycle.snapshot, gone):
+            return cls(cycle.room, shared=True)
+        return cls(ledger.future_room(gone), shared=False)
 
     @classmethod
-    def in_place(cls, snapshot: Snapshot, idle: Room, gone: set[str]) -> FutureRoom:
-        for task in _leaving(snapshot, gone):
+    def in_place(cls, cycle: CycleContext, gone: set[str]) -> FutureRoom:
+        idle = cycle.room
+        for task in ledger_for(cycle).leaving(cycle.snapshot, gone):
             idle.give(task)
         return cls(idle, shared=True)
 

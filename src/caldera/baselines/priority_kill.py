@@ -55,6 +55,7 @@ from caldera.baselines.common import (
     pending_work,
     rerun_after_change,
 )
+from caldera.baselines.ledger import RunningLedger, ledger_for
 from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
 from caldera.core.enqueue import enqueue
@@ -94,24 +95,49 @@ class _Claims:
     staged: Staged
     evictions: StagedEvictions
     gone: set[str]
-    on_node: dict[int, list[Pod]]
+    ledger: RunningLedger  # running pods by node
     started: set[str]  # jobs started or grown this cycle: not victims in the same cycle
-    # node -> [(priority, milli-GPUs)] of the pods that could ever be victims there.
-    victim_gpu: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     _below: dict[int, dict[int, int]] = field(default_factory=dict)
+
+    def pods_on(self, node: int) -> list[Pod]:
+        """The running pods on `node`, but those of jobs evicted whole before allocation."""
+        gone = self.gone
+        return [pod for pod in self.ledger.pods_on(node) if pod[0].id not in gone]
 
     def could_free(self, priority: int) -> dict[int, int]:
         """node -> milli-GPUs of the pods there below `priority` that could ever be victims:
-        an upper bound on what preempting on that node can free (once per priority)."""
+        an upper bound on what preempting on that node can free (once per priority). The
+        ledger keeps the unprotected running pods' by node and priority; jobs evicted whole
+        or started (grown) this cycle are taken out here."""
         found = self._below.get(priority)
         if found is None:
-            found = {}
-            for node, pods in self.victim_gpu.items():
-                gpu = sum(g for p, g in pods if p < priority)
-                if gpu:
-                    found[node] = gpu
+            ledger = self.ledger
+            found = ledger.victims_below(priority)
+            copied = False
+            for job_id in self.gone | self.started:
+                job = ledger.views.get(job_id)
+                if job is None or job.spec.priority >= priority or is_protected(job):
+                    continue
+                if not copied:
+                    found, copied = dict(found), True  # the ledger's own stays as it is
+                for node, (_, indexes) in _nodes_of(ledger, job):
+                    if node not in found:
+                        continue  # pods asking for no GPU
+                    left = found[node] - job.spec.gpu * len(indexes)
+                    if left:
+                        found[node] = left
+                    else:
+                        del found[node]
             self._below[priority] = found
         return found
+
+
+def _nodes_of(
+    ledger: RunningLedger, job: JobView
+) -> list[tuple[int, tuple[JobView, tuple[int, ...]]]]:
+    """The nodes `job` runs pods on, with its entry in the ledger there."""
+    nodes = sorted({task.node for task in job.placement})
+    return [(node, ledger.on_node[node][job.id]) for node in nodes]
 
 
 def _session(cycle: CycleContext) -> _Session:
@@ -120,27 +146,13 @@ def _session(cycle: CycleContext) -> _Session:
 
 def _open_claims(cycle: CycleContext, session: _Session) -> _Claims:
     gone = session.gone
-    on_node: dict[int, list[Pod]] = {}
-    for job in cycle.snapshot.by_state[JobState.RUNNING]:
-        if job.id in gone:
-            continue
-        for index, task in enumerate(job.placement):
-            on_node.setdefault(task.node, []).append((job, index))
     if session.future is not None and session.rooms is not None and not session.future.shared:
         future, staged = session.future, session.rooms  # holds from allocation stay
     else:
-        future = FutureRoom.in_place(cycle.snapshot, cycle.room, gone)
+        future = FutureRoom.in_place(cycle, gone)
         staged = Staged(cycle.room, future)
-    claims = _Claims(future, staged, StagedEvictions(staged), gone, on_node, cycle.started)
-    for node, pods in on_node.items():
-        by_priority: dict[int, int] = {}
-        for job, _ in pods:
-            if not is_protected(job) and job.id not in cycle.started:
-                by_priority[job.spec.priority] = (
-                    by_priority.get(job.spec.priority, 0) + job.spec.gpu
-                )
-        claims.victim_gpu[node] = sorted(by_priority.items())
-    return claims
+    ledger = ledger_for(cycle)
+    return _Claims(future, staged, StagedEvictions(staged), gone, ledger, cycle.started)
 
 
 def pk_allocate(cycle: CycleContext) -> None:
@@ -195,7 +207,7 @@ def _hold(cycle: CycleContext, session: _Session, job: JobView) -> bool:
     if spec.shape in session.cannot_hold:
         return False
     if session.future is None:
-        session.future = FutureRoom.separate(cycle.snapshot, cycle.room, session.gone)
+        session.future = FutureRoom.separate(cycle, session.gone)
         if not session.future.shared:
             for start in cycle.starts:  # what allocation has started so far
                 for started in start.placement:
@@ -263,13 +275,18 @@ def _could_seat(claims: _Claims, job: JobView, pods: int) -> bool:
     freeable = claims.could_free(spec.priority)
     per_pod = max(spec.gpu, 1)
 
-    def seats(nodes: Iterable[int]) -> int:
-        return sum((room.free_milli(n) + freeable.get(n, 0)) // per_pod for n in nodes)
+    def seats(nodes: Iterable[int]) -> bool:  # stops counting once there are enough
+        count = 0
+        for n in nodes:
+            if count >= pods:
+                return True
+            count += (room.free_milli(n) + freeable.get(n, 0)) // per_pod
+        return count >= pods
 
     domains = domain_nodes(room, spec)
     if domains is None:
-        return seats(range(len(room.nodes))) >= pods
-    return any(seats(domain) >= pods for domain in domains)
+        return seats(range(len(room.nodes)))
+    return any(seats(domain) for domain in domains)
 
 
 def _claim(claims: _Claims, job: JobView, pods: int) -> int:
@@ -317,7 +334,7 @@ def _candidates(claims: _Claims, preemptor: JobView, node: int) -> list[Pod]:
     evictions = claims.evictions
     return [
         (job, index)
-        for job, index in claims.on_node.get(node, ())
+        for job, index in claims.pods_on(node)
         if job.spec.priority < priority
         and not is_protected(job)
         and job.id not in claims.gone

@@ -73,6 +73,7 @@ from caldera.baselines.common import (
     rerun_after_change,
     running_with_missing,
 )
+from caldera.baselines.ledger import RunningLedger, ledger_for
 from caldera.baselines.proportion import EPSILON, QueueShare, Vector, water_fill
 from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
@@ -122,14 +123,13 @@ class _Session:
     one_tier: bool = False  # seed 001's configuration (`volcano-seed001`), S1-S4
 
     @cached_property
-    def on_node(self) -> dict[int, list[Pod]]:
-        """Running tasks by node (built when preempt or reclaim first needs it)."""
-        found: dict[int, list[Pod]] = {}
-        for job in self.cycle.snapshot.by_state[JobState.RUNNING]:
-            if job.id not in self.gone:
-                for index, task in enumerate(job.placement):
-                    found.setdefault(task.node, []).append((job, index))
-        return found
+    def ledger(self) -> RunningLedger:
+        return ledger_for(self.cycle)
+
+    def pods_on(self, node: int) -> list[Pod]:
+        """Running tasks on `node`, but those of jobs evicted whole before the session."""
+        gone = self.gone
+        return [pod for pod in self.ledger.pods_on(node) if pod[0].id not in gone]
 
     def running(self, job: JobView) -> int:
         """Ready tasks of a running job once this cycle's (staged) evictions apply."""
@@ -159,27 +159,16 @@ def _open(cycle: CycleContext, one_tier: bool = False) -> _Session:
     gone = set(cycle.evicted)
     # A room index of its own only while something is being released: allocate places in
     # idle room and pipelines onto future room within the same pass.
-    future = FutureRoom.separate(snapshot, cycle.room, gone)
+    future = FutureRoom.separate(cycle, gone)
     queues: dict[str, QueueShare] = {}
 
-    held: dict[str, list[int]] = {}  # queue -> [allocated gpu, cpu, memory, requested …]
-    for job in snapshot.by_state[JobState.RUNNING]:
-        if job.id in gone:
-            continue
-        spec = job.spec
-        sums = held.setdefault(spec.queue, [0, 0, 0, 0, 0, 0])
-        running = len(job.placement)
-        wanted = running + missing_tasks(job)
-        sums[0] += spec.gpu * running
-        sums[1] += spec.cpu * running
-        sums[2] += spec.memory * running
-        sums[3] += spec.gpu * wanted
-        sums[4] += spec.cpu * wanted
-        sums[5] += spec.memory * wanted
+    # queue -> [allocated gpu, cpu, memory, requested gpu, cpu, memory, …]: running jobs'
+    # (kept by the ledger), then the pending groups'
+    held = ledger_for(cycle).held_without(gone)
     for (queue, _, _), group in cycle.eligible_groups:
         spec = group[0].spec  # one shape per group: same request per task
         tasks = sum(job.spec.tasks for job in group)
-        sums = held.setdefault(queue, [0, 0, 0, 0, 0, 0])
+        sums = held.setdefault(queue, [0, 0, 0, 0, 0, 0, 0])
         sums[3] += spec.gpu * tasks
         sums[4] += spec.cpu * tasks
         sums[5] += spec.memory * tasks
@@ -187,7 +176,7 @@ def _open(cycle: CycleContext, one_tier: bool = False) -> _Session:
         if name in snapshot.queues:
             share = QueueShare(snapshot.queues[name])
             share.allocated = [float(v) for v in sums[:3]]
-            share.request = [float(v) for v in sums[3:]]
+            share.request = [float(v) for v in sums[3:6]]
             queues[name] = share
     water_fill(_capacity(snapshot.nodes), queues.values())
     staged = Staged(cycle.room, future, place=nodeorder_place if one_tier else None)
@@ -399,8 +388,8 @@ def _victim_nodes(session: _Session, job: JobView, reason: EvictReason) -> dict[
     if found is None:
         queues = session.cycle.snapshot.queues
         found = {}
-        for node, pods in session.on_node.items():
-            for victim, _ in pods:
+        for node, jobs in session.ledger.on_node.items():
+            for victim, indexes in jobs.values():
                 if is_protected(victim) or victim.id in session.gone:
                     continue
                 if victim.id in session.cycle.started:
@@ -424,7 +413,7 @@ def _victim_nodes(session: _Session, job: JobView, reason: EvictReason) -> dict[
                         and len(victim.placement) > victim.spec.min_available
                     )
                 if fits_rule:
-                    found[node] = found.get(node, 0) + victim.spec.gpu
+                    found[node] = found.get(node, 0) + victim.spec.gpu * len(indexes)
         session.victim_nodes[key] = found
     return found
 
@@ -668,7 +657,7 @@ def _victims_on(
     victims = sorted(
         (
             pod
-            for pod in session.on_node.get(node, ())
+            for pod in session.pods_on(node)
             if not is_protected(pod[0])
             and pod[0].id not in session.gone
             and pod[0].id not in session.cycle.started  # bound this cycle: not yet a victim

@@ -1,0 +1,257 @@
+"""What the running jobs hold, kept from one cycle to the next for the per-pod baselines.
+
+Volcano and kube-scheduler open each cycle by walking every running pod: per queue what is
+allocated and asked for, per node the pods there, the room that is free once terminating
+pods are gone. A simulated pool runs thousands of pods and a cycle at every event, so those
+walks cost the baselines more than caldera's whole cycle. The answers change only where a
+running job changed, and the runtime's `JobIndex` replaces a job's view whenever the job
+changes (views are frozen), so `RunningLedger.sync` compares the running views with those it
+saw last, by identity, and updates its totals for the few that differ. Its `version` (bumped
+by every change to a running or releasing job, core/jobindex.py) says when nothing did.
+
+Everything here is what a full walk would find, exactly: sums of integers, pods per node
+(consumers order them by keys that end in a unique id), and a room index — a `Room` takes
+and gives the same tasks to the same state in any order. tests/baselines/test_ledger.py
+checks each against the walk over random simulations.
+
+Jobs the cycle evicted before a phase asks (`gone`) are still running in the snapshot: the
+callers leave them out, as the walks did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+
+from caldera.core.context import CycleContext
+from caldera.core.room import Room, TaskPlacement
+from caldera.core.snapshot import JobView, Snapshot
+from caldera.core.victims import is_protected
+from caldera.model import JobState, Node
+
+__all__ = ["RunningLedger", "ledger_for"]
+
+Totals = list[int]
+"""[allocated milli-GPUs, millicores, MiB, wanted milli-GPUs, millicores, MiB, jobs]: what a
+queue's running jobs hold (running pods) and want (running and missing pods), and how many
+they are (a queue with none has no entry)."""
+
+
+def _missing(job: JobView) -> int:
+    return max(job.spec.tasks - len(job.placement) - len(job.releasing), 0)
+
+
+class RunningLedger:
+    """The running jobs of one `JobIndex`, with what they hold per queue and per node, and a
+    room index of the nodes less every running pod (Volcano's FutureIdle before this cycle's
+    evictions: terminating pods count as gone)."""
+
+    def __init__(self, token: int, nodes: tuple[Node, ...]) -> None:
+        self.token = token
+        self.nodes = nodes
+        self.version = -1
+        self.views: dict[str, JobView] = {}  # job id -> the view counted
+        self._counted: dict[int, JobView] = {}  # id(view) -> view, the same views
+        # Running jobs with pods neither running nor terminating (gang-hung or elastic).
+        self.missing: dict[str, JobView] = {}
+        # Running jobs with tasks inside their grace period.
+        self.releasing: dict[str, JobView] = {}
+        self.held: dict[str, Totals] = {}  # queue -> Totals
+        # node -> job id -> (view, indexes of its running tasks on that node)
+        self.on_node: dict[int, dict[str, tuple[JobView, tuple[int, ...]]]] = {}
+        # node -> priority -> milli-GPUs of running pods that may ever be victims
+        self.victim_gpu: dict[int, dict[int, int]] = {}
+        # priority -> node -> milli-GPUs of the pods in `victim_gpu` below that priority,
+        # for each priority asked about (kept up to date from then on)
+        self._below: dict[int, dict[int, int]] = {}
+        self.room = Room(nodes)
+        self._scratch: AbstractContextManager[Room] | None = None
+        self.cycle: CycleContext | None = None  # the cycle it was last caught up for
+
+    # -- keeping up ------------------------------------------------------------------------
+
+    def sync(self, snapshot: Snapshot) -> None:
+        """Catch up with the snapshot's running jobs (and end the last cycle's what-ifs).
+
+        Views are told apart by identity, as sets of `id()`s (the ledger keeps the views it
+        counted alive, so an id is never reused while counted): set differences in C find
+        the views gone and the new ones. New views were put into the index after the last
+        sync, and a dict keeps insertion order, so they are found from its end."""
+        self.release_room()
+        index = snapshot.job_index
+        if index.version == self.version:
+            return
+        running = index.by_state[JobState.RUNNING]
+        now = set(map(id, running.values()))
+        counted = self._counted
+        for key in counted.keys() - now:
+            old = counted.pop(key)
+            del self.views[old.id]
+            self._remove(old)
+        new = now - counted.keys()
+        left = len(new)
+        if left:
+            for view in reversed(running.values()):
+                if id(view) in new:
+                    counted[id(view)] = self.views[view.id] = view
+                    self._add(view)
+                    left -= 1
+                    if not left:
+                        break
+        self.version = index.version
+
+    def _add(self, job: JobView) -> None:
+        self._count(job, 1)
+        for task in job.placement:
+            self.room.take(task)
+
+    def _remove(self, job: JobView) -> None:
+        self._count(job, -1)
+        for task in job.placement:
+            self.room.give(task)
+
+    def _count(self, job: JobView, sign: int) -> None:
+        spec = job.spec
+        job_id = job.id
+        if sign > 0:
+            if _missing(job):
+                self.missing[job_id] = job
+            if job.releasing:
+                self.releasing[job_id] = job
+        else:
+            self.missing.pop(job_id, None)
+            self.releasing.pop(job_id, None)
+        running = len(job.placement)
+        wanted = (running + _missing(job)) * sign
+        running *= sign
+        totals = self.held.setdefault(spec.queue, [0, 0, 0, 0, 0, 0, 0])
+        totals[0] += spec.gpu * running
+        totals[1] += spec.cpu * running
+        totals[2] += spec.memory * running
+        totals[3] += spec.gpu * wanted
+        totals[4] += spec.cpu * wanted
+        totals[5] += spec.memory * wanted
+        totals[6] += sign
+        if not totals[6]:
+            del self.held[spec.queue]
+        by_node: dict[int, list[int]] = {}
+        for i, task in enumerate(job.placement):
+            by_node.setdefault(task.node, []).append(i)
+        victim = not is_protected(job)
+        for node, indexes in by_node.items():
+            pods = self.on_node.setdefault(node, {})
+            if sign > 0:
+                pods[job_id] = (job, tuple(indexes))
+            else:
+                del pods[job_id]
+            if victim:
+                gpu = sign * spec.gpu * len(indexes)
+                priorities = self.victim_gpu.setdefault(node, {})
+                left = priorities.get(spec.priority, 0) + gpu
+                if left:
+                    priorities[spec.priority] = left
+                else:
+                    del priorities[spec.priority]
+                for priority, below in self._below.items():
+                    if spec.priority < priority:
+                        left = below.get(node, 0) + gpu
+                        if left:
+                            below[node] = left
+                        else:
+                            del below[node]
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def held_without(self, gone: set[str]) -> dict[str, Totals]:
+        """`held` as if the jobs in `gone` had stopped: a copy."""
+        held = {queue: list(totals) for queue, totals in self.held.items()}
+        for job_id in gone:
+            job = self.views.get(job_id)
+            if job is None:
+                continue
+            spec = job.spec
+            totals = held[spec.queue]
+            running = len(job.placement)
+            wanted = running + _missing(job)
+            totals[0] -= spec.gpu * running
+            totals[1] -= spec.cpu * running
+            totals[2] -= spec.memory * running
+            totals[3] -= spec.gpu * wanted
+            totals[4] -= spec.cpu * wanted
+            totals[5] -= spec.memory * wanted
+            totals[6] -= 1
+            if not totals[6]:
+                del held[spec.queue]
+        return held
+
+    def pods_on(self, node: int) -> Iterator[tuple[JobView, int]]:
+        """The running pods on `node`: (job, index in its placement)."""
+        for job, indexes in self.on_node.get(node, {}).values():
+            for i in indexes:
+                yield job, i
+
+    def victims_below(self, priority: int) -> dict[int, int]:
+        """node -> milli-GPUs of the running pods there below `priority` that may ever be
+        victims (nodes with none left out). Read only: the ledger keeps it up to date."""
+        found = self._below.get(priority)
+        if found is None:
+            found = {}
+            for node, by_priority in self.victim_gpu.items():
+                gpu = sum(g for p, g in by_priority.items() if p < priority)
+                if gpu:
+                    found[node] = gpu
+            self._below[priority] = found
+        return found
+
+    def leaving(self, snapshot: Snapshot, gone: set[str]) -> list[TaskPlacement]:
+        """Tasks whose room is on its way to being free: tasks inside their grace period, and
+        the running tasks of the jobs in `gone` (evicted whole earlier in the cycle)."""
+        tasks = [t for job in snapshot.in_state(JobState.RELEASING) for t in job.releasing]
+        for job in self.releasing.values():
+            tasks.extend(job.releasing)
+        for job_id in gone:
+            evicted = self.views.get(job_id)
+            if evicted is not None:
+                tasks.extend(evicted.placement)
+        return tasks
+
+    def future_room(self, gone: set[str]) -> Room:
+        """The nodes less every running pod but those of `gone`: a working copy, until the
+        next `sync` or `release_room` undoes whatever the cycle did to it."""
+        self.release_room()
+        self._scratch = self.room.scratch()
+        room = self._scratch.__enter__()
+        for job_id in gone:
+            job = self.views.get(job_id)
+            if job is not None:
+                for task in job.placement:
+                    room.give(task)
+        return room
+
+    def release_room(self) -> None:
+        """Undo the working copy `future_room` handed out, if any."""
+        scratch, self._scratch = self._scratch, None
+        if scratch is not None:
+            scratch.__exit__(None, None, None)
+
+
+_LEDGER: list[RunningLedger] = []
+
+
+def ledger_for(cycle: CycleContext) -> RunningLedger:
+    """The ledger of the cycle's job index, caught up with its snapshot when a new cycle
+    first asks (the last cycle's working copy of the future room undone then). One is kept
+    (one simulation at a time is the common case); another index starts a new one."""
+    snapshot = cycle.snapshot
+    index = snapshot.job_index
+    ledger = _LEDGER[0] if _LEDGER else None
+    if ledger is not None and ledger.cycle is cycle:
+        return ledger
+    if ledger is None or ledger.token != index.token or ledger.nodes is not snapshot.nodes:
+        if ledger is not None:
+            ledger.release_room()
+        ledger = RunningLedger(index.token, snapshot.nodes)
+        _LEDGER[:] = [ledger]
+    ledger.sync(snapshot)
+    ledger.cycle = cycle
+    return ledger

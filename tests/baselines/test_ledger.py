@@ -1,0 +1,120 @@
+"""The running ledger (baselines/ledger.py) is what a walk over the running jobs finds, at
+every cycle, and the baselines decide exactly the same with it as with a fresh walk.
+
+Both over hypothesis' random scenarios (test_baseline_properties.scenarios): gangs cut
+below their minimum, elastic extras, pods terminating, protected and kube-system jobs,
+queues that run dry — every cycle of every baseline checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import given, settings
+from test_baseline_properties import scenarios
+
+from caldera.baselines import ledger as ledger_module
+from caldera.baselines.common import missing_tasks
+from caldera.baselines.ledger import ledger_for
+from caldera.core.context import CycleContext
+from caldera.core.room import Room
+from caldera.core.victims import is_protected
+from caldera.model import JobState
+from caldera.policies import get_policy
+from caldera.sim import Simulator, parse_scenario
+
+POLICIES = ("volcano", "volcano-seed001", "priority-kill", "fifo")
+
+
+def _walked(cycle: CycleContext) -> dict[str, Any]:
+    """What a full walk over the snapshot's running jobs gives (the code before the ledger)."""
+    snapshot = cycle.snapshot
+    held: dict[str, list[int]] = {}
+    on_node: dict[int, set[tuple[str, int]]] = {}
+    victim_gpu: dict[int, dict[int, int]] = {}
+    room = Room(snapshot.nodes)
+    for job in snapshot.in_state(JobState.RUNNING):
+        spec = job.spec
+        sums = held.setdefault(spec.queue, [0, 0, 0, 0, 0, 0, 0])
+        running = len(job.placement)
+        wanted = running + missing_tasks(job)
+        for i, value in enumerate((spec.gpu, spec.cpu, spec.memory)):
+            sums[i] += value * running
+            sums[3 + i] += value * wanted
+        sums[6] += 1
+        for index, task in enumerate(job.placement):
+            room.take(task)
+            on_node.setdefault(task.node, set()).add((job.id, index))
+            if not is_protected(job):
+                by_priority = victim_gpu.setdefault(task.node, {})
+                by_priority[spec.priority] = by_priority.get(spec.priority, 0) + spec.gpu
+    running_jobs = snapshot.in_state(JobState.RUNNING)
+    return {
+        "held": held,
+        "missing": {
+            job.id
+            for job in running_jobs
+            if len(job.placement) + len(job.releasing) < job.spec.tasks
+        },
+        "releasing": {
+            t
+            for job in snapshot.all_jobs
+            if job.state is not JobState.PENDING
+            for t in job.releasing
+        },
+        "on_node": on_node,
+        "victim_gpu": {node: {p: g for p, g in by.items() if g} for node, by in victim_gpu.items()},
+        "room": room.fingerprint(),
+    }
+
+
+def _check_ledger(cycle: CycleContext) -> None:
+    ledger = ledger_for(cycle)
+    want = _walked(cycle)
+    assert ledger.held == want["held"]
+    assert set(ledger.missing) == want["missing"]
+    assert set(ledger.leaving(cycle.snapshot, set())) == want["releasing"]
+    on_node = {
+        node: {(job.id, index) for job, index in ledger.pods_on(node)}
+        for node in ledger.on_node
+        if ledger.on_node[node]
+    }
+    assert on_node == want["on_node"]
+    assert {n: by for n, by in ledger.victim_gpu.items() if by} == want["victim_gpu"]
+    for priority in (0, 100, 500, 1000):
+        below = {
+            node: total
+            for node, by in want["victim_gpu"].items()
+            if (total := sum(g for p, g in by.items() if p < priority))
+        }
+        assert ledger.victims_below(priority) == below
+    assert ledger.future_room(set()).fingerprint() == want["room"]
+    ledger.release_room()
+
+
+def _forget_ledger(cycle: CycleContext) -> None:
+    """Every cycle from a fresh walk: the ledger built from nothing."""
+    ledger_module._LEDGER.clear()
+
+
+def _run(data: dict[str, Any], policy: str, first: Any) -> dict[str, Any]:
+    scenario = parse_scenario(data).with_policy(policy)
+    chosen = get_policy(policy)
+    wrapped = replace(chosen, phases=(first, *chosen.phases))
+    return Simulator(scenario, policy=wrapped).run().result()
+
+
+@settings(max_examples=15, deadline=None)
+@given(scenarios())
+def test_the_ledger_is_the_walk_at_every_cycle(data: dict[str, Any]) -> None:
+    for policy in POLICIES:
+        _run(data, policy, _check_ledger)
+
+
+@settings(max_examples=15, deadline=None)
+@given(scenarios())
+def test_the_baselines_decide_the_same_with_a_ledger_kept_or_rebuilt(data: dict[str, Any]) -> None:
+    for policy in POLICIES:
+        kept = _run(data, policy, lambda cycle: None)
+        assert _run(data, policy, _forget_ledger) == kept, policy
