@@ -11,6 +11,7 @@ from caldera.k8s.bench_side import (
     GANG_MAX,
     GANG_MIN,
     controller_writes,
+    gang_sizes,
     is_write,
     per_pod,
     ratios,
@@ -54,6 +55,8 @@ def test_more_jobs_than_fit_at_once_have_the_first_ones_make_room(
         (["--modes", ","], "a comma list of distinct modes"),
         (["--modes", "caldera", "--gang-share", "1.5"], "between 0 and 1"),
         (["--modes", "caldera", "--nodes", "2", "--jobs", "17"], "every pod fits at once"),
+        (["--modes", "caldera", "--nodes", "2", "--gangs", "3"], "room for every gang at once"),
+        (["--modes", "caldera", "--gangs", "-1"], "--gangs must be 0 or more"),
     ],
 )
 def test_bench_k8s_side_by_side_refuses_bad_input_in_one_line(args: list[str], want: str) -> None:
@@ -116,3 +119,9 @@ def test_controller_writes_are_its_own_resources_and_the_events_beyond_the_runti
         "POST events": 10,
         "PATCH events": 1,
     }
+
+
+def test_the_preemption_case_has_its_gangs_of_8_to_64_seeded() -> None:
+    sizes = gang_sizes(200, 1)
+    assert len(sizes) == 200 and all(GANG_MIN <= s <= GANG_MAX for s in sizes)
+    assert gang_sizes(200, 1) == sizes and gang_sizes(200, 2) != sizes

@@ -96,6 +96,14 @@ def k8s_command(
         float, typer.Option(help="Side by side: the share of the pods in gangs of 8-64 tasks.")
     ] = 0.2,
     seed: Annotated[int, typer.Option(help="Side by side: the workload's seed.")] = 1,
+    gangs: Annotated[
+        int,
+        typer.Option(
+            help="Side by side, the preemption case: the cluster filled with low-priority "
+            "single-pod jobs first, then this many gangs of 8-64 tasks at high priority "
+            "(--jobs and --gang-share are then not used)."
+        ),
+    ] = 0,
 ) -> None:
     """The controller on a real control plane (dev cluster): decision-to-bind latency,
     CPU and memory, recovery after a crash; with --modes, the same workload through each
@@ -115,7 +123,7 @@ def k8s_command(
 
         run_side_by_side(
             modes, nodes, gpus_per_node, jobs, gpus_per_job, gang_share, seed, submitters,
-            timeout, json_output,
+            timeout, json_output, gangs,
         )  # fmt: skip
         return
     try:

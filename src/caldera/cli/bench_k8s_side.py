@@ -33,9 +33,10 @@ def run_side_by_side(
     submitters: int,
     timeout: float,
     json_output: bool,
+    gangs: int = 0,
 ) -> None:
     """Check the input (one line on bad input, before any cluster starts), run, print."""
-    from caldera.k8s.bench_side import SideMode, bench_side_by_side
+    from caldera.k8s.bench_side import SideMode, bench_side_by_side, gang_sizes
     from caldera.k8s.devcluster import DevClusterError, find_bins
     from caldera.k8s.devcluster_volcano import find_volcano
 
@@ -51,7 +52,16 @@ def run_side_by_side(
     if not 0 <= gang_share <= 1:
         fail("--gang-share must be between 0 and 1", EXIT_BAD_INPUT)
     room = nodes * (gpus_per_node // gpus_per_pod)
-    if pods > room:
+    if gangs < 0:
+        fail("--gangs must be 0 or more", EXIT_BAD_INPUT)
+    if gangs and sum(gang_sizes(gangs, seed)) > room:
+        fail(
+            f"the preemption case needs room for every gang at once: {gangs} gangs of "
+            f"{sum(gang_sizes(gangs, seed))} pods in all need more than the {room} places of "
+            f"{nodes} nodes",
+            EXIT_BAD_INPUT,
+        )
+    if not gangs and pods > room:
         fail(
             f"side by side, every pod fits at once: {pods} pods of {gpus_per_pod} GPU(s) "
             f"need more than the {room} places of {nodes} nodes",
@@ -72,7 +82,7 @@ def run_side_by_side(
 
     report = bench_side_by_side(
         modes, nodes, gpus_per_node, pods, gpus_per_pod, gang_share, seed, volcano,
-        submitters, timeout, say,
+        submitters, timeout, say, gangs,
     )  # fmt: skip
     if json_output:
         sys.stdout.write(json.dumps(report) + "\n")
@@ -89,6 +99,7 @@ def _print(report: dict[str, object]) -> None:
     table = Table(
         title=f"{first['pods']} pods ({first['jobs']} jobs, {first['gangs']} gangs of 8-64) on "
         f"{first['nodes']} nodes x {first['gpus_per_node']} GPUs"
+        + (f", after {first['fill']} low-priority fillers" if first["fill"] else "")
     )
     for column in ("mode", "bound", "pods/s", "sub->bind p50", "p99", "req/pod", "wr/pod"):
         table.add_column(column, justify="right")
@@ -97,6 +108,9 @@ def _print(report: dict[str, object]) -> None:
     table.add_column("RSS MiB apiserver", justify="right")
     table.add_column("RSS MiB sched+ctrl", justify="right")
     table.add_column("load", justify="right")
+    preempt = bool(first["fill"])
+    if preempt:
+        table.add_column("evictions/s", justify="right")
     for column in ("ctrl wr/job", "admit p50/p99", "decision->bind p99"):
         table.add_column(column, justify="right")  # caldera modes only
     for r in rows:
@@ -114,6 +128,7 @@ def _print(report: dict[str, object]) -> None:
             f"{r['rss_mib'].get('kube-apiserver', 0.0):.0f}",
             f"{sum(r['rss_mib'].get(n, 0.0) for n in _CPU_COLUMNS[2][1]):.0f}",
             "{:.1f}-{:.1f}".format(*r["load"]),
+            *([f"{r['evictions_per_s']:.1f} ({r['evictions']})"] if preempt else []),
             f"{r['controller_writes_per_job']:.2f}" if r["controller_writes"] else "-",
             f"{r['admit_p50_s']:.2f}/{r['admit_p99_s']:.2f} s" if caldera else "-",
             f"{r['decision_bind_p99_s']:.2f} s" if caldera else "-",

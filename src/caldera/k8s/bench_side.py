@@ -47,6 +47,17 @@ In the caldera modes, also (issue 40, items 1 and 2):
 
 And the ratios of pods bound per second: caldera + Volcano / Volcano alone and caldera /
 kube-scheduler, when both of a pair ran.
+
+The preemption-heavy case (`fill`, issue 40 item 3): before the measured workload, `fill`
+single-pod jobs of low priority take every GPU of the cluster (submitted and bound first,
+not measured); then the measured jobs — gangs (`gang_sizes`) — come at high priority, so
+every start needs victims. Each mode as its users would: PriorityClasses `bench-low` and
+`bench-high` on the plain pods (kube-scheduler's preemption) and on the PodGroups and pods
+(Volcano's preempt action); TrainingJobs of type `normal` and `large-job` for caldera (its
+preemption, through the Eviction API, grace period 1 s, no cooldown). Besides the figures
+above (over the gangs' pods), the victims: pods seen deleted or being deleted in the window
+(through the Eviction API for caldera, `POST pods/eviction`; kube-scheduler and Volcano
+delete them), per second from the first gang sent to the last gang pod bound.
 """
 
 from __future__ import annotations
@@ -96,6 +107,7 @@ __all__ = [
     "SideResult",
     "bench_side_by_side",
     "controller_writes",
+    "gang_sizes",
     "is_write",
     "per_pod",
     "ratios",
@@ -133,6 +145,11 @@ CONTROLLER_WRITES = frozenset(
 )
 EVENT_WRITES = ("POST events", "PATCH events")
 BEHIND = {"caldera": "kube-scheduler", "caldera-volcano": "volcano"}  # the runtime behind
+LOW, HIGH = "bench-low", "bench-high"  # the preemption case's PriorityClasses
+PRIORITY = {LOW: 100, HIGH: 100000}
+JOB_TYPE = {LOW: "normal", HIGH: "large-job"}  # what caldera's users ask for instead
+# caldera's policy in the preemption case: victims leave at once (KWOK pods hold no work)
+PREEMPT_POLICY = {"grace_period": 1, "cooldown": 0, "eviction_budget": 1.0}
 
 
 class SideMode(Enum):
@@ -171,6 +188,12 @@ def workload(pods: int, gang_share: float, seed: int) -> list[int]:
     sizes += [1] * (pods - sum(sizes))
     rng.shuffle(sizes)
     return sizes
+
+
+def gang_sizes(gangs: int, seed: int) -> list[int]:
+    """`gangs` gang sizes of GANG_MIN..GANG_MAX tasks, seeded: the preemption case's jobs."""
+    rng = random.Random(seed)
+    return [rng.randint(GANG_MIN, GANG_MAX) for _ in range(gangs)]
 
 
 def is_write(key: str) -> bool:
@@ -252,6 +275,11 @@ class SideResult:
     admit_all_p99_s: float = 0.0
     decision_bind_p50_s: float = 0.0
     decision_bind_p99_s: float = 0.0
+    # the preemption case: fillers bound before the measured jobs, and the evictions
+    fill: int = 0
+    fill_s: float = 0.0
+    evictions: int = 0
+    evictions_per_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -268,9 +296,10 @@ class _Watch:
     bound_wall: dict[str, float] = field(default_factory=dict)  # the same, in unix time
     admitted: dict[str, float] = field(default_factory=dict)  # TrainingJob → status seen
     decided: dict[str, float] = field(default_factory=dict)  # TrainingJob → its start, unix
+    gone: set[str] = field(default_factory=set)  # pods seen deleted or being deleted
     stop: threading.Event = field(default_factory=threading.Event)
 
-    def _note(self, obj: dict[str, Any], now: float) -> None:
+    def _note(self, obj: dict[str, Any], now: float, deleted: bool = False) -> None:
         meta = obj["metadata"]
         if self.kind == "trainingjobs":
             self._note_job(meta["name"], obj.get("status") or {}, now)
@@ -280,6 +309,8 @@ class _Watch:
         if not job:
             return
         self.job_of.setdefault(meta["name"], job)
+        if deleted or "deletionTimestamp" in meta:
+            self.gone.add(meta["name"])
         if (obj.get("spec") or {}).get("nodeName") and meta["name"] not in self.bound:
             self.bound[meta["name"]] = now
             self.bound_wall[meta["name"]] = time.time()
@@ -304,7 +335,7 @@ class _Watch:
                 for kind, obj in self.api.watch_objects(self.kind, NAMESPACE, "", "", version, 5):
                     version = str(obj["metadata"].get("resourceVersion") or version)
                     if kind != "BOOKMARK":
-                        self._note(obj, time.monotonic())
+                        self._note(obj, time.monotonic(), kind == "DELETED")
                     if self.stop.is_set():
                         break
             except Expired:
@@ -313,45 +344,49 @@ class _Watch:
                 time.sleep(0.5)
 
 
-def _plain_pod(job: str, rank: int, gpus: int, mode: SideMode) -> dict[str, Any]:
+def _plain_pod(
+    job: str, rank: int, gpus: int, mode: SideMode, priority: str | None = None
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": f"{job}-{rank}", "labels": {BENCH_JOB: job}}
     if mode is SideMode.VOLCANO:
         meta["annotations"] = {names.GROUP_NAME: job}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {
-            "schedulerName": mode.scheduler_name,
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": IMAGE,
-                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-                }
-            ],
-        },
+    spec: dict[str, Any] = {
+        "schedulerName": mode.scheduler_name,
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "main",
+                "image": IMAGE,
+                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+            }
+        ],
     }
+    if priority is not None:
+        spec["priorityClassName"] = priority
+        spec["terminationGracePeriodSeconds"] = 1  # as caldera's victims in this case
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
-def _pod_group(job: str, size: int) -> dict[str, Any]:
+def _pod_group(job: str, size: int, priority: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"minMember": size, "queue": QUEUE}
+    if priority is not None:
+        spec["priorityClassName"] = priority
     return {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
         "kind": "PodGroup",
         "metadata": {"name": job},
-        "spec": {"minMember": size, "queue": QUEUE},
+        "spec": spec,
     }
 
 
-def _training_job(job: str, size: int, gpus: int) -> dict[str, Any]:
+def _training_job(job: str, size: int, gpus: int, priority: str | None = None) -> dict[str, Any]:
     container = {"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
     return {
         "apiVersion": names.API_VERSION,
         "kind": names.KIND,
         "metadata": {"name": job},
         "spec": {
-            "type": "normal",
+            "type": JOB_TYPE[priority] if priority else "normal",
             "tasks": [
                 {
                     "name": "worker",
@@ -385,17 +420,19 @@ def _submit(
     gpus: int,
     submitters: int,
     sent: dict[str, float],
+    prefix: str = "job",
+    priority: str | None = None,
 ) -> None:
-    """Submit every job as `mode`'s users would; `sent`: when each job's first object was
-    sent."""
+    """Submit every job as `mode`'s users would, named `prefix-00000`…, at `priority` (the
+    preemption case); `sent`: when each job's first object was sent."""
     core = k8s.client.CoreV1Api(api)
     custom = k8s.client.CustomObjectsApi(api)
 
     def one(i: int) -> None:
-        job, size = f"job-{i:05d}", sizes[i]
+        job, size = f"{prefix}-{i:05d}", sizes[i]
         sent[job] = time.monotonic()
         if mode.controller:
-            body = _training_job(job, size, gpus)
+            body = _training_job(job, size, gpus, priority)
             _retry(
                 lambda: custom.create_namespaced_custom_object(
                     names.GROUP, names.VERSION, NAMESPACE, names.PLURAL, body
@@ -403,14 +440,14 @@ def _submit(
             )
             return
         if mode is SideMode.VOLCANO:
-            group = _pod_group(job, size)
+            group = _pod_group(job, size, priority)
             _retry(
                 lambda: custom.create_namespaced_custom_object(
                     "scheduling.volcano.sh", "v1beta1", NAMESPACE, "podgroups", group
                 )
             )
         for rank in range(size):
-            pod = _plain_pod(job, rank, gpus, mode)
+            pod = _plain_pod(job, rank, gpus, mode, priority)
             _retry(partial(core.create_namespaced_pod, NAMESPACE, pod))
 
     with ThreadPoolExecutor(submitters, thread_name_prefix="bench-submit") as pool:
@@ -433,6 +470,7 @@ def _prepare(
     mode: SideMode,
     folder: Path,
     started: list[subprocess.Popen[bytes]],
+    preempt: bool = False,
 ) -> subprocess.Popen[bytes] | None:
     """The namespace, and what the mode needs before its users submit: Volcano's queue, or
     the TrainingJob CRD and caldera's controller (leading; put in `started` as soon as it
@@ -456,6 +494,10 @@ def _prepare(
             "spec": {"weight": 1, "reclaimable": True},
         }
         custom.create_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", queue)
+    if preempt and not mode.controller:
+        scheduling = k8s.client.SchedulingV1Api(api)
+        for name, value in PRIORITY.items():
+            scheduling.create_priority_class({"metadata": {"name": name}, "value": value})
     if not mode.controller:
         if mode.needs_volcano:
             _wait("Volcano to open the queue", lambda: _queue_open(custom), 120)
@@ -474,6 +516,7 @@ def _prepare(
         yaml.safe_dump(
             {
                 "queues": [{"name": QUEUE}],
+                **({"policy": PREEMPT_POLICY} if preempt else {}),
                 "kubernetes": {
                     "namespaces": {NAMESPACE: {"queues": [QUEUE]}},
                     "state_namespace": NAMESPACE,
@@ -536,6 +579,7 @@ def _run_mode(
     submitters: int,
     timeout: float,
     say: Callable[[str], None],
+    fill: int = 0,
 ) -> None:
     pods = sum(sizes)
     with tempfile.TemporaryDirectory(prefix=f"caldera-bench-{mode.value}-") as tmp:
@@ -561,14 +605,27 @@ def _run_mode(
         jobs = _Watch(KubeClusterAPI(api), kind="trainingjobs")
         started: list[subprocess.Popen[bytes]] = []
         try:
-            controller = _prepare(api, cluster, mode, folder, started)
+            controller = _prepare(api, cluster, mode, folder, started, preempt=fill > 0)
             threading.Thread(target=watch.run, daemon=True).start()
             if mode.controller:
                 threading.Thread(target=jobs.run, daemon=True).start()
             pids = dict(cluster.pids)
             if controller is not None:
                 pids["caldera-controller"] = controller.pid
+            if fill:
+                result.fill = fill
+                result.fill_s = _fill(api, mode, fill, gpus, submitters, watch, timeout, say)
+
+            def bound() -> list[float]:
+                """When each pod of the measured jobs was first seen bound."""
+                if not fill:
+                    return list(watch.bound.values())
+                return [
+                    t for pod, t in list(watch.bound.items()) if watch.job_of[pod][:4] == "job-"
+                ]
+
             cpu_before, requests_before = _cpu(pids), _server_requests(api)
+            gone_before = len(watch.gone)
             load_before = os.getloadavg()[0]
             first = time.monotonic()
             sent: dict[str, float] = {}
@@ -576,7 +633,9 @@ def _run_mode(
 
             def submit() -> None:
                 try:
-                    _submit(api, mode, sizes, gpus, submitters, sent)
+                    _submit(
+                        api, mode, sizes, gpus, submitters, sent, priority=HIGH if fill else None
+                    )
                 except Exception as error:  # said as the mode's error below
                     failed.append(error)
                 result.submitted_s = round(time.monotonic() - first, 2)
@@ -584,25 +643,23 @@ def _run_mode(
             submitting = threading.Thread(target=submit, daemon=True)
             submitting.start()
             next_line = first + PROGRESS_EVERY
-            while len(watch.bound) < pods:
+            while (done := len(bound())) < pods:
                 now = time.monotonic()
                 if now - first > timeout:
-                    raise TimeoutError(
-                        f"{len(watch.bound)} of {pods} pods bound after {timeout:g} s"
-                    )
+                    raise TimeoutError(f"{done} of {pods} pods bound after {timeout:g} s")
                 if now >= next_line:
-                    say(f"{mode.value}: {len(watch.bound)}/{pods} pods bound, {now - first:.0f} s")
+                    say(f"{mode.value}: {done}/{pods} pods bound, {now - first:.0f} s")
                     next_line = now + PROGRESS_EVERY
                 if failed:
                     raise RuntimeError(f"submitting: {_said(failed[0])}")
                 time.sleep(0.2)
             submitting.join(timeout)
-            last_bind = max(watch.bound.values())
+            last_bind = max(bound())
             requests_after = _settle(api, requests_before)
             result.settle_s = round(time.monotonic() - last_bind, 1)
             cpu_after = _cpu(pids)
             result.load = (round(load_before, 1), round(os.getloadavg()[0], 1))
-            result.bound = len(watch.bound)
+            result.bound = len(bound())
             result.all_bound_s = round(last_bind - first, 2)
             result.pods_per_s = round(pods / max(result.all_bound_s, 1e-3), 1)
             delays = [
@@ -622,6 +679,8 @@ def _run_mode(
             result.server_requests = dict(sorted(grown.items(), key=lambda kv: -kv[1]))
             result.background = {k: n for k, n in result.server_requests.items() if _background(k)}
             result.requests_per_pod, result.writes_per_pod = per_pod(grown, pods)
+            result.evictions = len(watch.gone) - gone_before
+            result.evictions_per_s = round(result.evictions / max(result.all_bound_s, 1e-3), 1)
             result.cpu_s = {
                 k: round(v - cpu_before.get(k, 0.0), 2) for k, v in sorted(cpu_after.items())
             }
@@ -646,6 +705,35 @@ def _run_mode(
                     controller.wait()
             api.close()
             cluster.stop()
+
+
+def _fill(
+    api: Any,
+    mode: SideMode,
+    fill: int,
+    gpus: int,
+    submitters: int,
+    watch: _Watch,
+    timeout: float,
+    say: Callable[[str], None],
+) -> float:
+    """The preemption case's fillers: `fill` single-pod jobs of low priority, submitted and
+    bound before the measured jobs (seconds it took)."""
+    began = time.monotonic()
+    _submit(api, mode, [1] * fill, gpus, submitters, {}, prefix="fill", priority=LOW)
+
+    def filled() -> bool:
+        done = sum(1 for job in list(watch.job_of.values()) if job[:5] == "fill-")
+        bound = sum(1 for pod in list(watch.bound) if watch.job_of[pod][:5] == "fill-")
+        if time.monotonic() - began > timeout:
+            raise TimeoutError(f"{bound} of {fill} fillers bound ({done} seen) after {timeout:g} s")
+        return bound >= fill
+
+    while not filled():
+        time.sleep(0.5)
+    took = round(time.monotonic() - began, 1)
+    say(f"{mode.value}: {fill} fillers bound in {took:.0f} s; the gangs come now")
+    return took
 
 
 def _admission(
@@ -685,18 +773,22 @@ def bench_side_by_side(
     submitters: int = SUBMITTERS,
     timeout: float = 900.0,
     say: Callable[[str], None] = lambda line: None,
+    gangs: int = 0,
 ) -> dict[str, Any]:
     """Run the workload through each mode on its own fresh dev cluster, one after the other.
     A mode that fails (a timeout, a component that died) keeps what it measured and says why
-    in `error`; the next mode still runs."""
-    sizes = workload(pods, gang_share, seed)
+    in `error`; the next mode still runs. `gangs` > 0: the preemption case — the cluster
+    filled with low-priority single-pod jobs first, then `gangs` gangs (`gang_sizes`) at high
+    priority (`pods` and `gang_share` are then not used)."""
+    sizes = gang_sizes(gangs, seed) if gangs else workload(pods, gang_share, seed)
+    fill = nodes * (gpus_per_node // gpus_per_pod) if gangs else 0
     results = []
     for mode in modes:
         result = SideResult(
-            mode.value, nodes, gpus_per_node, pods, len(sizes), sum(1 for s in sizes if s > 1)
+            mode.value, nodes, gpus_per_node, sum(sizes), len(sizes), sum(1 for s in sizes if s > 1)
         )
         try:
-            _run_mode(mode, sizes, result, gpus_per_pod, volcano, submitters, timeout, say)
+            _run_mode(mode, sizes, result, gpus_per_pod, volcano, submitters, timeout, say, fill)
         except (
             TimeoutError, RuntimeError, ClusterError, DevClusterError, k8s.client.ApiException
         ) as error:  # fmt: skip
