@@ -11,7 +11,8 @@ to pods.
     actuator ─ KubeActuator: status first, then PodGroup + pinned pods / evictions, Events
 
 Each `step` reads the cluster (level-triggered: what is there, not what changed), then runs
-the cycle when something changed, a wake-up time came or the timer ran out. What the cluster
+the cycle when the scheduling loop every runtime drives (`caldera.runtime.SchedulerLoop`) says
+it is due: something changed, a wake-up time came or the timer ran out. What the cluster
 reports wins over what caldera remembers: a pod that is gone has ended, a pod that failed
 broke its gang (the rest are stopped, then the job is retried or failed), a pod not bound
 within `bind_timeout` gives the start up (requeued), a start whose PodGroup Volcano refused
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
@@ -64,14 +64,13 @@ from caldera.k8s.statemap import read_throttles
 from caldera.k8s.waiting import tell_waits
 from caldera.model import GPU_MILLI, JobState, Node, Queue, QueueState
 from caldera.policies import get_policy
-from caldera.runtime import MAX_CYCLES_AT_ONCE, Kernel, Outcome, run_again
+from caldera.runtime import Kernel, Outcome, SchedulerLoop
 from caldera.runtime.wire import ByName, placement_from_wire
 
 __all__ = ["KubeRuntime", "KubeStats"]
 
 log = logging.getLogger("caldera.k8s")
 
-_TIMER = 5.0  # seconds: the cycle runs at least this often (effective weights move with time)
 _QUEUE_RECHECK = 5.0  # seconds between reads of a Volcano Queue that refused a PodGroup
 
 
@@ -104,6 +103,8 @@ class KubeRuntime:
         self.policy_config = policy
         self.policy = get_policy(policy.name)
         self.clock = clock
+        self.loop = SchedulerLoop(clock)
+        self._took = 0.0  # wall seconds of the last cycle's caldera.core.run
         self.queues: dict[str, Queue] = {q.name: q for q in queues}
         self.node_state = NodeState((), frozenset())
         self.room = Room(())
@@ -140,9 +141,6 @@ class KubeRuntime:
         self._blocked: dict[int, tuple[TaskPlacement, ...]] = {}
         self.orphans: dict[tuple[str, str], TaskPlacement] = {}  # pods no job claims
         self._loaded = False
-        self.cycle_needed = True
-        self._next_wakeup: float | None = None
-        self._last_cycle = -math.inf
         # Queues whose Volcano Queue refused a PodGroup (missing or not Open): their jobs
         # wait as in a Closed queue (running ones carry on) until it reads Open; queue →
         # when to read it again.
@@ -161,15 +159,22 @@ class KubeRuntime:
         return self.actuator.grace
 
     @property
+    def cycle_needed(self) -> bool:
+        """Something changed since the last cycle (the intake, the pod watcher, the actuator's
+        callbacks say so): the next step runs it."""
+        return self.loop.needed
+
+    @cycle_needed.setter
+    def cycle_needed(self, needed: bool) -> None:
+        self.loop.needed = needed
+
+    @property
     def next_wakeup(self) -> float | None:
-        """When the loop must step even if nothing happens: a decision's wake-up, a Volcano
-        queue to look at again, and the cycle's timer (`_TIMER` after the last cycle:
-        effective weights move with time). Nothing else wakes a quiet cluster's loop — not
-        even node heartbeats, which change nothing the controller reads."""
-        timer = self._last_cycle + _TIMER if self._last_cycle > -math.inf else None
-        times = [
-            t for t in (self._next_wakeup, timer, *self.volcano_waits.values()) if t is not None
-        ]
+        """When the loop must step even if nothing happens: a decision's wake-up, the cycle's
+        timer (`SchedulerLoop.next_due`: effective weights move with time), a Volcano queue to
+        look at again. Nothing else wakes a quiet cluster's loop — not even node heartbeats,
+        which change nothing the controller reads."""
+        times = [t for t in (self.loop.next_due(), *self.volcano_waits.values()) if t is not None]
         return min(times, default=None)
 
     # -- the loop's turn -------------------------------------------------------------------
@@ -183,13 +188,7 @@ class KubeRuntime:
         self.stats.steps += 1
         now = self.clock()
         self.observe(now)
-        wakeup = self._next_wakeup
-        due = (
-            self.cycle_needed
-            or (wakeup is not None and now >= wakeup)
-            or now - self._last_cycle >= _TIMER
-        )
-        if due:
+        if self.loop.due(now):
             return self.cycle()
         self.actuator.flush()
         return None
@@ -223,26 +222,24 @@ class KubeRuntime:
 
     def cycle(self) -> Decisions:
         """Run the cycle until it stops releasing held jobs; apply each result."""
-        decisions = Decisions()
-        for _ in range(MAX_CYCLES_AT_ONCE):
-            self.cycle_needed = False
-            now = self.clock()
-            snapshot = self.snapshot(now)
-            began = time.perf_counter()
-            decisions = run(snapshot, self.policy)
-            took = time.perf_counter() - began
-            self.stats.cycles += 1
-            self._last_cycle = now
-            self.kernel.apply(decisions, snapshot)
-            tell_waits(self, decisions, snapshot)  # why pending jobs wait (issue 34)
-            self.actuator.flush()
-            self._keep_decayed_usage(now)
-            if self.observer is not None:
-                self.observer(took, decisions, now)
-            self._next_wakeup = decisions.wakeup
-            if not run_again(decisions):
-                break
+        return self.loop.run(self.snapshot, self._decide, self._apply)
+
+    def _decide(self, snapshot: Snapshot) -> Decisions:
+        began = time.perf_counter()
+        decisions = run(snapshot, self.policy)
+        self._took = time.perf_counter() - began
+        self.stats.cycles += 1
         return decisions
+
+    def _apply(self, decisions: Decisions, snapshot: Snapshot) -> None:
+        """The kernel's changes, why pending jobs wait, then one flush of the writes."""
+        now = snapshot.now
+        self.kernel.apply(decisions, snapshot)
+        tell_waits(self, decisions, snapshot)  # why pending jobs wait (issue 34)
+        self.actuator.flush()
+        self._keep_decayed_usage(now)
+        if self.observer is not None:
+            self.observer(self._took, decisions, now)
 
     def snapshot(self, now: float) -> Snapshot:
         queues = dict(self.queues)
@@ -291,13 +288,9 @@ class KubeRuntime:
 
     def stop_gang(self, job: KubeJob, now: float) -> None:
         """A gang that cannot run whole (never bound, a member deleted by someone else, a
-        pod that never became ready): stop the rest; it is requeued when they are gone."""
-        stopping = [t for t in job.running if not t.done and t.kill_at is None]
-        for task in stopping:
-            task.kill_at = now + self.policy_config.grace_period
-        if stopping:
-            self.actuator.stop(job, stopping, now)
-            self.kernel.mark(job)
+        pod that never became ready): the kernel stops the rest (`Kernel.stop_gang`); it is
+        requeued when they are gone."""
+        self.kernel.stop_gang(job, now)
 
     def take(self, job: KubeJob, task: KubeTask) -> None:
         if self.room.can_take(task.placement):

@@ -49,7 +49,6 @@ from caldera.core import (
     Snapshot,
     TaskPlacement,
     Throttle,
-    ThrottleOff,
     ThrottleOn,
 )
 from caldera.core.decisions import release_timing
@@ -60,15 +59,7 @@ from caldera.model.lifecycle import TERMINAL
 from caldera.runtime.job import TaskT, TrackedJob, refresh_index
 from caldera.runtime.lifecycle import Outcome, TaskEnd, outcome
 
-__all__ = [
-    "MAX_CYCLES_AT_ONCE",
-    "Effects",
-    "EventKind",
-    "Kernel",
-    "KernelStats",
-    "cancel_eviction",
-    "run_again",
-]
+__all__ = ["Effects", "EventKind", "Kernel", "KernelStats", "cancel_eviction"]
 
 log = logging.getLogger("caldera.runtime")
 
@@ -146,19 +137,6 @@ class KernelStats:
     throttle_held_seconds: float = 0.0  # seconds jobs spent Held by a throttle
     memo_hits: int = 0  # victim searches the memo of failed searches saved (core/memo.py)
     quiet_cycles: int = 0  # cycles answered from the last one's record (core/quiet.py)
-
-
-# Cycles run back to back at one instant, at most: each may release held jobs or end a throttle
-# (`run_again`), and a bound keeps one instant from running forever.
-MAX_CYCLES_AT_ONCE = 8
-
-
-def run_again(decisions: Decisions) -> bool:
-    """Whether the cycle must run again at once: it released held jobs or ended a throttle,
-    so jobs it could not start a moment ago may start now. Every runtime loops on this."""
-    return bool(decisions.releases) or any(
-        isinstance(change, ThrottleOff) for change in decisions.throttles
-    )
 
 
 def cancel_eviction(view: JobView, config: PolicyConfig, now: float) -> Evict:
@@ -485,16 +463,24 @@ class Kernel(Generic[JobT, TaskT]):
         elif what is Outcome.STOP_GANG:
             if job.exit_code is None and ended.exit_code is not None:
                 job.exit_code = ended.exit_code
-            stopping = [t for t in job.running if not t.done and t.kill_at is None]
-            for task in stopping:
-                task.kill_at = now + self.config.grace_period
-            if stopping:
-                self.effects.stop(job, stopping, now)
+            self.stop_gang(job, now)
             self.mark(job)
         elif what is not Outcome.WAIT:
             self.finish(job, what, ended.exit_code, now)
         self.retire(job)
         return what
+
+    def stop_gang(self, job: JobT, now: float) -> None:
+        """A gang that cannot run whole (a task failed; on Kubernetes also a pod never bound,
+        never ready, or deleted by someone else): the rest of its running tasks are stopped
+        (killed at the end of the grace period). Once they are gone, `settle` requeues,
+        retries or fails it."""
+        stopping = [t for t in job.running if not t.done and t.kill_at is None]
+        for task in stopping:
+            task.kill_at = now + self.config.grace_period
+        if stopping:
+            self.effects.stop(job, stopping, now)
+            self.mark(job)
 
     def finish(self, job: JobT, what: Outcome, code: int | None, now: float) -> None:
         """Every running task ended: the job succeeded, failed, is retried or cancelled."""

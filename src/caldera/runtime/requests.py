@@ -1,10 +1,15 @@
-"""One request → `JobSpec` path: the checks every way of asking for a job shares.
+"""One request → `JobSpec` path for scenario jobs and REST submissions.
 
-A job is asked for three ways — a scenario's job (`caldera.sim.scenario`), a REST submission
-(`caldera.service.api`), a Kubernetes job record (`caldera.k8s.records`) — each with its own
-key names. They all resolve their resources here (`resolve_tasks`: GPU fractions, CPU and
-memory quantities, the gang size, the fractional-GPU rule) and build the spec here
-(`job_spec`), so one request means the same job to every runtime.
+Two ways of asking for a job come through here, each with its own key names: a scenario's
+job (`caldera.sim.scenario`) and a REST submission (`caldera.service.api.schemas` checks its
+shape with `task_shape`, `caldera.service.jobs.spec_from_request` builds its spec). Both
+resolve their resources here (`resolve_tasks`: GPU fractions, CPU and memory quantities, the
+gang size, the fractional-GPU rule) and build the spec here (`job_spec`), so one request means
+the same job to the simulator and the service.
+
+A Kubernetes TrainingJob does not: `caldera.k8s.trainingjob` reads its pod templates the
+Kubernetes way (quantities as Kubernetes parses them, the GPU resource's limit) and builds
+its `JobSpec` itself, with its own check of the fractional-GPU rule.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@ processes on this host.
 
 One loop thread owns time. Each turn it observes the processes (`caldera.service.observe`:
 exits, SIGKILL deadlines, the jobs' reports), settles the jobs whose tasks ended through the
-kernel, and runs the cycle when something changed, a wake-up time came or the timer ran out:
+kernel, and runs the cycle when the scheduling loop every runtime drives
+(`caldera.runtime.SchedulerLoop`) says it is due — something changed (after `cycle_gap`), a
+wake-up time came or the timer ran out:
 
     observe ─▶ Kernel.settle ─▶ core.run(snapshot, policy) ─▶ Kernel.apply ─▶ Actuator
                                                                    (rows committed, then
@@ -51,7 +53,7 @@ from caldera.core.fairshare import DecayedUsage
 from caldera.errors import Conflict, NotFound, Rejected
 from caldera.model import JobState, Node, Queue, QueueState, shares_time, time_share
 from caldera.policies import get_policy
-from caldera.runtime import MAX_CYCLES_AT_ONCE, Kernel, run_again
+from caldera.runtime import Kernel, SchedulerLoop
 from caldera.service.actuator import Actuator
 from caldera.service.config import ServiceConfig
 from caldera.service.gpus import HostGPUs
@@ -89,8 +91,6 @@ class _Accepted:
 
 
 log = logging.getLogger("caldera.service")
-
-_TIMER = 5.0  # seconds: the cycle runs at least this often (effective weights move with time)
 
 
 class Runtime:
@@ -138,9 +138,9 @@ class Runtime:
         self.jobs = self.kernel.jobs
         self.throttles: dict[str, Throttle] = self.kernel.throttles
         self.stats = RuntimeStats(kernel=self.kernel.stats)
-        self._cycle_needed = True
-        self._next_wakeup: float | None = None
-        self._last_cycle = 0.0
+        # Submissions come in bursts: one cycle per `cycle_gap` serves them all, instead of
+        # one snapshot of every job per request.
+        self.loop = SchedulerLoop(clock, gap=config.cycle_gap)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._spawner: Spawner[LiveJob, TaskRun] | None = None  # once the loop runs
@@ -185,9 +185,7 @@ class Runtime:
         last_poll = -math.inf
         while not self._stop.is_set():
             timeout = max(last_poll + interval - self.clock(), 0.0)
-            wakeup = self._next_wakeup
-            if self._cycle_needed:
-                wakeup = min(wakeup or math.inf, self._last_cycle + self.config.cycle_gap)
+            wakeup = self.loop.wake_at()
             if wakeup is not None:
                 timeout = min(timeout, max(wakeup - self.clock(), 0.0))
             self.wake.wait(timeout)
@@ -198,7 +196,7 @@ class Runtime:
             # not at each wake: a submission wakes the loop for the cycle only, and polling
             # every task's files under the lock per submission cost more than the submission.
             now = self.clock()
-            due = self._next_wakeup
+            due = self.loop.wakeup
             poll = now - last_poll >= interval or (due is not None and now >= due)
             if poll:
                 last_poll = now
@@ -220,15 +218,7 @@ class Runtime:
             if health is not None:
                 self._gpu_health(health, now)
             self.actuator.flush()
-            wakeup = self._next_wakeup
-            since = now - self._last_cycle
-            # Submissions come in bursts: one cycle per `cycle_gap` serves them all, instead
-            # of one snapshot of every job per request.
-            needed = (
-                (self._cycle_needed and since >= self.config.cycle_gap)
-                or (wakeup is not None and now >= wakeup)
-                or since >= _TIMER
-            )
+            needed = self.loop.due(now)
         if needed:
             self.cycle()
 
@@ -242,29 +232,28 @@ class Runtime:
         return self.kernel.snapshot(now, self.nodes, dict(self.queues), self.room)
 
     def cycle(self) -> Decisions:
-        """Run the cycle until it stops releasing held jobs; apply each result."""
-        decisions = Decisions()
-        for _ in range(MAX_CYCLES_AT_ONCE):
-            # Under the lock: the cycle reads the live room and job index. It is short (it
-            # costs what changed since the last cycle), and submissions only wait for it.
-            with self.lock:
-                self._cycle_needed = False
-                now = self.clock()
-                snapshot = self.snapshot(now)
-                began = time.perf_counter()
-                decisions = run(snapshot, self.policy)
-                elapsed = time.perf_counter() - began
-                self.waiting = WaitingReasons.of(decisions.waiting)
-                self.stats.cycles += 1
-                if self.observe_cycle is not None:
-                    self.observe_cycle(elapsed)
-                self._last_cycle = now
-                self.apply(decisions, snapshot)
-                self._next_wakeup = decisions.wakeup
-            self.launch_pending()
-            if not run_again(decisions):
-                break
+        """Run the cycle until it stops releasing held jobs; apply each result. Each cycle
+        runs under the lock (it reads the live room and job index; it is short, costing what
+        changed since the last one, and submissions only wait for it); its spawns follow
+        outside it."""
+        return self.loop.run(
+            self.snapshot, self.decide, self.apply, lock=self.lock, after=self._spawn_started
+        )
+
+    def decide(self, snapshot: Snapshot) -> Decisions:
+        """One cycle of the core, timed for /metrics; why pending jobs wait is kept for the
+        API (caller holds the lock)."""
+        began = time.perf_counter()
+        decisions = run(snapshot, self.policy)
+        elapsed = time.perf_counter() - began
+        self.waiting = WaitingReasons.of(decisions.waiting)
+        self.stats.cycles += 1
+        if self.observe_cycle is not None:
+            self.observe_cycle(elapsed)
         return decisions
+
+    def _spawn_started(self, decisions: Decisions) -> None:
+        self.launch_pending()
 
     def apply(self, decisions: Decisions, snapshot: Snapshot) -> None:
         """Apply one cycle's decisions (caller holds the lock): the kernel changes memory,
@@ -346,7 +335,7 @@ class Runtime:
     def settle(self, job: LiveJob, now: float) -> None:
         """Tasks of `job` ended: the kernel moves it on (caller holds the lock)."""
         self.kernel.settle(job, now)
-        self._cycle_needed = True
+        self.loop.needed = True
 
     def launch_pending(self) -> None:
         """Spawn the tasks the last decisions started, without the lock (a submission never
@@ -423,7 +412,7 @@ class Runtime:
         for devices in restored:
             watch.release(self.room, devices)
             self.actuator.note(now, "gpu_restore", None, devices=list(devices))
-            self._cycle_needed = True
+            self.loop.needed = True
         for drain in drains:
             self._drain(drain, now)
 
@@ -439,7 +428,7 @@ class Runtime:
             severity=finding.severity.value,
             devices=list(drain.devices),
         )
-        self._cycle_needed = True
+        self.loop.needed = True
         holding = list(self.actuator.holding.values())
         for intent in drain_intents(drain, holding, self.policy_config.grace_period, now):
             if isinstance(intent, KillNow):  # already leaving: a lost GPU does not wait
@@ -524,8 +513,8 @@ class Runtime:
             for one in committed:
                 self.jobs[one.job.id] = one.job
                 self.kernel.stale.add(one.job.id)
-            asleep = not self._cycle_needed  # else the loop wakes for the cycle already
-            self._cycle_needed = True
+            asleep = not self.loop.needed  # else the loop wakes for the cycle already
+            self.loop.needed = True
         if asleep:
             self.wake.set()
         for one in committed:
@@ -595,7 +584,7 @@ class Runtime:
                 raise Conflict(f"job {job_id} has already ended ({row['state']})")
             if not self.kernel.cancel(job, self.clock()):
                 raise Conflict(f"job {job_id} has already ended ({job.state.value})")
-            self._cycle_needed = True
+            self.loop.needed = True
             self.actuator.flush()
             row = job.row()
         self.wake.set()
@@ -610,7 +599,7 @@ class Runtime:
             self.queues[name] = queue
             with self.store.batch() as batch:
                 batch.set_queue_state(name, state.value)
-            self._cycle_needed = True
+            self.loop.needed = True
         self.wake.set()
         return queue
 

@@ -1,10 +1,11 @@
 """The simulator: a virtual clock driving the same cycle, and the same kernel, every runtime
 uses (DESIGN §6).
 
-Events at one instant are applied together, then the cycle runs (again, while it releases
+Events at one instant are applied together, then the scheduling loop every runtime drives
+(`caldera.runtime.SchedulerLoop`, on the event time) runs the cycle (again, while it releases
 held jobs) and the kernel (`caldera.runtime.Kernel`) applies its decisions. Timers the cycle
 asks for (grace-period ends, throttle timeouts, cooldowns, window edges) come back as
-wake-ups. Nothing reads the wall clock; the same scenario always gives the same result.
+wake-up events. Nothing reads the wall clock; the same scenario always gives the same result.
 
 The simulator's effects (`_SimEffects`) are what a virtual cluster does: a start schedules
 the gang's finish once it runs whole; an eviction schedules the release of the leaving tasks
@@ -35,7 +36,7 @@ from caldera.core import (
 )
 from caldera.model import JobState
 from caldera.policies import get_policy
-from caldera.runtime import MAX_CYCLES_AT_ONCE, EventKind, Kernel, TrackedJob, run_again
+from caldera.runtime import EventKind, Kernel, SchedulerLoop, TrackedJob
 from caldera.sim.recorder import Recorder
 
 __all__ = ["EVENT_NAMES", "SimJob", "SimTask", "Simulator", "simulate"]
@@ -197,6 +198,7 @@ class Simulator:
         self.throttles = self.kernel.throttles
         self.active = self.kernel.jobs  # jobs submitted and not yet over
         self.now = 0.0
+        self.loop = SchedulerLoop(lambda: self.now)
         self.recorder = Recorder(self)
         self._heap: list[tuple[float, int, int, str, int]] = []
         self._seq = 0
@@ -277,15 +279,17 @@ class Simulator:
         return self.kernel.snapshot(self.now, self.nodes, self.queues, self.room)
 
     def _cycles(self) -> None:
-        for _ in range(MAX_CYCLES_AT_ONCE):
-            snapshot = self.snapshot()
-            decisions = self._decide(snapshot)
-            self._apply(decisions, snapshot)
-            if decisions.wakeup is not None and decisions.wakeup not in self._wakeups:
-                self._wakeups.add(decisions.wakeup)
-                self._push(decisions.wakeup, _WAKEUP, "")
-            if not run_again(decisions):
-                break
+        self.loop.run(self._snapshot_at, self._decide, self._apply, after=self._wake_at)
+
+    def _snapshot_at(self, now: float) -> Snapshot:
+        return self.snapshot()  # `now` is the event time already (the loop's clock)
+
+    def _wake_at(self, decisions: Decisions) -> None:
+        """The wake-up a cycle asked for becomes an event (once per instant)."""
+        wakeup = decisions.wakeup
+        if wakeup is not None and wakeup not in self._wakeups:
+            self._wakeups.add(wakeup)
+            self._push(wakeup, _WAKEUP, "")
 
     def _decide(self, snapshot: Snapshot) -> Decisions:
         """One cycle of the core (a benchmark may hand back recorded decisions instead:
