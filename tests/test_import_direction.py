@@ -99,3 +99,21 @@ def test_the_sdk_loads_no_controller() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     ).stdout.strip()
     assert loaded == "[]"
+
+
+def test_every_runtime_drives_the_one_scheduling_loop() -> None:
+    """The scheduling loop (repeat until quiet, the timer) lives once, in
+    `caldera.runtime.loop`, which needs only the core; the simulator, the service and the
+    controller each import it rather than loop on their own."""
+    edges = _edges()
+    assert {target for _, target, module in edges if module == "runtime/loop.py"} == {"core"}
+    for path in ("sim/engine.py", "service/runtime.py", "k8s/runtime.py"):
+        tree = ast.parse((SRC / path).read_text(encoding="utf-8"))
+        names = {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == "caldera.runtime"
+            for alias in node.names
+        }
+        assert "SchedulerLoop" in names, path
+        assert not names & {"MAX_CYCLES_AT_ONCE", "run_again"}, path
