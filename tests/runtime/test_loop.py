@@ -35,6 +35,7 @@ from caldera.runtime import (
     run_again,
 )
 from caldera.sim import Simulator, parse_scenario
+from caldera.sim.engine import SimTask as Task
 
 # -- when a cycle is due -------------------------------------------------------------------
 
@@ -195,16 +196,6 @@ def test_the_simulator_drives_the_scheduling_loop_on_event_time() -> None:
 
 
 # -- stopping a broken gang ----------------------------------------------------------------
-
-
-@dataclass
-class Task:
-    rank: int
-    placement: TaskPlacement
-    leaving: bool = False
-    kill_at: float | None = None
-    done: bool = False
-    exit_code: int | None = None
 
 
 class Effects:

@@ -455,14 +455,9 @@ class KubeRuntime:
             self.kernel.decayed_usage = DecayedUsage.restored(half_life, kept)
 
     def _keep_decayed_usage(self, now: float) -> None:
-        """Write the queues' decayed usage when due (`SAVE_EVERY`). A failed write is logged
-        and tried again when due again: a restart then forgets a little more usage, and
-        nothing else depends on it."""
-        usage = self.kernel.decayed_usage
-        if usage is None or not usage.due(now):
-            return
-        record = usage.record()
-        usage.saved_at = now
+        """Write the queues' decayed usage when due (`Kernel.usage_to_keep`). A failed write is
+        logged: a restart then forgets a little more usage, and nothing else depends on it."""
+        record = self.kernel.usage_to_keep(now)
         if record is None:
             return
         try:

@@ -53,7 +53,7 @@ from caldera.core import (
 )
 from caldera.core.decisions import release_timing
 from caldera.core.estimates import DurationEstimates
-from caldera.core.fairshare import DecayedUsage
+from caldera.core.fairshare import DecayedRecord, DecayedUsage
 from caldera.model import CRITICAL_PRIORITY, JobState, Node, Queue, check_transition
 from caldera.model.lifecycle import TERMINAL
 from caldera.runtime.job import TaskT, TrackedJob, refresh_index
@@ -178,6 +178,18 @@ class Kernel(Generic[JobT, TaskT]):
     estimates: DurationEstimates = field(default_factory=DurationEstimates)
     # Each queue's decayed GPU usage, with `config.fair_share_half_life` on (core/fairshare.py).
     decayed_usage: DecayedUsage | None = None
+
+    def usage_to_keep(self, now: float, force: bool = False) -> DecayedRecord | None:
+        """The queues' decayed usage (fair share over time) for the runtime to write, when it
+        is due (`SAVE_EVERY` since the last) or `force`d (the service's stop); None when
+        there is nothing to write. It counts as kept: a failed write is tried again when due
+        again, so a restart forgets a little more usage and nothing waits on it."""
+        usage = self.decayed_usage
+        if usage is None or not (force or usage.due(now)):
+            return None
+        record = usage.record()
+        usage.saved_at = now
+        return record
 
     def _held_gpus(self) -> dict[str, int]:
         return {queue: totals[0] for queue, totals in self.index.usage.items()}

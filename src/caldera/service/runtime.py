@@ -263,15 +263,10 @@ class Runtime:
         self._keep_decayed_usage(snapshot.now)
 
     def _keep_decayed_usage(self, now: float, force: bool = False) -> None:
-        """Write the queues' decayed usage (fair share over time) when due (`SAVE_EVERY`), or
-        now (`force`, on stop): a restart carries on from it (`recover`). A failed write is
-        logged and tried again when due again: the decisions already applied, and the spawns
-        that follow them, do not wait on it."""
-        usage = self.kernel.decayed_usage
-        if usage is None or not (force or usage.due(now)):
-            return
-        record = usage.record()
-        usage.saved_at = now
+        """Write the queues' decayed usage (fair share over time) when due, or now (`force`,
+        on stop): a restart carries on from it (`recover`). A failed write is logged: the
+        decisions already applied, and the spawns that follow them, do not wait on it."""
+        record = self.kernel.usage_to_keep(now, force)
         if record is None:
             return
         try:
