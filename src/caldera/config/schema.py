@@ -105,6 +105,7 @@ class PolicyModel(StrictModel):
     lossy_patience: Number | None = None
     checkpoint_wait: Number | None = None
     planned_backfill: bool | None = None
+    reclaim_whole_nodes: bool | None = None
     ceiling: Annotated[int, Field(ge=0)] | None = None
     slo: dict[str, Number | None] | None = None
     fair_share: FairShareModel | None = None

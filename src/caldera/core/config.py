@@ -51,6 +51,13 @@ class PolicyConfig:
     # waste (0.11 -> 0.72 GPU-h/day) — research jobs' learned p90 is often exceeded, and a
     # filler still running at the planned start is reclaimed (docs/evaluation.md).
     planned_backfill: bool = False
+    # A gang's reclaim search that finds no plan searches again among the victims on nodes it
+    # could have whole (core/eviction.py `_on_clearable_nodes`): reclaim's floor is spent in
+    # victim order, often on cheap victims beside work that never leaves. Off by default: on
+    # the 14-day pool it raised the large-job SLA (92.11 -> 92.98 %) and cut its wait p99
+    # (480 -> 295 min) but raised waste (0.04 -> 0.50 GPU-h/day, over the seeds' 0.40;
+    # docs/evaluation.md).
+    reclaim_whole_nodes: bool = False
     # Fair share over time (core/fairshare.py): the half-life, in seconds, of each queue's
     # decayed GPU usage, which orders the lending of idle room beyond deserved shares; 0: off.
     fair_share_half_life: float = 0.0

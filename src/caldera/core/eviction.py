@@ -702,6 +702,19 @@ def search(
         plan = find_plan(
             cycle.room, job.spec, index, cycle.evicted, allow, patience(cycle, job), enough, load
         )
+        if plan is None and allow is not None and _retry_on_whole_nodes(cycle, job):
+            clear = _on_clearable_nodes(cycle, index)
+            if clear is not None:
+                plan = find_plan(
+                    cycle.room,
+                    job.spec,
+                    clear,
+                    cycle.evicted,
+                    allow,
+                    patience(cycle, job),
+                    enough,
+                    load,
+                )
         order_mattered = plan is None and allow is not None and allow.order_mattered
         cycle.log_search(job, units, plan, order_mattered)
     if order_mattered:
@@ -919,3 +932,28 @@ def continue_nominations(cycle: CycleContext) -> None:
             # Allocate ran before this cycle knew the plan waits for nobody: the holder
             # starts in the next cycle, not at a moment its last victim no longer needs.
             cycle.wakeups.append(cycle.now + 1)
+
+
+def _retry_on_whole_nodes(cycle: CycleContext, job: JobView) -> bool:
+    """Does a failed reclaim search for `job` search again on clearable nodes
+    (`PolicyConfig.reclaim_whole_nodes`)? Only for gangs of whole GPUs: a single task needs one
+    node, and the search already tries each."""
+    spec = job.spec
+    return cycle.config.reclaim_whole_nodes and spec.min_available > 1 and spec.whole_gpus > 0
+
+
+def _on_clearable_nodes(cycle: CycleContext, index: VictimIndex) -> VictimIndex | None:
+    """The units of `index` on nodes its candidates could clear whole — every GPU there free
+    or held by a candidate — or None when that leaves none out or nothing. Reclaim's floor lets
+    a queue lose room only while it is above its deserved share; a search in victim order
+    spends that allowance on cheap victims beside work that never leaves, and a gang of whole
+    nodes then finds no plan although enough nodes hold nothing but borrowed work."""
+    room = cycle.room
+    held = index.devices(cycle.evicted)
+    nodes = {
+        node for node, count in held.items() if room.whole[node] + count >= room.nodes[node].gpus
+    }
+    units = [unit for unit in index.units if all(t.node in nodes for t in unit.placements)]
+    if not units or len(units) == len(index.units):
+        return None
+    return VictimIndex(units, index.first)
