@@ -7,6 +7,12 @@ write, Events, the queues' waiting modes, and typed intents (`Create`, `Remove`,
 then carries the intents out, then sends the Events. A reader can print what is about to
 happen (`pending`).
 
+Writes per start (issue 40): a status identical to the one this controller last wrote is not
+sent again; a start behind a scheduler that reads no PodGroup (`NO_POD_GROUPS`:
+kube-scheduler) creates none; a job admitted and started in one step gets one Event
+(`caldera.k8s.events.merge_per_job`). A single-pod start is then its status, its pod and one
+Event, and the status once more when the pod runs (the Running condition).
+
 With `writers` > 1 (what `caldera k8s run` uses) each phase sends up to that many requests
 at once: the statuses of different jobs, the intents of different jobs (one job's intents in
 their order: Service, PodGroup, then its pods), the Events. The order between the phases
