@@ -64,7 +64,9 @@ def _nested_json(name: str, levels: int) -> str:
     recurse: the text is written by hand)."""
     job = _with_template(name, {"containers": [_gpu_container("main", 8)], "volumes": []})
     text = json.dumps(job)
-    deep = '[{"name": "v", "x": ' + '{"y": ' * levels + "1" + "}" * levels + "}]"
+    # Inside an emptyDir, a volume type Pod Security's restricted allows: the admission policy
+    # lets it through to the controller, whose intake must survive it.
+    deep = '[{"name": "v", "emptyDir": ' + '{"y": ' * levels + "1" + "}" * levels + "}]"
     return text.replace('"volumes": []', f'"volumes": {deep}')
 
 
