@@ -17,6 +17,7 @@ from test_baseline_properties import scenarios
 from caldera.baselines import ledger as ledger_module
 from caldera.baselines.common import missing_tasks
 from caldera.baselines.ledger import ledger_for
+from caldera.baselines.volcano import _preempt_rule, _reclaim_rule
 from caldera.core.context import CycleContext
 from caldera.core.room import Room
 from caldera.core.victims import is_protected
@@ -89,8 +90,31 @@ def _check_ledger(cycle: CycleContext) -> None:
             if (total := sum(g for p, g in by.items() if p < priority))
         }
         assert ledger.victims_below(priority) == below
+    for key, rule in _rules(cycle):
+        gpus: dict[int, int] = {}
+        pods: dict[int, int] = {}
+        for job in cycle.snapshot.in_state(JobState.RUNNING):
+            if is_protected(job) or not rule(job):
+                continue
+            for task in job.placement:
+                gpus[task.node] = gpus.get(task.node, 0) + job.spec.gpu
+                pods[task.node] = pods.get(task.node, 0) + 1
+        assert ledger.victims_where(key, rule) == (gpus, pods), key
     assert ledger.future_room(set()).fingerprint() == want["room"]
     ledger.release_room()
+
+
+def _rules(cycle: CycleContext) -> list[tuple[object, Any]]:
+    """Volcano's victim rules for every queue and priority present (both configurations)."""
+    queues = cycle.snapshot.queues
+    keys = {(job.spec.queue, job.spec.priority) for job in cycle.snapshot.all_jobs}
+    rules: list[tuple[object, Any]] = []
+    for queue, priority in sorted(keys):
+        for one_tier in (False, True):
+            key = ("preempt", queue, priority, one_tier)
+            rules.append((key, _preempt_rule(queue, priority, one_tier)))
+        rules.append((("reclaim", queue, 0, False), _reclaim_rule(queue, queues)))
+    return rules
 
 
 def _forget_ledger(cycle: CycleContext) -> None:

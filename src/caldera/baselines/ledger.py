@@ -20,16 +20,20 @@ callers leave them out, as the walks did.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import AbstractContextManager
 
 from caldera.core.context import CycleContext
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView, Snapshot
 from caldera.core.victims import is_protected
-from caldera.model import JobState, Node
+from caldera.model import JobState, Node, Queue
 
-__all__ = ["RunningLedger", "ledger_for"]
+__all__ = ["RunningLedger", "VictimRule", "ledger_for"]
+
+VictimRule = Callable[[JobView], bool]
+"""Could this running job's pods be victims? Read only from the view and the queues (the
+ledger forgets its answers when the snapshot's queues are another mapping)."""
 
 Totals = list[int]
 """[allocated milli-GPUs, millicores, MiB, wanted milli-GPUs, millicores, MiB, jobs]: what a
@@ -64,6 +68,10 @@ class RunningLedger:
         # priority -> node -> milli-GPUs of the pods in `victim_gpu` below that priority,
         # for each priority asked about (kept up to date from then on)
         self._below: dict[int, dict[int, int]] = {}
+        # rule key -> (rule, node -> milli-GPUs, node -> pods) of the unprotected pods the
+        # rule allows, for each rule asked about (kept up to date from then on)
+        self._where: dict[Hashable, tuple[VictimRule, dict[int, int], dict[int, int]]] = {}
+        self._queues: Mapping[str, Queue] | None = None
         self.room = Room(nodes)
         self._scratch: AbstractContextManager[Room] | None = None
         self.cycle: CycleContext | None = None  # the cycle it was last caught up for
@@ -78,6 +86,9 @@ class RunningLedger:
         the views gone and the new ones. New views were put into the index after the last
         sync, and a dict keeps insertion order, so they are found from its end."""
         self.release_room()
+        if snapshot.queues is not self._queues:
+            self._queues = snapshot.queues
+            self._where.clear()
         index = snapshot.job_index
         if index.version == self.version:
             return
@@ -159,6 +170,9 @@ class RunningLedger:
                             below[node] = left
                         else:
                             del below[node]
+                for rule, gpus, pods_of in self._where.values():
+                    if rule(job):
+                        _add_pods(gpus, pods_of, node, gpu, sign * len(indexes))
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -203,6 +217,27 @@ class RunningLedger:
             self._below[priority] = found
         return found
 
+    def on_node_of(self, job: JobView) -> list[tuple[int, tuple[JobView, tuple[int, ...]]]]:
+        """The nodes a counted job runs pods on, with its entry there, by node."""
+        nodes = sorted({task.node for task in job.placement})
+        return [(node, self.on_node[node][job.id]) for node in nodes]
+
+    def victims_where(
+        self, key: Hashable, rule: VictimRule
+    ) -> tuple[dict[int, int], dict[int, int]]:
+        """node -> milli-GPUs and node -> pods of the unprotected running pods whose job
+        `rule` allows (nodes with none left out); `key` names the rule. Read only."""
+        found = self._where.get(key)
+        if found is None:
+            gpus: dict[int, int] = {}
+            pods: dict[int, int] = {}
+            for node, jobs in self.on_node.items():
+                for job, indexes in jobs.values():
+                    if not is_protected(job) and rule(job):
+                        _add_pods(gpus, pods, node, job.spec.gpu * len(indexes), len(indexes))
+            self._where[key] = found = (rule, gpus, pods)
+        return found[1], found[2]
+
     def leaving(self, snapshot: Snapshot, gone: set[str]) -> list[TaskPlacement]:
         """Tasks whose room is on its way to being free: tasks inside their grace period, and
         the running tasks of the jobs in `gone` (evicted whole earlier in the cycle)."""
@@ -233,6 +268,17 @@ class RunningLedger:
         scratch, self._scratch = self._scratch, None
         if scratch is not None:
             scratch.__exit__(None, None, None)
+
+
+def _add_pods(gpus: dict[int, int], pods: dict[int, int], node: int, gpu: int, count: int) -> None:
+    """Pods (`count` < 0: gone) holding `gpu` milli-GPUs on `node`; a node without pods goes."""
+    left = pods.get(node, 0) + count
+    if left:
+        pods[node] = left
+        gpus[node] = gpus.get(node, 0) + gpu
+    else:
+        del pods[node]
+        del gpus[node]
 
 
 _LEDGER: list[RunningLedger] = []

@@ -120,7 +120,7 @@ class _Claims:
                     continue
                 if not copied:
                     found, copied = dict(found), True  # the ledger's own stays as it is
-                for node, (_, indexes) in _nodes_of(ledger, job):
+                for node, (_, indexes) in ledger.on_node_of(job):
                     if node not in found:
                         continue  # pods asking for no GPU
                     left = found[node] - job.spec.gpu * len(indexes)
@@ -130,14 +130,6 @@ class _Claims:
                         del found[node]
             self._below[priority] = found
         return found
-
-
-def _nodes_of(
-    ledger: RunningLedger, job: JobView
-) -> list[tuple[int, tuple[JobView, tuple[int, ...]]]]:
-    """The nodes `job` runs pods on, with its entry in the ledger there."""
-    nodes = sorted({task.node for task in job.placement})
-    return [(node, ledger.on_node[node][job.id]) for node in nodes]
 
 
 def _session(cycle: CycleContext) -> _Session:

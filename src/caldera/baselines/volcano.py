@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -82,7 +82,7 @@ from caldera.core.placement import fit_on_node
 from caldera.core.policy import Policy
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView
-from caldera.model import GPU_MILLI, JobSpec, JobState, Node
+from caldera.model import GPU_MILLI, JobSpec, JobState, Node, Queue
 
 __all__ = [
     "VOLCANO",
@@ -117,7 +117,7 @@ class _Session:
     gone: set[str]
     queues: dict[str, QueueShare]
     counted: dict[str, int] = field(default_factory=dict)  # job -> tasks placed/pipelined
-    victim_nodes: dict[tuple[str, str, int], dict[int, int]] = field(default_factory=dict)
+    victim_nodes: dict[tuple[str, str, int, bool], dict[int, int]] = field(default_factory=dict)
     # Starving jobs by (queue, priority): whole groups are skipped when they cannot preempt.
     starving: dict[tuple[str, int], list[JobView]] = field(default_factory=dict)
     one_tier: bool = False  # seed 001's configuration (`volcano-seed001`), S1-S4
@@ -380,42 +380,69 @@ def _reclaimable_above_min(session: _Session, preemptor: JobView, pod: Pod) -> b
 
 def _victim_nodes(session: _Session, job: JobView, reason: EvictReason) -> dict[int, int]:
     """Nodes holding tasks that could ever be victims for `job` in this phase (the parts of
-    the rules that do not change within the cycle), with those tasks' milli-GPUs. Computed
-    once per (phase, queue, priority)."""
+    the rules that do not change within the cycle), with those tasks' milli-GPUs. The ledger
+    keeps them from cycle to cycle; jobs evicted whole or started this cycle are taken out
+    here. Once per (phase, queue, priority)."""
     spec = job.spec
-    key = (reason.value, spec.queue, spec.priority if reason is EvictReason.PREEMPT else 0)
+    preempting = reason is EvictReason.PREEMPT
+    key = (reason.value, spec.queue, spec.priority if preempting else 0, session.one_tier)
     found = session.victim_nodes.get(key)
     if found is None:
-        queues = session.cycle.snapshot.queues
-        found = {}
-        for node, jobs in session.ledger.on_node.items():
-            for victim, indexes in jobs.values():
-                if is_protected(victim) or victim.id in session.gone:
-                    continue
-                if victim.id in session.cycle.started:
-                    continue
-                if reason is EvictReason.PREEMPT:
-                    fits_rule = (
-                        victim.spec.queue == spec.queue
-                        and victim.spec.priority < spec.priority
-                        # S1: the gang plugin judges preempt victims too
-                        and (
-                            not session.one_tier
-                            or len(victim.placement) > victim.spec.min_available
-                        )
-                    )
-                else:
-                    owner = queues.get(victim.spec.queue)
-                    fits_rule = (
-                        victim.spec.queue != spec.queue
-                        and owner is not None
-                        and owner.reclaimable
-                        and len(victim.placement) > victim.spec.min_available
-                    )
-                if fits_rule:
-                    found[node] = found.get(node, 0) + victim.spec.gpu * len(indexes)
-        session.victim_nodes[key] = found
+        rule = (
+            _preempt_rule(spec.queue, spec.priority, session.one_tier)
+            if preempting
+            else _reclaim_rule(spec.queue, session.cycle.snapshot.queues)
+        )
+        ledger = session.ledger
+        gpus, pods = ledger.victims_where(key, rule)
+        out = [
+            victim
+            for job_id in session.gone | session.cycle.started
+            if (victim := ledger.views.get(job_id)) is not None
+            and not is_protected(victim)
+            and rule(victim)
+        ]
+        if out:
+            gpus, pods = dict(gpus), dict(pods)  # the ledger's own stay as they are
+            for victim in out:
+                for node, (_, indexes) in ledger.on_node_of(victim):
+                    count = pods[node] - len(indexes)
+                    if count:
+                        pods[node] = count
+                        gpus[node] -= victim.spec.gpu * len(indexes)
+                    else:
+                        del pods[node], gpus[node]
+        session.victim_nodes[key] = found = gpus
     return found
+
+
+def _preempt_rule(queue: str, priority: int, one_tier: bool) -> Callable[[JobView], bool]:
+    """V6 victims' fixed part: the preemptor's queue, strictly lower priority; S1: under
+    seed 001's single tier, only jobs above their gang minimum."""
+
+    def rule(victim: JobView) -> bool:
+        return (
+            victim.spec.queue == queue
+            and victim.spec.priority < priority
+            and (not one_tier or len(victim.placement) > victim.spec.min_available)
+        )
+
+    return rule
+
+
+def _reclaim_rule(queue: str, queues: Mapping[str, Queue]) -> Callable[[JobView], bool]:
+    """V7 victims' fixed part: another, reclaimable queue; jobs above their gang minimum."""
+
+    def rule(victim: JobView) -> bool:
+        owner = queues.get(victim.spec.queue)
+        return (
+            victim.spec.queue != queue
+            and owner is not None
+            and owner.reclaimable
+            and len(victim.placement) > victim.spec.min_available
+        )
+
+    return rule
 
 
 def _could_hold(session: _Session, job: JobView, reason: EvictReason, scope: Scope) -> bool:
@@ -765,22 +792,65 @@ def nodeorder_score(room: Room, index: int, spec: JobSpec) -> int:
 def nodeorder_place(
     room: Room, spec: JobSpec, within: Sequence[int] | None
 ) -> TaskPlacement | None:
-    """S4: one pod on the best-scored node it fits (ties: lowest index), room taken."""
+    """S4: one pod on the best-scored node it fits (ties: lowest index), room taken.
+
+    Whether the pod fits a node and the node's score depend only on the node's shape and
+    what is free on it, and most nodes of a pool look alike (empty, or full), so each look
+    is worked out once per call (`_node_state` says what it is made of)."""
     models = spec.gpu_models
-    best: TaskPlacement | None = None
+    profile = spec.gpu_profile
+    shapes = _node_shapes(room.nodes)
+    looks: dict[tuple[object, ...], int] = {}  # node state -> score, -1: does not fit
+    best = -1
     best_score = -1
     for index in within if within is not None else range(len(room.nodes)):
         if models is not None and room.nodes[index].gpu_model not in models:
             continue
-        task = fit_on_node(room, index, spec.gpu, spec.cpu, spec.memory, spec.gpu_profile)
-        if task is None:
-            continue
-        score = nodeorder_score(room, index, spec)
-        if score > best_score or (score == best_score and best is not None and index < best.node):
-            best, best_score = task, score
-    if best is not None:
-        room.take(best)
-    return best
+        state = _node_state(room, index, shapes, profile)
+        score = looks.get(state)
+        if score is None:
+            fits = fit_on_node(room, index, spec.gpu, spec.cpu, spec.memory, profile)
+            score = -1 if fits is None else nodeorder_score(room, index, spec)
+            looks[state] = score
+        if score > best_score or (score == best_score and score >= 0 and index < best):
+            best, best_score = index, score
+    if best < 0:
+        return None
+    task = fit_on_node(room, best, spec.gpu, spec.cpu, spec.memory, profile)
+    assert task is not None, "a node with the same state took the pod"
+    room.take(task)
+    return task
+
+
+_SHAPES: dict[int, tuple[tuple[Node, ...], list[tuple[object, ...]]]] = {}
+
+
+def _node_shapes(nodes: tuple[Node, ...]) -> list[tuple[object, ...]]:
+    """Per node, what `fit_on_node` and `nodeorder_score` read of it that never changes."""
+    known = _SHAPES.get(id(nodes))
+    if known is None or known[0] is not nodes:
+        shapes: list[tuple[object, ...]] = [
+            (n.cpu, n.memory, n.gpus, n.island_size, n.slices) for n in nodes
+        ]
+        _SHAPES.clear()  # one cluster at a time is the common case; never grows
+        _SHAPES[id(nodes)] = known = (nodes, shapes)
+    return known[1]
+
+
+def _node_state(
+    room: Room, index: int, shapes: list[tuple[object, ...]], profile: str | None
+) -> tuple[object, ...]:
+    """All a pod's fit and nodeorder score on `index` depend on: the node's shape, its free
+    cpu, memory and devices, whether it takes another pod, and its free slices of `profile`."""
+    slices = bool(room.slices[index].get(profile)) if profile is not None else False
+    return (
+        shapes[index],
+        room.cpu[index],
+        room.memory[index],
+        room.pods[index] > 0,
+        tuple(room.free[index]),
+        slices,
+    )
 
 
 def _gang_allows(session: _Session, pods: Sequence[Pod]) -> set[int]:
