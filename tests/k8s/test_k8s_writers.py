@@ -10,9 +10,10 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from k8s_support import NAMESPACE, SETTINGS, World
 
-from caldera.k8s import ClusterUnavailable
+from caldera.k8s import ClusterUnavailable, actuator
 from caldera.k8s.actuator import Create
 from caldera.k8s.cache import slim_job
 
@@ -172,3 +173,41 @@ def test_a_job_marked_changed_with_the_same_status_is_not_written_again() -> Non
     world.step()
     written = [a for a in world.cluster.actions[mark:] if a[1] == "trainingjob/status"]
     assert written == [("patch", "trainingjob/status", f"{NAMESPACE}/one0")]
+
+
+def test_a_burst_is_written_in_rounds_and_newcomers_are_admitted_between_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 40: a step that starts thousands of jobs wrote every status before any pod, for
+    minutes, and a TrainingJob applied meanwhile waited for all of it to be admitted. In
+    rounds of `ROUND` jobs, each job's status still goes before its objects; the first pods
+    go before the last statuses; a TrainingJob that came during the flush is admitted
+    (its status written) in the same step."""
+    monkeypatch.setattr(actuator, "ROUND", 4)
+    world = World().hypernode("a", "n", count=2).start()
+    singles = [f"one{i}" for i in range(12)]
+    for name in singles:
+        world.submit(name, gpus=1)
+    create_pod = world.cluster.create_pod
+
+    def create_and_submit(namespace: str, body: Any) -> Any:
+        if not any(key == f"{NAMESPACE}/late" for _, _, key in world.cluster.actions):
+            world.submit("late", gpus=1)  # applied by a user while the burst is written
+        return create_pod(namespace, body)
+
+    world.cluster.create_pod = create_and_submit  # type: ignore[method-assign]
+    mark = len(world.cluster.actions)
+    world.rt.step()
+    actions = world.cluster.actions[mark:]
+    status_at = {key: i for i, (_, kind, key) in enumerate(actions) if kind == "trainingjob/status"}
+    pod_at = {
+        key.rsplit("-", 2)[0]: i
+        for i, (verb, kind, key) in enumerate(actions)
+        if verb == "create" and kind == "pod"
+    }
+    assert set(pod_at) == {f"{NAMESPACE}/{name}" for name in singles}
+    assert all(status_at[job] < at for job, at in pod_at.items())  # status first, each job
+    assert min(pod_at.values()) < max(status_at[f"{NAMESPACE}/{n}"] for n in singles)
+    assert world.state("late") == "Pending"  # admitted during the step, its start to come
+    world.step()
+    assert world.state("late") == "Running"

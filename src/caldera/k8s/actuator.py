@@ -28,6 +28,7 @@ condition), stops and clean-ups are plain deletes with the grace period.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import socket
@@ -64,6 +65,7 @@ from caldera.runtime.wire import ByName, nomination_to_wire
 
 __all__ = [
     "NO_POD_GROUPS",
+    "ROUND",
     "WRITERS",
     "Cleanup",
     "Create",
@@ -78,6 +80,9 @@ log = logging.getLogger("caldera.k8s")
 # Requests a running controller sends at once (`caldera k8s run`): enough to keep a busy API
 # server's queue fed, few enough for its connection pool (`caldera.k8s.client.POOL`).
 WRITERS = 8
+# Jobs' statuses written per round of a flush (see `flush`): a round of starts is about three
+# times as many requests, a few seconds on a busy API server.
+ROUND = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +162,9 @@ class KubeActuator:
     # Volcano refused a start's PodGroup because its queue is missing or not Open (queue,
     # the server's words): the runtime keeps that queue's jobs waiting until it is Open.
     queue_not_open: Callable[[str, str], None] = field(default=lambda queue, why: None)
+    # Between two rounds of a long flush: the runtime admits the TrainingJobs that came
+    # meanwhile (`KubeRuntime.admit_new`).
+    between: Callable[[], None] = field(default=lambda: None)
     instance: str = field(default_factory=socket.gethostname)
     dirty: dict[str, KubeJob] = field(default_factory=dict)
     rejections: list[tuple[str, str, Object]] = field(default_factory=list)
@@ -372,14 +380,26 @@ class KubeActuator:
 
     def flush(self) -> None:
         """Write the statuses and waiting modes, then act, then tell. On an unreachable API
-        server what is left stays queued for the next flush, in its order."""
+        server what is left stays queued for the next flush, in its order.
+
+        In rounds of at most `ROUND` jobs' statuses: a job's objects go once its status is
+        written, the rest wait for their round (so a burst of thousands of starts has pods
+        bound while the later statuses are still being written, not after all of them);
+        between two rounds of the backlog the flush began with, the Events said so far go
+        and `between` admits the TrainingJobs that came meanwhile (their status is written
+        in the next round, not after the whole burst: issue 40)."""
+        rounds = -(-len(self.dirty) // ROUND) - 1  # `between` calls: the backlog's rounds
         while self.dirty or self.throttles_dirty or self.pending or self.rejections:
-            self._write_statuses()
+            self._write_statuses(ROUND)
             if self.throttles_dirty:
                 self._write_throttles()
                 self.throttles_dirty = False
             if self.pending:
                 self._carry_out_pending()
+            if rounds > 0 and self.dirty:
+                rounds -= 1
+                self._send_events()
+                self.between()
         self._send_events()
         if len(self._written) > len(self.jobs):
             live = {job.uid for job in self.jobs.values()}
@@ -422,12 +442,14 @@ class KubeActuator:
         if unavailable is not None:
             raise unavailable
 
-    def _write_statuses(self) -> None:
+    def _write_statuses(self, most: int) -> None:
+        """The rejections, then the statuses of the first `most` changed jobs (oldest
+        change first)."""
         rejections = list(self.rejections)
         raised = self._each(lambda r: self._patch_status(f"{r[0]}/{r[1]}", *r), rejections)
         self.rejections = [r for r, e in zip(rejections, raised, strict=True) if e is not None]
         self._raise_failure(raised)
-        dirty = list(self.dirty.values())
+        dirty = list(itertools.islice(self.dirty.values(), most))
         raised = self._each(self._write_status, dirty)
         for job, error in zip(dirty, raised, strict=True):
             if error is None and self.dirty.get(job.id) is job:
@@ -467,9 +489,10 @@ class KubeActuator:
     def _carry_out_pending(self) -> None:
         """Carry out what is queued now: one group after another per job, groups at once.
         What their answers queue (a gang stopped) waits for the next round, after the
-        statuses they changed. Not sent on an unreachable server: back first in line."""
-        batch = list(enumerate(self.pending))
-        self.pending = []
+        statuses they changed. Not sent on an unreachable server: back first in line. The
+        intents of a job whose status is still to be written wait for its round."""
+        batch = [(i, intent) for i, intent in enumerate(self.pending) if not self._waits(intent)]
+        self.pending = [intent for intent in self.pending if self._waits(intent)]
         groups: dict[Hashable, deque[tuple[int, Intent]]] = {}
         for item in batch:
             key = _group(item[1]) if self.writers > 1 else None
@@ -483,6 +506,11 @@ class KubeActuator:
         if unsent:
             self.pending[:0] = [intent for _, intent in unsent]
         self._raise_failure(raised)
+
+    def _waits(self, intent: Intent) -> bool:
+        """Whether the intent's job has a status still to be written this flush."""
+        job = intent.job if isinstance(intent, Create | Remove) else None
+        return job is not None and job.id in self.dirty
 
     def _carry_out_group(self, group: deque[tuple[int, Intent]]) -> None:
         while True:

@@ -125,6 +125,7 @@ class KubeRuntime:
             clock=clock,
             refused=self.eviction_refused,
             queue_not_open=self.queue_not_open,
+            between=self.admit_new,
             writers=writers,
         )
         self.kernel: Kernel[KubeJob, KubeTask] = Kernel(
@@ -219,6 +220,28 @@ class KubeRuntime:
         self.pods.reconcile(ours, now)
         self._block(running)
         self._recheck_volcano_queues(now)
+
+    def admit_new(self) -> None:
+        """Between two rounds of a long flush (a burst of starts): admit the TrainingJobs
+        that came meanwhile, so that their status says so within a round, not after the
+        whole burst is written (issue 40). New ones only; the rest waits for the next step."""
+        now = self.clock()
+        settled = self.actuator.settled
+        for namespace in self.settings.namespaces:
+            for obj in self.reads.jobs(namespace):
+                metadata = obj.get("metadata") or {}
+                job_id = names.job_id(namespace, str(metadata.get("name", "")))
+                if (
+                    job_id in self.jobs
+                    or (obj.get("status") or {}).get("state")
+                    or metadata.get("uid") in settled
+                ):
+                    continue
+                try:
+                    self.intake.admit(obj, now)
+                except Exception:  # the next step's intake takes it in, or says why not
+                    log.exception("%s could not be admitted between rounds", job_id)
+                    self.jobs.pop(job_id, None)
 
     def cycle(self) -> Decisions:
         """Run the cycle until it stops releasing held jobs; apply each result."""
