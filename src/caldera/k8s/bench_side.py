@@ -127,11 +127,11 @@ SETTLE_MAX = 60.0  # seconds at most waited for the writes to settle
 SETTLED = 2  # workload writes per SETTLE_STEP at or below which the writes have settled
 PROGRESS_EVERY = 10.0  # seconds between two progress lines
 # What only caldera's controller writes in the caldera modes (Volcano's own PodGroup updates
-# are PUTs, KWOK's pod status patches `pods/status`: neither is here).
+# are PUTs, KWOK's pod status patches `pods/status`: neither is here). Not `DELETE pods`: KWOK
+# deletes every pod that was evicted or deleted with a grace period, once it has "stopped".
 CONTROLLER_WRITES = frozenset(
     {
         "POST pods",
-        "DELETE pods",
         "POST pods/eviction",
         "PATCH trainingjobs/status",
         "POST podgroups",
