@@ -209,5 +209,7 @@ def test_a_burst_is_written_in_rounds_and_newcomers_are_admitted_between_them(
     assert all(status_at[job] < at for job, at in pod_at.items())  # status first, each job
     assert min(pod_at.values()) < max(status_at[f"{NAMESPACE}/{n}"] for n in singles)
     assert world.state("late") == "Pending"  # admitted during the step, its start to come
+    assert world.events("late") == []  # its Admitted Event waits for its start
     world.step()
     assert world.state("late") == "Running"
+    assert world.events("late") == ["Started"]  # one Event: admitted, then started

@@ -184,6 +184,10 @@ class KubeActuator:
     # The status last written for each live job (by uid), as sorted JSON: an unchanged one is
     # not written again. Jobs no longer live are dropped from it at each flush's end.
     _written: dict[str, str] = field(default_factory=dict)
+    # Admitted Events of jobs admitted between two rounds of this flush, and those of the last
+    # flush, sent with the next flush's Events (merged with a Started one when the job starts).
+    _held: list[JobEvent] = field(default_factory=list)
+    _carried: list[JobEvent] = field(default_factory=list)
     # Pods created and not yet seen by the reads (an informer lags the API by a moment):
     # (namespace, pod) → when. Until seen (or `EXPECT` seconds pass) a missing pod is not gone.
     expected: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -399,8 +403,15 @@ class KubeActuator:
             if rounds > 0 and self.dirty:
                 rounds -= 1
                 self._send_events()
+                said = len(self.events)
                 self.between()
+                # Admitted between rounds, started at the next step: its Admitted Event waits
+                # for that step, to go as one with its Started Event (`merge_per_job`).
+                fresh = self.events[said:]
+                self._held += [e for e in fresh if e.reason is Reason.ADMITTED]
+                self.events[said:] = [e for e in fresh if e.reason is not Reason.ADMITTED]
         self._send_events()
+        self._carried, self._held = self._held, []  # to the next flush (one step at most)
         if len(self._written) > len(self.jobs):
             live = {job.uid for job in self.jobs.values()}
             self._written = {uid: said for uid, said in self._written.items() if uid in live}
@@ -753,7 +764,8 @@ class KubeActuator:
             log.warning("clean-up of %s/%s failed: %s", intent.namespace, intent.name, error)
 
     def _send_events(self) -> None:
-        events, self.events = merge_per_job(self.events), []
+        events = merge_per_job([*self._carried, *self.events])
+        self.events, self._carried = [], []
         numbered = []
         for event in events:
             self._sequence += 1
