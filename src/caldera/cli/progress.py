@@ -54,9 +54,16 @@ def sim_bars(scenario: Scenario, quiet: bool) -> Iterator[AddBar | None]:
     ) as bar:
 
         def add(label: str) -> Tick:
-            task = bar.add_task(label, total=total, day=0.0)
+            # The clock of a bar starts with its first tick: a policy waiting for a free
+            # worker shows no time yet.
+            task = bar.add_task(label, total=total, day=0.0, start=False)
+            started = False
 
             def tick(t: float) -> None:
+                nonlocal started
+                if not started:
+                    bar.start_task(task)
+                    started = True
                 bar.update(task, completed=min(t, total), day=t / 86400)
 
             return tick
