@@ -28,7 +28,7 @@ import yaml
 
 from caldera.k8s import admission
 from caldera.k8s.crd import training_job_crd
-from caldera.k8s.settings import KubeSettings, NamespaceBinding
+from caldera.k8s.settings import NO_POD_GROUPS, KubeSettings, NamespaceBinding
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "deploy" / "helm" / "caldera"
@@ -104,6 +104,9 @@ def controller_rules() -> str:
         "read": list(admission.CONTROLLER_READ_RULES),
         "jobs": list(admission.CONTROLLER_WRITE_RULES),
         "state": list(admission.CONTROLLER_STATE_RULES),
+        # Granted beside `jobs` unless config.kubernetes.scheduler_name is one of these.
+        "pod_groups": list(admission.CONTROLLER_POD_GROUP_RULES),
+        "no_pod_groups": sorted(NO_POD_GROUPS),
     }
     return HEADER + yaml.safe_dump(rules, sort_keys=False)
 

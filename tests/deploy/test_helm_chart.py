@@ -48,7 +48,11 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         },
     },
     "namespaces": {
-        "config": {"queues": QUEUES, "kubernetes": {"namespaces": BINDINGS}},
+        # Behind kube-scheduler: no PodGroup is written, so none may be.
+        "config": {
+            "queues": QUEUES,
+            "kubernetes": {"namespaces": BINDINGS, "scheduler_name": "default-scheduler"},
+        },
         "namespaces": {"create": True, "podSecurity": "baseline"},
         "controller": {"replicas": 1},
     },
@@ -151,7 +155,10 @@ def test_the_chart_renders_what_caldera_renders_for_the_same_config(
         o["metadata"]["name"]: o for o in kinds(objects, "ClusterRole") + kinds(objects, "Role")
     }
     assert roles["caldera-controller-read"]["rules"] == list(admission.CONTROLLER_READ_RULES)
-    assert roles["caldera-controller-jobs"]["rules"] == list(admission.CONTROLLER_WRITE_RULES)
+    jobs = roles["caldera-controller-jobs"]["rules"]
+    assert jobs == list(admission.controller_write_rules(settings))
+    writes_pod_groups = any("podgroups" in r["resources"] and "create" in r["verbs"] for r in jobs)
+    assert writes_pod_groups == (settings.scheduler_name != "default-scheduler")
     assert roles["caldera-controller-state"]["rules"] == list(admission.CONTROLLER_STATE_RULES)
     assert roles["caldera-controller-state"]["metadata"]["namespace"] == "caldera-system"
     bound = {b["metadata"]["namespace"] for b in kinds(objects, "RoleBinding")

@@ -38,6 +38,7 @@ from caldera.k8s import (
     volcano_queue,
 )
 from caldera.k8s.admission import (
+    CONTROLLER_POD_GROUP_RULES,
     CONTROLLER_READ_RULES,
     CONTROLLER_STATE_RULES,
     CONTROLLER_WRITE_RULES,
@@ -532,7 +533,12 @@ def test_the_rbac_rules_cover_every_call_the_controller_makes(
     api.read_queue("team")  # after Volcano refused a PodGroup of that queue
     allowed = {
         (group, resource, v)
-        for rule in (*CONTROLLER_READ_RULES, *CONTROLLER_WRITE_RULES, *CONTROLLER_STATE_RULES)
+        for rule in (
+            *CONTROLLER_READ_RULES,
+            *CONTROLLER_WRITE_RULES,
+            *CONTROLLER_POD_GROUP_RULES,
+            *CONTROLLER_STATE_RULES,
+        )
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for v in rule["verbs"]

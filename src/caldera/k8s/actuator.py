@@ -56,7 +56,7 @@ from caldera.k8s.events import JobEvent, Reason, event_body, merge_per_job, narr
 from caldera.k8s.guard import Purpose, refusal
 from caldera.k8s.jobs import KubeJob, KubeTask
 from caldera.k8s.render import Owner, RenderError, render_start
-from caldera.k8s.settings import KubeSettings
+from caldera.k8s.settings import NO_POD_GROUPS, KubeSettings, uses_pod_groups
 from caldera.k8s.statemap import write_throttles
 from caldera.k8s.status import rejected_status, status_body
 from caldera.model import GPU_MILLI, Node
@@ -117,17 +117,6 @@ class Cleanup:
 
 
 Intent = Create | Remove | Cleanup
-
-# Schedulers known not to read Volcano's PodGroups: a start behind them creates none (issue
-# 40: one write per start nobody reads, and a cluster without Volcano has no PodGroup CRD).
-# Any other name may be Volcano under another name, and gets its PodGroup.
-NO_POD_GROUPS = frozenset({"default-scheduler"})
-
-
-def uses_pod_groups(settings: KubeSettings) -> bool:
-    """Whether the pods' scheduler reads the start's PodGroup (gang, queue, topology)."""
-    return settings.scheduler_name not in NO_POD_GROUPS
-
 
 _T = TypeVar("_T")
 

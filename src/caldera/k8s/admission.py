@@ -47,11 +47,12 @@ from caldera.k8s import names
 from caldera.k8s.api import from_rfc3339
 from caldera.k8s.leader import LEASE_NAME
 from caldera.k8s.podtemplate import RESTRICTED_VOLUMES
-from caldera.k8s.settings import KubeSettings, PodSecurity
+from caldera.k8s.settings import KubeSettings, PodSecurity, uses_pod_groups
 from caldera.k8s.trainingjob import ADDABLE_CAPABILITY, SAFE_SYSCTLS
 from caldera.model import PRIORITY_CLASSES
 
 __all__ = [
+    "CONTROLLER_POD_GROUP_RULES",
     "CONTROLLER_READ_RULES",
     "CONTROLLER_STATE_RULES",
     "CONTROLLER_WRITE_RULES",
@@ -63,6 +64,7 @@ __all__ = [
     "REPORT_POLICY_NAME",
     "admission_policy",
     "controller_rbac",
+    "controller_write_rules",
     "policy_problem",
     "report_policy",
     "served_namespace",
@@ -116,7 +118,12 @@ CONTROLLER_WRITE_RULES: tuple[dict[str, list[str]], ...] = (
     _rule("", ["pods/eviction"], ["create"]),
     _rule("", ["services"], ["create", "delete"]),
     _rule("", ["events"], ["create"]),
-    _rule(_VOLCANO, ["podgroups"], ["list", "create", "delete"]),
+    _rule(_VOLCANO, ["podgroups"], ["list"]),
+)
+# Beside the above in each served namespace, only where the pods' scheduler reads PodGroups
+# (`uses_pod_groups`): behind kube-scheduler no start writes one.
+CONTROLLER_POD_GROUP_RULES: tuple[dict[str, list[str]], ...] = (
+    _rule(_VOLCANO, ["podgroups"], ["create", "delete"]),
 )
 # In the controller's own namespace: the queues' waiting modes and the leader Lease.
 CONTROLLER_STATE_RULES: tuple[dict[str, list[str]], ...] = (
@@ -166,6 +173,13 @@ def served_namespace(name: str, level: PodSecurity) -> dict[str, Any]:
     }
 
 
+def controller_write_rules(settings: KubeSettings) -> tuple[dict[str, list[str]], ...]:
+    """What the controller may write in each served namespace behind `settings`' scheduler."""
+    if uses_pod_groups(settings):
+        return CONTROLLER_WRITE_RULES + CONTROLLER_POD_GROUP_RULES
+    return CONTROLLER_WRITE_RULES
+
+
 def controller_rbac(settings: KubeSettings, name: str = CONTROLLER_ACCOUNT) -> list[dict[str, Any]]:
     """The controller's namespace, ServiceAccount and every role and binding it needs."""
     home = settings.state_namespace
@@ -178,7 +192,7 @@ def controller_rbac(settings: KubeSettings, name: str = CONTROLLER_ACCOUNT) -> l
         },
         _role("ClusterRole", f"{name}-read", CONTROLLER_READ_RULES),
         _binding("ClusterRoleBinding", f"{name}-read", "ClusterRole", f"{name}-read", name, home),
-        _role("ClusterRole", f"{name}-jobs", CONTROLLER_WRITE_RULES),
+        _role("ClusterRole", f"{name}-jobs", controller_write_rules(settings)),
         _role("Role", f"{name}-state", CONTROLLER_STATE_RULES, namespace=home),
         _binding(
             "RoleBinding", f"{name}-state", "Role", f"{name}-state", name, home, namespace=home

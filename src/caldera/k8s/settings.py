@@ -28,6 +28,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "NO_POD_GROUPS",
     "RESERVED_NAMESPACES",
     "GpuShare",
     "KubeSettings",
@@ -37,6 +38,7 @@ __all__ = [
     "NodeLabels",
     "PodSecurity",
     "settings_from_model",
+    "uses_pod_groups",
 ]
 
 # Namespaces caldera never reads jobs in nor creates pods in, whatever the configuration says:
@@ -115,6 +117,12 @@ class LeaderElection:
 
 
 _NO_NAMESPACES: Mapping[str, NamespaceBinding] = MappingProxyType({})
+
+
+# Schedulers known not to read Volcano's PodGroups: a start behind them creates none (one
+# write per start nobody reads, and a cluster without Volcano has no PodGroup CRD), and the
+# controller is granted no PodGroup writes. Any other name may be Volcano under another name.
+NO_POD_GROUPS = frozenset({"default-scheduler"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,3 +255,8 @@ def settings_from_model(model: KubeSettingsModel) -> KubeSettings:
         leader_election=LeaderElection(**model.leader_election.model_dump()),
         pod_security=PodSecurity(model.pod_security),
     )
+
+
+def uses_pod_groups(settings: KubeSettings) -> bool:
+    """Whether the pods' scheduler reads a start's PodGroup (gang, queue, topology)."""
+    return settings.scheduler_name not in NO_POD_GROUPS
