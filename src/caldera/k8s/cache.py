@@ -297,6 +297,7 @@ class InformerCache:
     timeout: int = 300
     informers: dict[str, Informer] = field(default_factory=dict)
     threads: list[threading.Thread] = field(default_factory=list)
+    _deadline: float = 0.0  # monotonic time the informers' first lists are waited for until
 
     def __post_init__(self) -> None:
         def add(key: str, kind: str, namespace: str = "", label: str = "", fields: str = "",
@@ -313,10 +314,12 @@ class InformerCache:
 
     def start(self, stop: threading.Event, timeout: float = 60.0) -> list[threading.Thread]:
         """Start the informers (once: a standby starts them before it leads); return once
-        each has listed (or `timeout` passed)."""
+        each has listed, or `timeout` passed since the first call: one wait in all, however
+        many informers cannot list and however often it is called (issue 34: one namespace
+        that could not be listed held every namespace back a minute per informer and call;
+        until it lists, `ready` keeps its pods from being taken for orphans)."""
         if self.threads:
-            for informer in self.informers.values():
-                informer.synced.wait(timeout)
+            self._wait_synced()
             return self.threads
         threads = [
             threading.Thread(
@@ -327,9 +330,13 @@ class InformerCache:
         for thread in threads:
             thread.start()
         self.threads = threads
-        for informer in self.informers.values():
-            informer.synced.wait(timeout)
+        self._deadline = time.monotonic() + timeout
+        self._wait_synced()
         return threads
+
+    def _wait_synced(self) -> None:
+        for informer in self.informers.values():
+            informer.synced.wait(max(self._deadline - time.monotonic(), 0.0))
 
     @property
     def synced(self) -> bool:

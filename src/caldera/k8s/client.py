@@ -267,7 +267,9 @@ class KubeClusterAPI:
         )
         for namespace in namespaces:
             try:
-                self._call(
+                # Not decoded: the first TrainingJob may be a tenant's deeply nested one, on
+                # which the client's own decoder recurses (issue 34: a crash on every start).
+                self._send(
                     f"list {names.PLURAL} in {namespace}",
                     partial(
                         self.custom.list_namespaced_custom_object,
@@ -277,6 +279,7 @@ class KubeClusterAPI:
                         names.PLURAL,
                         limit=1,
                         _request_timeout=t,
+                        _preload_content=False,
                     ),
                 )
             except NotFound:
