@@ -19,6 +19,7 @@ from typing import Any
 
 import kubernetes
 from caldera_support import Cluster, training_job
+from hostile_support import alive, event_messages, nested_json
 from real_support import wait_for
 
 from caldera.k8s import names
@@ -49,31 +50,6 @@ def _with_template(name: str, pod_spec: dict[str, Any], **task: Any) -> dict[str
     job["spec"]["tasks"][0]["template"] = {"spec": pod_spec}
     job["spec"]["tasks"][0].update(task)
     return job
-
-
-def _messages(cluster: Cluster, namespace: str, name: str, reason: str) -> list[str]:
-    core = k8s.client.CoreV1Api(cluster.client())
-    found = core.list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={names.KIND}"
-    ).items
-    return [e.message for e in found if e.reason == reason]
-
-
-def _nested_json(name: str, levels: int) -> str:
-    """A TrainingJob whose template nests `levels` deep, as JSON text (PyYAML and json.dumps
-    recurse: the text is written by hand)."""
-    job = _with_template(name, {"containers": [_gpu_container("main", 8)], "volumes": []})
-    text = json.dumps(job)
-    # Inside an emptyDir, a volume type Pod Security's restricted allows: the admission policy
-    # lets it through to the controller, whose intake must survive it.
-    deep = '[{"name": "v", "emptyDir": ' + '{"y": ' * levels + "1" + "}" * levels + "}]"
-    return text.replace('"volumes": []', f'"volumes": {deep}')
-
-
-def _alive(cluster: Cluster) -> None:
-    assert cluster.proc is not None and cluster.proc.poll() is None, (
-        f"the controller died:\n{cluster.log_tail(60)}"
-    )
 
 
 def test_hostile_manifests_neither_crash_nor_stall_the_controller(clean: Cluster) -> None:
@@ -112,7 +88,7 @@ def test_hostile_manifests_neither_crash_nor_stall_the_controller(clean: Cluster
             assert name in rejected, f"{name}: {done.stderr}"
             rejected.pop(name)
     nested = clean.kubectl(
-        "bob", "-n", "team-a", "create", "-f", "-", stdin=_nested_json("nested", 1100)
+        "bob", "-n", "team-a", "create", "-f", "-", stdin=nested_json("nested", 1100)
     )
     assert nested.returncode == 0, nested.stderr
     rejected["nested"] = {}
@@ -126,7 +102,8 @@ def test_hostile_manifests_neither_crash_nor_stall_the_controller(clean: Cluster
         reason = _status(clean, "team-a", name)["reason"]
         assert reason and "\n" not in reason and len(reason) < 300, reason
         wait_for(
-            f"{name}'s Rejected event", lambda n=name: _messages(clean, "team-a", n, "Rejected")
+            f"{name}'s Rejected event",
+            lambda n=name: event_messages(clean, "team-a", n, "Rejected"),
         )
     assert "nested deeper than" in _status(clean, "team-a", "nested")["reason"]
     assert "x-deep" in clean.status("team-a", "xdeep")["reason"]
@@ -134,14 +111,14 @@ def test_hostile_manifests_neither_crash_nor_stall_the_controller(clean: Cluster
         clean.wait("team-a", name, "Running")
     assert clean.status("team-a", "sidecar")["gpus"] == "8"
 
-    _alive(clean)
+    alive(clean)
     assert clean.state("team-a", "steady") == "Running"
     (still,) = clean.running_pods("team-a", "steady")
     assert still.metadata.uid == steady_pod.metadata.uid
 
     assert clean.apply("alice", "team-a", training_job("newcomer")).returncode == 0
     clean.wait("team-a", "newcomer", "Running", timeout=60)
-    _alive(clean)
+    alive(clean)
 
 
 def test_a_sidecars_gpus_are_counted_so_the_next_job_is_not_pinned_to_a_full_node(
@@ -175,7 +152,7 @@ def test_a_pods_nan_progress_is_ignored_with_a_warning(clean: Cluster) -> None:
         "admin", "-n", "team-a", "annotate", "--overwrite", f"pod/{name}", f"{names.PROGRESS}=nan"
     )
     assert done.returncode == 0, done.stderr
-    wait_for("the BadReport event", lambda: _messages(clean, "team-a", "liar", "BadReport"))
+    wait_for("the BadReport event", lambda: event_messages(clean, "team-a", "liar", "BadReport"))
     done = clean.kubectl(
         "admin", "-n", "team-a", "annotate", "--overwrite", f"pod/{name}", f"{names.PROGRESS}=0.25"
     )
@@ -185,7 +162,7 @@ def test_a_pods_nan_progress_is_ignored_with_a_warning(clean: Cluster) -> None:
         return (clean.status("team-a", "liar").get("controller") or {}).get("reported_progress")
 
     wait_for("progress 0.25 in the status", lambda: reported() == 0.25)
-    _alive(clean)
+    alive(clean)
 
 
 def test_a_pod_that_loses_its_managed_label_stays_its_jobs(clean: Cluster) -> None:
@@ -215,7 +192,7 @@ def test_a_pod_that_loses_its_managed_label_stays_its_jobs(clean: Cluster) -> No
         assert status["attempts"] == 1 and status["state"] == "Running", status
         assert [p.metadata.name for p in owned()] == [pod.metadata.name]
         time.sleep(2)
-    _alive(clean)
+    alive(clean)
     uid = clean.job("team-a", "unlabelled")["metadata"]["uid"]
     clean.kubectl("bob", "-n", "team-a", "delete", names.PLURAL, "unlabelled", "--wait=false")
     wait_for(
@@ -278,7 +255,7 @@ def test_a_pods_service_account_may_report_progress_but_not_change_ownership(
     now = core.read_namespaced_pod(pod.metadata.name, "team-a").metadata
     assert now.labels[names.MANAGED] == "true" and now.owner_references
     assert now.annotations[names.PROGRESS] == "0.5"
-    _alive(clean)
+    alive(clean)
 
 
 def test_a_waiting_job_says_why_and_a_started_one_is_not_running_before_its_pods(
@@ -299,7 +276,7 @@ def test_a_waiting_job_says_why_and_a_started_one_is_not_running_before_its_pods
     (row,) = [line for line in printed.splitlines() if line.startswith("stuck ")]
     assert " Starting " in row and " Running " not in row, printed
     assert clean.apply("bob", "team-a", training_job("late")).returncode == 0
-    wait_for("late's Waiting event", lambda: _messages(clean, "team-a", "late", "Waiting"))
+    wait_for("late's Waiting event", lambda: event_messages(clean, "team-a", "late", "Waiting"))
     status = clean.status("team-a", "late")
     assert status["state"] == "Pending" and status["reason"].startswith("waiting: "), status
     found = clean.condition("team-a", "late", "Waiting")
@@ -331,10 +308,10 @@ def test_a_start_that_keeps_timing_out_backs_off_and_says_so(clean: Cluster) -> 
     reason = clean.status("team-a", "noclaim")["reason"]
     assert reason.startswith("StartTimeout 2nd time: "), reason
     assert 'persistentvolumeclaim "data" not found' in reason and "next try in " in reason, reason
-    said = _messages(clean, "team-a", "noclaim", "StartTimeout")
+    said = event_messages(clean, "team-a", "noclaim", "StartTimeout")
     assert any("StartTimeout 2nd time: next try in 1m0s" in m for m in said), said
     assert len(said) == 2, said  # not restarted meanwhile
-    _alive(clean)
+    alive(clean)
 
 
 def _pod_spec_with(**extra: Any) -> dict[str, Any]:
@@ -434,7 +411,7 @@ def test_without_the_policy_the_controller_refuses_what_it_cannot_check(clean: C
     done = clean.apply("bob", "team-a", _with_template("mine", mine))
     assert done.returncode == 0, done.stderr
     clean.wait("team-a", "mine", "Running")
-    _alive(clean)
+    alive(clean)
 
 
 def test_pod_security_baseline_is_refused_by_the_policy_and_the_controller(
@@ -466,7 +443,7 @@ def test_pod_security_baseline_is_refused_by_the_policy_and_the_controller(
         for name in cases:
             wait_for(f"{name} Rejected", lambda n=name: clean.state("team-a", n) == "Rejected")
             assert "pod template may not" in clean.status("team-a", name)["reason"]
-    _alive(clean)
+    alive(clean)
 
 
 def test_pods_meet_pod_security_restricted_and_contradictions_are_refused(
@@ -514,7 +491,7 @@ def test_pods_meet_pod_security_restricted_and_contradictions_are_refused(
                 assert "restricted" in clean.status("team-a", name)["reason"]
     finally:
         clean.kubectl("admin", "label", "namespace", "team-a", f"{label}-")
-    _alive(clean)
+    alive(clean)
 
 
 def test_a_nodes_pod_limit_is_placed_against(clean: Cluster) -> None:
@@ -543,7 +520,7 @@ def test_a_nodes_pod_limit_is_placed_against(clean: Cluster) -> None:
     finally:
         for node, pods in before.items():
             core.patch_node_status(node, {"status": {"allocatable": {"pods": pods}}})
-    _alive(clean)
+    alive(clean)
 
 
 def test_other_teams_pods_take_a_node_slot_each(clean: Cluster) -> None:
@@ -586,7 +563,7 @@ def test_other_teams_pods_take_a_node_slot_each(clean: Cluster) -> None:
         too_wide["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"] = {}
         assert clean.apply("bob", "team-a", too_wide).returncode == 0
         wait_for(
-            "toowide's Waiting event", lambda: _messages(clean, "team-a", "toowide", "Waiting")
+            "toowide's Waiting event", lambda: event_messages(clean, "team-a", "toowide", "Waiting")
         )
         assert clean.status("team-a", "toowide")["state"] == "Pending"
         assert not clean.pods("team-a", "toowide")
@@ -603,4 +580,4 @@ def test_other_teams_pods_take_a_node_slot_each(clean: Cluster) -> None:
             core.delete_namespaced_pod(f"agent-{i}", "elsewhere", grace_period_seconds=0)
         for node, pods in before.items():
             core.patch_node_status(node, {"status": {"allocatable": {"pods": pods}}})
-    _alive(clean)
+    alive(clean)

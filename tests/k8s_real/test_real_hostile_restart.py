@@ -16,7 +16,6 @@ How each failed before its fix (`git log -S` on the names cited):
 from __future__ import annotations
 
 import http.client
-import json
 import re
 import ssl
 import threading
@@ -31,6 +30,7 @@ from urllib.parse import urlsplit
 import kubernetes
 import yaml
 from caldera_support import Cluster, training_job
+from hostile_support import alive, event_messages, nested_json
 from real_support import wait_for
 
 from caldera.k8s import names
@@ -42,30 +42,7 @@ RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 FLOAT_TIME = re.compile(r"\d\.\d+e\+\d\d")
 
 
-def _alive(cluster: Cluster) -> None:
-    assert cluster.proc is not None and cluster.proc.poll() is None, (
-        f"the controller died:\n{cluster.log_tail(60)}"
-    )
-
-
-def _messages(cluster: Cluster, namespace: str, name: str, reason: str) -> list[str]:
-    core = k8s.client.CoreV1Api(cluster.client())
-    found = core.list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={names.KIND}"
-    ).items
-    return [e.message for e in found if e.reason == reason]
-
-
 # -- a namespace whose TrainingJobs cannot be listed ---------------------------------------
-
-
-def _nested_json(name: str, levels: int) -> str:
-    """The issue's TrainingJob nested `levels` deep (inside an emptyDir, which the admission
-    policy lets through), as JSON text written by hand (json.dumps would recurse)."""
-    job = training_job(name)
-    job["spec"]["tasks"][0]["template"]["spec"]["volumes"] = []
-    deep = '[{"name": "v", "emptyDir": ' + '{"y": ' * levels + "1" + "}" * levels + "}]"
-    return json.dumps(job).replace('"volumes": []', f'"volumes": {deep}')
 
 
 def _wire_status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
@@ -192,7 +169,7 @@ def test_a_restart_that_cannot_list_a_namespace_leaves_its_pods_alone(
     clean.wait("serving", "steady", "Running")
     (steady_pod,) = clean.running_pods("serving", "steady")
     nested = clean.kubectl(
-        "bob", "-n", "team-a", "create", "-f", "-", stdin=_nested_json("nested", 1100)
+        "bob", "-n", "team-a", "create", "-f", "-", stdin=nested_json("nested", 1100)
     )
     assert nested.returncode == 0, nested.stderr
     wait_for(
@@ -216,7 +193,7 @@ def test_a_restart_that_cannot_list_a_namespace_leaves_its_pods_alone(
         for _ in range(4):  # two resyncs at least, the orphan grace period (3 s) past
             steady_untouched()
             time.sleep(1.5)
-        _alive(clean)
+        alive(clean)
         assert gate.refused > 0  # the informer for `serving` did try, and could not list
         assert _wire_status(clean, "team-a", "nested")["state"] == "Rejected"
         gate.shut = False  # `serving` listable again: the informer's next try syncs it
@@ -225,7 +202,7 @@ def test_a_restart_that_cannot_list_a_namespace_leaves_its_pods_alone(
         steady_untouched()
         assert clean.state("serving", "steady") == "Running"
         assert clean.status("serving", "steady")["attempts"] == 1
-        _alive(clean)
+        alive(clean)
 
 
 # -- a start that never binds ----------------------------------------------------------------
@@ -261,10 +238,10 @@ def test_a_start_that_never_binds_is_placed_elsewhere_not_pinned_again(clean: Cl
         assert clean.apply("bob", "team-a", job).returncode == 0
         wait_for(
             "roomy's StartTimeout",
-            lambda: _messages(clean, "team-a", "roomy", "StartTimeout"),
+            lambda: event_messages(clean, "team-a", "roomy", "StartTimeout"),
             timeout=90,
         )
-        said = _messages(clean, "team-a", "roomy", "StartTimeout")
+        said = event_messages(clean, "team-a", "roomy", "StartTimeout")
         assert any("ephemeral-storage" in m for m in said), said
         clean.wait("team-a", "roomy", "Running", timeout=90)
         (pod,) = clean.running_pods("team-a", "roomy")
@@ -273,7 +250,7 @@ def test_a_start_that_never_binds_is_placed_elsewhere_not_pinned_again(clean: Cl
     finally:
         for node in nodes:
             core.patch_node_status(node, {"status": {"allocatable": {"ephemeral-storage": None}}})
-    _alive(clean)
+    alive(clean)
 
 
 # -- no node to use ---------------------------------------------------------------------------
@@ -305,10 +282,12 @@ def test_a_job_with_no_node_to_use_says_so(clean: Cluster, tmp_path: Path) -> No
         assert status["state"] == "Pending", status
         want = "no node caldera may use (kubernetes.node_selector: caldera.io/pool=nowhere)"
         assert want in status["reason"], status["reason"]
-        wait_for("lonely's Waiting event", lambda: _messages(clean, "team-a", "lonely", "Waiting"))
-        assert any(want in m for m in _messages(clean, "team-a", "lonely", "Waiting"))
+        wait_for(
+            "lonely's Waiting event", lambda: event_messages(clean, "team-a", "lonely", "Waiting")
+        )
+        assert any(want in m for m in event_messages(clean, "team-a", "lonely", "Waiting"))
         assert not clean.pods("team-a", "lonely")
-        _alive(clean)
+        alive(clean)
     finally:
         clean.stop_controller()
         clean.config = session_config
@@ -354,4 +333,4 @@ def test_describe_shows_readable_times_and_a_restart_reads_them_back(clean: Clus
     assert {k: again.get(k) for k in times} == times
     assert clean.state("team-a", "timed") == "Running"
     assert clean.status("team-a", "timed")["attempts"] == 1
-    _alive(clean)
+    alive(clean)
