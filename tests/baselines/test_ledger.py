@@ -17,7 +17,7 @@ from test_baseline_properties import scenarios
 from caldera.baselines import ledger as ledger_module
 from caldera.baselines.common import missing_tasks
 from caldera.baselines.ledger import ledger_for
-from caldera.baselines.volcano import _preempt_rule, _reclaim_rule
+from caldera.baselines.volcano.victims import preempt_rule, reclaim_rule
 from caldera.core.context import CycleContext
 from caldera.core.room import Room
 from caldera.core.victims import is_protected
@@ -112,8 +112,8 @@ def _rules(cycle: CycleContext) -> list[tuple[object, Any]]:
     for queue, priority in sorted(keys):
         for one_tier in (False, True):
             key = ("preempt", queue, priority, one_tier)
-            rules.append((key, _preempt_rule(queue, priority, one_tier)))
-        rules.append((("reclaim", queue, 0, False), _reclaim_rule(queue, queues)))
+            rules.append((key, preempt_rule(queue, priority, one_tier)))
+        rules.append((("reclaim", queue, 0, False), reclaim_rule(queue, queues)))
     return rules
 
 

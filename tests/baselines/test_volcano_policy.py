@@ -273,3 +273,30 @@ def test_decisions_are_deterministic() -> None:
     again = decide("volcano", nodes(2), jobs)[1]
     assert first == again
     assert first.evictions
+
+
+def test_the_package_keeps_the_module_names_and_phase_order() -> None:
+    """`caldera.baselines.volcano` is a package of one module per action; what the single
+    module exported is still importable from its root, and both policies run the actions in
+    Volcano's order (seed 001's wrapped, same names with a suffix)."""
+    import caldera.baselines.volcano as volcano
+
+    assert sorted(volcano.__all__) == [
+        "VOLCANO",
+        "VOLCANO_SEED_001",
+        "nodeorder_place",
+        "nodeorder_score",
+        "victim_order",
+        "volcano_allocate",
+        "volcano_close",
+        "volcano_job_order",
+        "volcano_preempt",
+        "volcano_reclaim",
+    ]
+    assert all(hasattr(volcano, name) for name in volcano.__all__)
+    actions = ["volcano_allocate", "volcano_preempt", "volcano_reclaim", "volcano_close"]
+    assert [p.__name__ for p in volcano.VOLCANO.phases] == ["enqueue", *actions]
+    assert [p.__name__ for p in volcano.VOLCANO_SEED_001.phases] == [
+        "enqueue",
+        *(f"{name}_seed001" for name in actions),
+    ]
