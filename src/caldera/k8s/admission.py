@@ -529,39 +529,51 @@ def admission_policy(settings: KubeSettings) -> list[dict[str, Any]]:
                 "reason": "Forbidden",
             }
         )
+    variables = [
+        {"name": "critical", "expression": "object.spec.?type.orValue('normal') == 'critical'"},
+        {"name": "queues", "expression": _cel(queues)},
+        {"name": "podSecurity", "expression": _cel(settings.pod_security.value)},
+        {
+            "name": "accounts",
+            "expression": f"request.namespace in {_cel(accounts)} ? "
+            f"{_cel(accounts)}[request.namespace] : ['default']",
+        },
+    ]
+    return _policy(POLICY_NAME, copy.deepcopy(_MATCH), validations, variables=variables)
+
+
+def _policy(
+    name: str,
+    match: dict[str, Any],
+    validations: list[dict[str, Any]],
+    *,
+    conditions: list[dict[str, Any]] | None = None,
+    variables: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy of caldera's and its binding: both labelled as caldera's,
+    the policy failing closed (an API server that cannot evaluate it refuses the request) and
+    the binding denying what a validation rejects, cluster-wide. The two policies differ only
+    in what they match, the conditions and variables they use and what they check."""
+    spec: dict[str, Any] = {"failurePolicy": "Fail", "matchConstraints": match}
+    if conditions is not None:
+        spec["matchConditions"] = conditions
+    if variables is not None:
+        spec["variables"] = variables
+    spec["validations"] = validations
+    labels = {names.MANAGED: "true"}
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": {names.MANAGED: "true"}},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": copy.deepcopy(_MATCH),
-            "variables": [
-                {
-                    "name": "critical",
-                    "expression": "object.spec.?type.orValue('normal') == 'critical'",
-                },
-                {"name": "queues", "expression": _cel(queues)},
-                {"name": "podSecurity", "expression": _cel(settings.pod_security.value)},
-                {
-                    "name": "accounts",
-                    "expression": f"request.namespace in {_cel(accounts)} ? "
-                    f"{_cel(accounts)}[request.namespace] : ['default']",
-                },
-            ],
-            "validations": validations,
-        },
+        "metadata": {"name": name, "labels": labels},
+        "spec": spec,
     }
-    return [policy, _policy_binding(POLICY_NAME)]
-
-
-def _policy_binding(name: str) -> dict[str, Any]:
-    return {
+    binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name, "labels": {names.MANAGED: "true"}},
+        "metadata": {"name": name, "labels": dict(labels)},
         "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
+    return [policy, binding]
 
 
 _REPORTS = sorted({names.PROGRESS, names.CHECKPOINT})
@@ -597,45 +609,36 @@ def report_policy(
             f"{what}, not its other annotations",
         ),
     ]
-    policy = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": REPORT_POLICY_NAME, "labels": {names.MANAGED: "true"}},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "resources": ["pods"],
-                        "operations": ["UPDATE"],
-                    }
-                ],
-                # Matched when the old or the new pod has it: removing it is matched too.
-                "objectSelector": {"matchLabels": {names.MANAGED: "true"}},
-            },
-            "matchConditions": [
-                {"name": "served", "expression": f"request.namespace in {served}"},
-                {
-                    "name": "not-the-controller",
-                    "expression": f"request.userInfo.username != {_cel(controller)}",
-                },
-                {
-                    "name": "not-a-cluster-admin",
-                    "expression": "!('system:masters' in request.userInfo.groups)",
-                },
-                {
-                    "name": "a-tenant",
-                    "expression": "!request.userInfo.username.startsWith('system:') || "
-                    f"{served}.exists(ns, "
-                    "request.userInfo.username.startsWith('system:serviceaccount:' + ns + ':'))",
-                },
-            ],
-            "validations": [
-                {"expression": rule, "message": message, "reason": "Forbidden"}
-                for rule, message in checks
-            ],
-        },
+    match = {
+        "resourceRules": [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "resources": ["pods"],
+                "operations": ["UPDATE"],
+            }
+        ],
+        # Matched when the old or the new pod has it: removing it is matched too.
+        "objectSelector": {"matchLabels": {names.MANAGED: "true"}},
     }
-    return [policy, _policy_binding(REPORT_POLICY_NAME)]
+    conditions = [
+        {"name": "served", "expression": f"request.namespace in {served}"},
+        {
+            "name": "not-the-controller",
+            "expression": f"request.userInfo.username != {_cel(controller)}",
+        },
+        {
+            "name": "not-a-cluster-admin",
+            "expression": "!('system:masters' in request.userInfo.groups)",
+        },
+        {
+            "name": "a-tenant",
+            "expression": "!request.userInfo.username.startsWith('system:') || "
+            f"{served}.exists(ns, "
+            "request.userInfo.username.startsWith('system:serviceaccount:' + ns + ':'))",
+        },
+    ]
+    validations = [
+        {"expression": rule, "message": message, "reason": "Forbidden"} for rule, message in checks
+    ]
+    return _policy(REPORT_POLICY_NAME, match, validations, conditions=conditions)
