@@ -187,10 +187,12 @@ def scenarios(
         "eviction_budget": draw(st.sampled_from([0.3, 1.0])),
         "throttle_timeout": 300,
         # issue 37's rules: evictions timed to checkpoints (600 s is the default), backfill
-        # into a planned start's room, a gang's reclaim search again on clearable nodes
+        # into a planned start's room, a gang's reclaim search again on clearable nodes,
+        # large gangs anchoring their leaf (packing)
         "checkpoint_wait": draw(st.sampled_from([600, 600, 0, 3600])),
         "planned_backfill": draw(st.booleans()),
         "reclaim_whole_nodes": draw(st.booleans()),
+        "keep_leaves_whole": draw(st.booleans()),
     }
     return {
         "cluster": {"nodes": groups},

@@ -26,7 +26,7 @@ from caldera.core.config import PolicyConfig
 from caldera.core.context import CycleContext, PendingGroup
 from caldera.core.decisions import Nominate
 from caldera.core.fairshare import lending_key
-from caldera.core.packing import count_non_evictable, never_evicted, place_packed
+from caldera.core.packing import count_started, place_packed
 from caldera.core.placement import place_job
 from caldera.core.reservation import LARGE, reserve_for_starving
 from caldera.core.room import Room, TaskPlacement
@@ -199,14 +199,10 @@ def _try_allocate(cycle: CycleContext, room: Room, job: JobView, failed: set[int
         return _WAITING
     # The gang at its minimum: extra tasks grow in backfill, once every queue's pending jobs
     # had their turn (an elastic job must not hold room another queue deserves).
-    if never_evicted(job.spec):
-        placement = place_packed(cycle, job.spec)
-    else:
-        placement = place_job(room, job.spec, maximum=job.spec.min_available)
+    placement = place_packed(cycle, job.spec)  # packing.py: plain binpacking for most jobs
     if placement is None:
         failed.add(shape)
         return _WAITING
     cycle.start(job, placement)
-    if never_evicted(job.spec):
-        count_non_evictable(cycle, placement)
+    count_started(cycle, job.spec, placement)
     return _STARTED

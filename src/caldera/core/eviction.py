@@ -21,7 +21,7 @@ from caldera.core.context import CycleContext, QueueUsage
 from caldera.core.decisions import Evict, EvictReason, Nominate
 from caldera.core.estimates import expected_end, slo_deadline
 from caldera.core.jobindex import GroupKey, group_key
-from caldera.core.packing import count_non_evictable, leaf_load, never_evicted
+from caldera.core.packing import count_started, packing_load
 from caldera.core.placement import place_job
 from caldera.core.room import TaskPlacement
 from caldera.core.snapshot import JobView, Nomination, PendingVictim
@@ -698,7 +698,7 @@ def search(
     units = len(index.units)
     known, plan, order_mattered = cycle.known_search(job, units)
     if not known:
-        load = leaf_load(cycle) if never_evicted(job.spec) else None
+        load = packing_load(cycle, job.spec)
         plan = find_plan(
             cycle.room, job.spec, index, cycle.evicted, allow, patience(cycle, job), enough, load
         )
@@ -765,8 +765,7 @@ def _execute(cycle: CycleContext, job: JobView, plan: Plan) -> None:
     cycle.claimed.update(victim.job for victim in pending)
     cycle.promise(job, 1)
     cycle.block(job.id, plan.placement)
-    if never_evicted(job.spec):
-        count_non_evictable(cycle, plan.placement)
+    count_started(cycle, job.spec, plan.placement)
     if pending:
         cycle.wakeups.append(next_signal(pending, cycle.now))
 

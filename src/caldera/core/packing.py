@@ -1,4 +1,4 @@
-"""Packing non-evictable work onto as few leaves as possible.
+"""Packing work that anchors a leaf onto as few leaves as possible.
 
 Work no preemptor may take — critical jobs, `protected: "true"` and conformance-protected
 jobs — pins the leaf (tier-1 domain) it runs on: a `hard` gang that needs a whole leaf can
@@ -8,6 +8,18 @@ never have one where such work runs. So such work goes where such work already i
 - its victim search prefers plans that open no new leaf, then the leaf holding the most
   non-evictable GPUs — after work lost, own-queue victims and victims, before the victims'
   own order (`PlanCost.spread`).
+
+Running large gangs anchor their leaf too, for the time they run: a large job never preempts
+another at its priority, so a waiting gang that needs the whole leaf waits for them to end.
+With `keep_leaves_whole` (off by default; config.py says why) both kinds count as a leaf's
+*anchored* work, and both kinds of job pack onto it:
+- a never-evicted job tries the leaves with non-evictable work first (as above), then those
+  with any anchored work, the most first, and only then a leaf holding none;
+- a large gang tries the leaves with anchored work first, the most first, then anywhere;
+- their victim searches count a leaf's anchored work in `PlanCost.spread`.
+So leaves without anchored work stay whole for the gangs that need one; the scattered room
+is where small critical jobs and half-leaf gangs go.
+
 A cluster of one leaf changes nothing. May not: change anything but the order in which
 places are tried.
 """
@@ -19,22 +31,33 @@ from collections.abc import Mapping, Sequence
 from caldera.core.context import CycleContext
 from caldera.core.placement import place_job
 from caldera.core.room import Room, TaskPlacement
-from caldera.model import CRITICAL_PRIORITY, JobSpec
+from caldera.model import CRITICAL_PRIORITY, GPU_MILLI, PRIORITY_CLASSES, JobSpec, JobType
 
 __all__ = [
+    "anchors",
     "count_non_evictable",
+    "count_started",
     "leaf_load",
     "never_evicted",
     "non_evictable",
+    "packing_load",
     "place_packed",
     "spread",
 ]
+
+_LARGE = PRIORITY_CLASSES[JobType.LARGE].value
 
 
 def never_evicted(spec: JobSpec) -> bool:
     """Would this job, once running, be out of every preemptor's reach? (As the job index's
     victim filter: label protected, critical priority, conformance-protected.)"""
     return spec.protected or spec.priority >= CRITICAL_PRIORITY or spec.conformance_protected
+
+
+def anchors(spec: JobSpec, keep_leaves_whole: bool) -> bool:
+    """Does this job, once running, hold its leaf against a waiting large gang? Never-evicted
+    work always; with `keep_leaves_whole`, large gangs too (none preempts another)."""
+    return never_evicted(spec) or (keep_leaves_whole and spec.priority == _LARGE)
 
 
 def non_evictable(cycle: CycleContext) -> dict[int, int]:
@@ -82,19 +105,84 @@ def spread(
     return (sum(1 for leaf in leaves if load.get(leaf, 0) == 0), -sum(load[x] for x in leaves))
 
 
-def place_packed(cycle: CycleContext, spec: JobSpec) -> tuple[TaskPlacement, ...] | None:
-    """Place a gang (at `min_available`) that will never be evicted: inside the leaves that
-    hold non-evictable work first, the most loaded first; else anywhere."""
+def gang_load(cycle: CycleContext) -> dict[int, int] | None:
+    """Milli-GPUs per tier-1 domain held by running large gangs (the job index's possible
+    victims at large-job priority, every queue), with this cycle's large starts; None when
+    there is one leaf only (once per cycle)."""
     room = cycle.room
+    if len(room.tier1_nodes) <= 1:
+        return None
+
+    def build() -> dict[int, int]:
+        load = dict.fromkeys(room.tier1_nodes, 0)
+        nodes = room.nodes
+        for by_priority in cycle.snapshot.job_index.victim_devices.values():
+            for node, devices in by_priority.get(_LARGE, {}).items():
+                load[nodes[node].tier1] += devices * GPU_MILLI
+        return load
+
+    return cycle.memo("gang_load", build)
+
+
+def packing_load(cycle: CycleContext, spec: JobSpec) -> dict[int, int] | None:
+    """The per-leaf load `spec`'s placement and victim search pack against: non-evictable
+    work for a never-evicted job; with `keep_leaves_whole`, anchored work (non-evictable and
+    large gangs) for any job that `anchors`; None for the others, or one leaf only."""
+    keep = cycle.config.keep_leaves_whole
+    if not anchors(spec, keep):
+        return None
     load = leaf_load(cycle)
-    if load is not None:
-        for leaf in sorted((x for x in load if load[x] > 0), key=lambda x: (-load[x], x)):
+    if load is None or not keep:
+        return load
+    gangs = gang_load(cycle)
+    assert gangs is not None  # more than one leaf, as for leaf_load
+    return {leaf: milli + gangs.get(leaf, 0) for leaf, milli in load.items()}
+
+
+def place_packed(cycle: CycleContext, spec: JobSpec) -> tuple[TaskPlacement, ...] | None:
+    """Place a gang (at `min_available`): a job that `anchors` inside the leaves that hold
+    work it packs with first (module docstring), the most loaded first; else anywhere."""
+    room = cycle.room
+    tried: set[int] = set()
+    for load in _packing_orders(cycle, spec):
+        for leaf in sorted(
+            (x for x in load if load[x] > 0 and x not in tried), key=lambda x: (-load[x], x)
+        ):
+            tried.add(leaf)
             placed = place_job(
                 room, spec, maximum=spec.min_available, within=room.tier1_nodes[leaf]
             )
             if placed is not None:
                 return placed
     return place_job(room, spec, maximum=spec.min_available)
+
+
+def _packing_orders(cycle: CycleContext, spec: JobSpec) -> list[dict[int, int]]:
+    """The leaf loads `place_packed` tries in turn: non-evictable work first for a job that
+    never leaves, then anchored work (`packing_load`)."""
+    orders: list[dict[int, int]] = []
+    if never_evicted(spec):
+        load = leaf_load(cycle)
+        if load is not None:
+            orders.append(load)
+    if cycle.config.keep_leaves_whole:
+        anchored = packing_load(cycle, spec)
+        if anchored is not None:
+            orders.append(anchored)
+    return orders
+
+
+def count_started(cycle: CycleContext, spec: JobSpec, placement: Sequence[TaskPlacement]) -> None:
+    """Count a start of this cycle that packs (`anchors`), so that the next such job of the
+    cycle packs with it: never-evicted work in `non_evictable`, a large gang in `gang_load`."""
+    if never_evicted(spec):
+        count_non_evictable(cycle, placement)
+    elif anchors(spec, cycle.config.keep_leaves_whole):
+        load = gang_load(cycle)
+        if load is not None:
+            for task in placement:
+                leaf = cycle.room.nodes[task.node].tier1
+                load[leaf] = load.get(leaf, 0) + task.gpu
 
 
 def count_non_evictable(cycle: CycleContext, placement: Sequence[TaskPlacement]) -> None:

@@ -25,8 +25,7 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 
 from caldera.core.context import CycleContext, starving_from
-from caldera.core.packing import non_evictable, pinned_only
-from caldera.core.placement import place_job
+from caldera.core.packing import count_started, non_evictable, pinned_only, place_packed
 from caldera.core.planning import plan_start, plans
 from caldera.core.room import DomainLayout, Room, TaskPlacement
 from caldera.core.snapshot import JobView
@@ -67,9 +66,10 @@ def reserve_for_starving(cycle: CycleContext) -> set[str]:
             continue
         if not cycle.may_return(job):
             continue
-        placement = place_job(cycle.room, spec, maximum=spec.min_available)
+        placement = place_packed(cycle, spec)
         if placement is not None:
             cycle.start(job, placement)
+            count_started(cycle, spec, placement)
             started.add(job.id)
             continue
         domain = _domain(cycle, spec)
