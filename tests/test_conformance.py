@@ -36,6 +36,7 @@ from caldera.service.launcher import JobFiles, Launch
 from caldera.service.runtime import Runtime
 from caldera.service.store import Store, database_url_for
 from caldera.sim import parse_scenario, simulate
+from caldera.trainingjob_api import JOB, PLACEMENT
 
 T0 = 1_800_000_000.0  # the service's and the cluster's clocks start here (a Monday)
 HORIZON = 240
@@ -223,7 +224,7 @@ class RecordingCluster(FakeCluster):
     def create_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         pod = super().create_pod(namespace, body)
         self.created.append((self.clock.now, pod))
-        job = pod["metadata"]["labels"][names.JOB]
+        job = pod["metadata"]["labels"][JOB]
         self.exit_on_sigterm(namespace, pod["metadata"]["name"], COST[job])
         return pod
 
@@ -260,7 +261,7 @@ def through_kubernetes() -> tuple[list[Start], list[Evict]]:
     pods: dict[str, str] = {}
     starts: dict[tuple[float, str, str], dict[str, float]] = {}
     for t, pod in cluster.created:
-        job = pod["metadata"]["labels"][names.JOB]
+        job = pod["metadata"]["labels"][JOB]
         pods[pod["metadata"]["name"]] = job
         node = pod["spec"]["affinity"]["nodeAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"
@@ -277,7 +278,7 @@ def through_kubernetes() -> tuple[list[Start], list[Evict]]:
 
 def _pod_gpus(pod: dict[str, Any]) -> float:
     annotations = pod["metadata"].get("annotations") or {}
-    placement = json.loads(annotations[names.PLACEMENT])
+    placement = json.loads(annotations[PLACEMENT])
     return float(placement["milli"] * len(placement["devices"]) / 1000)
 
 

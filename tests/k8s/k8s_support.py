@@ -27,6 +27,7 @@ from typing import Any
 from caldera.k8s import FakeCluster, KubeRuntime, KubeSettings, NamespaceBinding, names
 from caldera.k8s.config import parse_kube_config
 from caldera.k8s.status import submit_time
+from caldera.trainingjob_api import JOB, PLACEMENT
 
 __all__ = ["NAMESPACE", "SETTINGS", "Serialized", "World", "training_job"]
 
@@ -226,7 +227,7 @@ class World:
     def placements(self, name: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
         """The decided placement on each pod of the job (rank order)."""
         return [
-            json.loads(pod["metadata"]["annotations"][names.PLACEMENT])
+            json.loads(pod["metadata"]["annotations"][PLACEMENT])
             for pod in self.pods(name, namespace)
         ]
 
@@ -239,7 +240,7 @@ class World:
         return [
             pod
             for (ns, _), pod in sorted(self.cluster.pods.items())
-            if ns == namespace and pod["metadata"]["labels"].get(names.JOB) == name
+            if ns == namespace and pod["metadata"]["labels"].get(JOB) == name
         ]
 
     def pinned(self, name: str, namespace: str = NAMESPACE) -> list[str]:

@@ -15,14 +15,15 @@ from apiserver_stub import StubAPIServer
 from k8s_support import SETTINGS, World, training_job
 
 from caldera.core import PolicyConfig
-from caldera.k8s import FakeClock, FakeCluster, KubeRuntime, names
+from caldera.k8s import FakeClock, FakeCluster, KubeRuntime
 from caldera.k8s.cache import NOT_ENDED, Informer, InformerCache, slim_node, slim_pod
 from caldera.k8s.client import KubeClusterAPI
 from caldera.k8s.controller import Controller
 from caldera.k8s.nodes import read_nodes
 from caldera.model import Queue
+from caldera.trainingjob_api import GROUP, JOB, PLURAL, VERSION
 
-JOBS = f"{names.GROUP}/{names.VERSION}"
+JOBS = f"{GROUP}/{VERSION}"
 
 
 @pytest.fixture
@@ -104,11 +105,11 @@ def test_the_running_pods_informer_drops_a_pod_that_ends(
 
 
 def test_pods_are_kept_slim() -> None:
-    full = pod("a", **{names.JOB: "j"})
+    full = pod("a", **{JOB: "j"})
     full["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
     full["metadata"]["managedFields"] = [{"manager": "kubectl"}] * 50
     slim = slim_pod(full)
-    assert slim["metadata"]["labels"] == {names.JOB: "j"}
+    assert slim["metadata"]["labels"] == {JOB: "j"}
     assert "managedFields" not in slim["metadata"]
     assert slim["spec"]["containers"] == [{"name": "m", "resources": {"requests": {"cpu": "1"}}}]
     assert slim["spec"]["nodeName"] == "n-0"
@@ -152,7 +153,7 @@ def test_the_runtime_runs_a_job_through_the_informer_cache(
     stub.put("v1", "nodes", FakeCluster().add_node("n-0"))
     stub.put(
         JOBS,
-        names.PLURAL,
+        PLURAL,
         {"metadata": {"name": "job", "generation": 1}, "spec": training_job(gpus=8)},
         "team",
     )
@@ -181,7 +182,7 @@ def test_the_runtime_runs_a_job_through_the_informer_cache(
     sync()
     clock.now += 1
     runtime.step()
-    job = stub.get(JOBS, names.PLURAL, "job", "team")
+    job = stub.get(JOBS, PLURAL, "job", "team")
     assert job is not None and job["status"]["state"] == "Running"
     assert runtime.jobs["team/job"].running_since is not None
     lists_made = cache.lists

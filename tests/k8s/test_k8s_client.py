@@ -47,9 +47,10 @@ from caldera.k8s.client import QUEUE_CONFLICT_TRIES, KubeClusterAPI, load_api_cl
 from caldera.k8s.controller import sync_cluster_objects
 from caldera.k8s.events import JobEvent, Reason, event_body
 from caldera.model import Queue
+from caldera.trainingjob_api import GROUP, KIND, MANAGED, PLURAL, VERSION
 
 SETTINGS = replace(K8S_SETTINGS, request_timeout=5)
-JOBS = f"{names.GROUP}/{names.VERSION}"
+JOBS = f"{GROUP}/{VERSION}"
 
 
 @pytest.fixture
@@ -81,10 +82,10 @@ def add_node(stub: StubAPIServer, name: str, hypernode: str = "a") -> None:
 def add_job(stub: StubAPIServer, name: str, **fields: Any) -> None:
     stub.put(
         JOBS,
-        names.PLURAL,
+        PLURAL,
         {
             "apiVersion": JOBS,
-            "kind": names.KIND,
+            "kind": KIND,
             "metadata": {"name": name, "generation": 1},
             "spec": training_job(**fields),
         },
@@ -120,7 +121,7 @@ def test_list_pods_in_a_namespace_or_everywhere_with_selectors(
         "v1",
         "pods",
         {
-            "metadata": {"name": "a", "labels": {names.MANAGED: "true"}},
+            "metadata": {"name": "a", "labels": {MANAGED: "true"}},
             "status": {"phase": "Running"},
         },
         namespace="team",
@@ -131,7 +132,7 @@ def test_list_pods_in_a_namespace_or_everywhere_with_selectors(
         {"metadata": {"name": "b"}, "status": {"phase": "Succeeded"}},
         namespace="other",
     )
-    mine = api.list_pods("team", f"{names.MANAGED}=true")
+    mine = api.list_pods("team", f"{MANAGED}=true")
     assert last(stub, "GET").path == "/api/v1/namespaces/team/pods"
     assert [p["metadata"]["name"] for p in mine] == ["a"]
     running = api.list_pods("", "", "status.phase!=Succeeded,status.phase!=Failed")
@@ -193,10 +194,10 @@ def test_a_status_is_written_to_the_status_subresource_as_a_merge_patch(
     status = {"state": "Running", "reason": None, "conditions": [{"type": "Admitted"}]}
     api.patch_job_status("team", "job", status)
     request = last(stub, "PATCH")
-    assert request.path == f"/apis/{JOBS}/namespaces/team/{names.PLURAL}/job/status"
+    assert request.path == f"/apis/{JOBS}/namespaces/team/{PLURAL}/job/status"
     assert request.content_type == "application/merge-patch+json"
     assert request.body == {"status": status}
-    stored = stub.get(JOBS, names.PLURAL, "job", "team")
+    stored = stub.get(JOBS, PLURAL, "job", "team")
     assert stored is not None
     assert stored["status"] == {"state": "Running", "conditions": [{"type": "Admitted"}]}
 
@@ -357,15 +358,15 @@ def test_a_watch_yields_event_types(stub: StubAPIServer, api: KubeClusterAPI) ->
         stub.put(
             "v1",
             "pods",
-            {"metadata": {"name": name, "labels": {names.MANAGED: "true"}}},
+            {"metadata": {"name": name, "labels": {MANAGED: "true"}}},
             namespace="team",
         )
-    events = list(api.watch("pods", "team", f"{names.MANAGED}=true", 5))
+    events = list(api.watch("pods", "team", f"{MANAGED}=true", 5))
     assert events == ["ADDED", "ADDED"]
     request = last(stub, "GET")
     assert request.query["watch"] == ["true"]
     assert request.query["timeoutSeconds"] == ["5"]
-    assert request.query["labelSelector"] == [f"{names.MANAGED}=true"]
+    assert request.query["labelSelector"] == [f"{MANAGED}=true"]
 
 
 # -- failures read as one line -----------------------------------------------------------------
@@ -458,10 +459,10 @@ def test_a_preemption_through_the_official_client(stub: StubAPIServer, api: Kube
             "gracePeriodSeconds": 120,
             "preconditions": {"uid": uid},
         }
-    victim = stub.get(JOBS, names.PLURAL, "small0", "team")
+    victim = stub.get(JOBS, PLURAL, "small0", "team")
     assert victim is not None
     assert victim["status"]["state"] == "Releasing"
-    big = stub.get(JOBS, names.PLURAL, "big", "team")
+    big = stub.get(JOBS, PLURAL, "big", "team")
     assert big is not None
     promised = big["status"]["controller"]["nomination"]
     throttles = stub.get("v1", "configmaps", names.STATE_CONFIG_MAP, "caldera-system")
@@ -484,7 +485,7 @@ def test_a_preemption_through_the_official_client(stub: StubAPIServer, api: Kube
         for p in big_pods
     ] == [p["node"] for p in promised["placement"]]
     assert last(stub, "POST", "/podgroups").body["metadata"]["name"] == "big-1"
-    small = stub.get(JOBS, names.PLURAL, "small0", "team")
+    small = stub.get(JOBS, PLURAL, "small0", "team")
     assert small is not None and small["status"]["state"] == "Pending"
     events = [r.body for r in stub.calls("POST", "/events")]
     assert {"Started", "Preempted", "Requeued"} <= {e["reason"] for e in events}
@@ -524,7 +525,7 @@ def test_the_rbac_rules_cover_every_call_the_controller_makes(
     api.check(["team"])
     sync_cluster_objects(api, [Queue("team")], SETTINGS)
     sync_cluster_objects(api, [Queue("team", weight=2)], SETTINGS)  # now a replace
-    list(api.watch(names.PLURAL, "team", "", 1))
+    list(api.watch(PLURAL, "team", "", 1))
     list(api.watch("pods", "team", "x=y", 1))
     list(api.watch("nodes", "", "", 1))
     api.delete_service("team", "nope")

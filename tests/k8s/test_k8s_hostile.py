@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from k8s_support import SETTINGS, World
 
 from caldera.errors import RecordError
-from caldera.k8s import names, read_training_job
+from caldera.k8s import read_training_job
 from caldera.k8s.nodes import pod_requests
 from caldera.k8s.pods import read_reports
 from caldera.k8s.podtemplate import effective_requests, nesting_problem
@@ -27,14 +27,24 @@ from caldera.k8s.quantities import MAX_QUANTITY, cpu_millis, memory_mib, parse_q
 from caldera.k8s.render import task_pod
 from caldera.k8s.wirejson import DECODE_DEPTH, TOO_DEEP, loads
 from caldera.model import Queue
+from caldera.trainingjob_api import (
+    API_VERSION,
+    ATTEMPT,
+    CHECKPOINT,
+    JOB,
+    KIND,
+    MANAGED,
+    PROGRESS,
+    RANK,
+)
 
 QUEUES = {"team": Queue("team")}
 
 
 def manifest(containers: list[dict[str, Any]], **task: Any) -> dict[str, Any]:
     return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": "job", "namespace": "team", "uid": "u1"},
         "spec": {
             "tasks": [
@@ -418,15 +428,15 @@ def test_an_unexpected_error_for_one_job_fails_that_job_not_the_loop(
 @pytest.mark.parametrize(
     ("annotations", "want"),
     [
-        ({names.PROGRESS: "0.5"}, (0.5, None, None)),
-        ({names.PROGRESS: "nan"}, (None, None, "not a fraction")),
-        ({names.PROGRESS: "inf"}, (None, None, "not a fraction")),
-        ({names.PROGRESS: "1.5"}, (None, None, "not a fraction")),
-        ({names.PROGRESS: "-0.1"}, (None, None, "not a fraction")),
-        ({names.CHECKPOINT: '{"time": 100}'}, (None, 100.0, None)),
-        ({names.CHECKPOINT: '{"time": NaN}'}, (None, None, "not a past unix time")),
-        ({names.CHECKPOINT: "1e300"}, (None, None, "not a past unix time")),
-        ({names.CHECKPOINT: '{"time": true}'}, (None, None, "not a past unix time")),
+        ({PROGRESS: "0.5"}, (0.5, None, None)),
+        ({PROGRESS: "nan"}, (None, None, "not a fraction")),
+        ({PROGRESS: "inf"}, (None, None, "not a fraction")),
+        ({PROGRESS: "1.5"}, (None, None, "not a fraction")),
+        ({PROGRESS: "-0.1"}, (None, None, "not a fraction")),
+        ({CHECKPOINT: '{"time": 100}'}, (None, 100.0, None)),
+        ({CHECKPOINT: '{"time": NaN}'}, (None, None, "not a past unix time")),
+        ({CHECKPOINT: "1e300"}, (None, None, "not a past unix time")),
+        ({CHECKPOINT: '{"time": true}'}, (None, None, "not a past unix time")),
     ],
     ids=["ok", "nan", "inf", "above", "below", "checkpoint", "ck-nan", "ck-future", "ck-bool"],
 )
@@ -445,7 +455,7 @@ def test_progress_nan_is_ignored_with_a_warning_and_the_status_stays_writable() 
     world.step(1)
     pod = world.pods("job")[0]
     world.cluster.pod("team", pod["metadata"]["name"])["metadata"].setdefault("annotations", {})[
-        names.PROGRESS
+        PROGRESS
     ] = "nan"
     world.step(1)
     world.step(1)
@@ -565,7 +575,7 @@ def test_a_pod_that_loses_calderas_labels_stays_its_jobs() -> None:
     (pod,) = world.pods("job")
     name = pod["metadata"]["name"]
     labels = world.cluster.pod("team", name)["metadata"]["labels"]
-    for key in (names.MANAGED, names.JOB, names.RANK, names.ATTEMPT):
+    for key in (MANAGED, JOB, RANK, ATTEMPT):
         labels.pop(key, None)
     world.submit("newcomer", gpus=8)
     for _ in range(5):

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from caldera.k8s import Blocked, KubeSettings, Purpose, foreign_usage, names, read_nodes, refusal
+from caldera.k8s import Blocked, KubeSettings, Purpose, foreign_usage, read_nodes, refusal
 from caldera.k8s.settings import NodeLabels
 from caldera.model import JobSpec, JobType
+from caldera.trainingjob_api import JOB_TYPE, MANAGED, PROTECTED
 
 SETTINGS = KubeSettings()
 
@@ -142,7 +143,7 @@ def test_foreign_pods_hold_what_the_scheduler_would_count() -> None:
             pod("done", "n1", [{"nvidia.com/gpu": "8"}], phase="Succeeded"),
             pod("unbound", None, [{"nvidia.com/gpu": "8"}], phase="Pending"),
             pod("other-node", "n9", [{"nvidia.com/gpu": "8"}]),
-            pod("ours", "n1", [{"nvidia.com/gpu": "8"}], labels={names.MANAGED: "true"}),
+            pod("ours", "n1", [{"nvidia.com/gpu": "8"}], labels={MANAGED: "true"}),
             pod("cpu-only", "n2", [{"cpu": "250m"}]),
         ],
         ["n1", "n2"],
@@ -186,7 +187,7 @@ def caldera_pod(
         "metadata": {
             "name": "job-1-0",
             "namespace": namespace,
-            "labels": {names.MANAGED: "true", names.JOB_TYPE: "normal", **(labels or {})},
+            "labels": {MANAGED: "true", JOB_TYPE: "normal", **(labels or {})},
             "ownerReferences": [{"kind": "TrainingJob", "name": "job", "uid": owner}],
         },
         "spec": {"priorityClassName": "normal-job", "priority": 100, **spec},
@@ -195,7 +196,7 @@ def caldera_pod(
 
 GUARD_CASES = [
     ({}, job_of(), Purpose.EVICT, None),
-    ({"labels": {names.MANAGED: "false"}}, None, Purpose.CLEANUP, "was not created by caldera"),
+    ({"labels": {MANAGED: "false"}}, None, Purpose.CLEANUP, "was not created by caldera"),
     ({"namespace": "kube-system"}, job_of(), Purpose.STOP, "is in kube-system"),
     ({"namespace": "kube-system"}, job_of(), Purpose.EVICT, "is in kube-system"),
     ({"owner": "someone-else"}, job_of(), Purpose.STOP, "does not belong to job team/job"),
@@ -203,7 +204,7 @@ GUARD_CASES = [
     ({}, job_of(protected="true"), Purpose.EVICT, "of a protected job"),
     ({}, job_of(namespace="kube-system"), Purpose.EVICT, "of a system job"),
     ({}, None, Purpose.EVICT, "belongs to no job caldera knows"),
-    ({"labels": {"protected": "true", names.PROTECTED: "true"}}, job_of(), Purpose.EVICT, None),
+    ({"labels": {"protected": "true", PROTECTED: "true"}}, job_of(), Purpose.EVICT, None),
     ({"priority": 1000, "priorityClassName": "critical-job"}, job_of(), Purpose.EVICT, None),
     ({}, job_of("critical"), Purpose.STOP, None),
     ({}, job_of(protected="true"), Purpose.CLEANUP, None),

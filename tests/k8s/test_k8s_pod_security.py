@@ -14,11 +14,12 @@ import pytest
 from k8s_support import SETTINGS, World
 
 from caldera.errors import RecordError
-from caldera.k8s import names, read_training_job
+from caldera.k8s import read_training_job
 from caldera.k8s.admission import admission_policy, controller_rbac
 from caldera.k8s.podtemplate import restricted_defaults, restricted_problem
 from caldera.k8s.settings import PodSecurity
 from caldera.model import Queue
+from caldera.trainingjob_api import API_VERSION, KIND
 
 QUEUES = {"team": Queue("team")}
 BASELINE = replace(SETTINGS, pod_security=PodSecurity.BASELINE)
@@ -26,8 +27,8 @@ BASELINE = replace(SETTINGS, pod_security=PodSecurity.BASELINE)
 
 def _job(pod_spec: dict[str, Any]) -> dict[str, Any]:
     return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": "job", "namespace": "team", "uid": "u1"},
         "spec": {
             "tasks": [{"name": "w", "replicas": 1, "gpus": 8, "template": {"spec": pod_spec}}]

@@ -45,6 +45,14 @@ from caldera.model import (
     TopologySpec,
     expand_node_groups,
 )
+from caldera.trainingjob_api import (
+    DESERVED,
+    NOMINATION,
+    PLACEMENT,
+    PROTECTED,
+    QUEUE_STATE,
+    TIME_WINDOWS,
+)
 
 GOLDEN = Path(__file__).parent / "golden"
 SETTINGS = KubeSettings(image="registry.example.com/train:v1")
@@ -135,7 +143,7 @@ QUEUE_CASES = [
             "deserved": {"cpu": "1000", "memory": "4096Gi", "nvidia.com/gpu": "384"},
             "guarantee": {"resource": {"cpu": "1000", "memory": "4096Gi", "nvidia.com/gpu": "256"}},
         },
-        {names.QUEUE_STATE: "Open", names.DESERVED: '{"nvidia.com/gpu": "384"}'},
+        {QUEUE_STATE: "Open", DESERVED: '{"nvidia.com/gpu": "384"}'},
         id="quotas: guarantee nests under resource, deserved raised to it",
     ),
     pytest.param(
@@ -146,7 +154,7 @@ QUEUE_CASES = [
             "deserved": {"nvidia.com/gpu": "16"},
             "guarantee": {"resource": {"nvidia.com/gpu": "16"}},
         },
-        {names.QUEUE_STATE: "Open", names.DESERVED: "{}"},
+        {QUEUE_STATE: "Open", DESERVED: "{}"},
         id="a guarantee without deserved: Volcano 1.15's webhook wants deserved >= guarantee",
     ),
     pytest.param(
@@ -157,7 +165,7 @@ QUEUE_CASES = [
             time_windows=(TimeWindow(frozenset({1, 2, 3, 4, 5}), 9, 18),),
         ),
         {"weight": 1, "reclaimable": True},
-        {names.QUEUE_STATE: "Closed", names.TIME_WINDOWS: '[{"days":[1,2,3,4,5],"hours":[9,18]}]'},
+        {QUEUE_STATE: "Closed", TIME_WINDOWS: '[{"days":[1,2,3,4,5],"hours":[9,18]}]'},
         id="closed queue with a window: state and window in annotations, weight at least 1",
     ),
     pytest.param(
@@ -167,7 +175,7 @@ QUEUE_CASES = [
             "reclaimable": True,
             "deserved": {"cpu": "500m", "memory": "1536Mi", "nvidia.com/gpu": "500m"},
         },
-        {names.QUEUE_STATE: "Open"},
+        {QUEUE_STATE: "Open"},
         id="fractions keep their exact quantities",
     ),
 ]
@@ -319,7 +327,7 @@ def test_each_task_is_pinned_to_its_decided_node_by_required_affinity() -> None:
         for i in range(4)
     ]
     assert all("nodeName" not in p["spec"] for p in pods)  # the scheduler binds the gang
-    placements = [json.loads(p["metadata"]["annotations"][names.PLACEMENT]) for p in pods]
+    placements = [json.loads(p["metadata"]["annotations"][PLACEMENT]) for p in pods]
     assert [pl["node"] for pl in placements] == [f"h100-{i}" for i in range(4)]
     assert all(pl["devices"] == list(range(8)) for pl in placements)
 
@@ -359,7 +367,7 @@ def test_pod_group_says_gang_size_queue_class_and_topology() -> None:
         "minResources": {"cpu": "128", "memory": "1024Gi", "nvidia.com/gpu": "32"},
         "networkTopology": {"mode": "hard", "highestTierAllowed": 1},
     }
-    nomination = json.loads(group["metadata"]["annotations"][names.NOMINATION])
+    nomination = json.loads(group["metadata"]["annotations"][NOMINATION])
     assert nomination["victims"] == ["team-a/n0", "team-a/n1"]
     assert [p["node"] for p in nomination["placement"]] == [f"h100-{i}" for i in range(4)]
 
@@ -372,7 +380,7 @@ def test_critical_and_protected_jobs_are_marked_not_preemptable_for_volcano_too(
     assert group["metadata"]["annotations"][names.VOLCANO_PREEMPTABLE] == "false"
     assert group["spec"]["minMember"] == 1
     assert all(p["metadata"]["annotations"][names.VOLCANO_PREEMPTABLE] == "false" for p in pods)
-    assert all(p["metadata"]["labels"][names.PROTECTED] == "true" for p in pods)
+    assert all(p["metadata"]["labels"][PROTECTED] == "true" for p in pods)
     assert all(p["spec"]["priorityClassName"] == "critical-job" for p in pods)
 
 

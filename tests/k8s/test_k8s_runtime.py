@@ -15,6 +15,7 @@ from k8s_support import NAMESPACE, World, training_job
 from caldera.core import Decisions, Evict, EvictReason
 from caldera.k8s import ClusterUnavailable, Invalid, NamespaceBinding, QuotaExceeded, names
 from caldera.model import JobState
+from caldera.trainingjob_api import CHECKPOINT, NOMINATION, PROTECTED
 
 GRACE = 120
 
@@ -229,7 +230,7 @@ def test_a_large_job_preempts_normal_jobs_with_the_grace_period_and_takes_their_
     assert world.pinned("big") == [p["node"] for p in nomination["placement"]]
     assert world.nomination("big") is None
     started_under = world.cluster.pod_groups[(NAMESPACE, "big-1")]["metadata"]["annotations"]
-    assert json.loads(started_under[names.NOMINATION])["victims"] == nomination["victims"]
+    assert json.loads(started_under[NOMINATION])["victims"] == nomination["victims"]
     assert world.throttles() == {}
     assert (NAMESPACE, "small0-1") not in world.cluster.pod_groups  # old attempt cleaned up
 
@@ -248,7 +249,7 @@ def test_a_checkpoint_the_job_reports_on_its_pod_limits_the_lost_work() -> None:
     world = two_normals_on_a_full_hypernode()
     checkpoint_at = world.cluster.clock.now - 100  # 500 s of its 601 s are saved
     for pod in ("small0-1-0", "small1-1-0"):
-        world.cluster.pod(NAMESPACE, pod)["metadata"]["annotations"][names.CHECKPOINT] = json.dumps(
+        world.cluster.pod(NAMESPACE, pod)["metadata"]["annotations"][CHECKPOINT] = json.dumps(
             {"time": checkpoint_at}
         )
     world.step()
@@ -319,7 +320,7 @@ def test_protection_comes_from_the_job_not_from_labels_a_user_can_write() -> Non
     assert "protected" not in labels and labels["team"] == "x"
     for pod in ("small0-1-0", "small1-1-0"):
         world.cluster.pod(NAMESPACE, pod)["metadata"]["labels"].update(
-            {"protected": "true", names.PROTECTED: "true", "caldera.io/system": "true"}
+            {"protected": "true", PROTECTED: "true", "caldera.io/system": "true"}
         )
     submit_large(world)
     assert sorted(world.deleted()) == ["small0-1-0", "small1-1-0"]

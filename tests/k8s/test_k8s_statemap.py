@@ -11,6 +11,7 @@ from caldera.k8s import names
 from caldera.k8s.api import ClusterError, Object
 from caldera.k8s.fake import FakeCluster
 from caldera.k8s.statemap import read_throttles, write_throttles
+from caldera.trainingjob_api import MANAGED
 
 NAMESPACE = "caldera-system"
 
@@ -27,7 +28,7 @@ def test_a_first_read_makes_an_empty_state_config_map() -> None:
     assert read_throttles(cluster, NAMESPACE) == {}
     made = cluster.config_maps[(NAMESPACE, names.STATE_CONFIG_MAP)]
     assert made["data"] == {"throttles": "{}"}
-    assert made["metadata"]["labels"] == {names.MANAGED: "true"}
+    assert made["metadata"]["labels"] == {MANAGED: "true"}
 
 
 @pytest.mark.parametrize("existing", [False, True], ids=["missing", "existing"])

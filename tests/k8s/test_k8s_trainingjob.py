@@ -16,16 +16,17 @@ from typer.testing import CliRunner
 
 from caldera.cli.main import app
 from caldera.errors import RecordError
-from caldera.k8s import names, read_training_job
+from caldera.k8s import read_training_job
 from caldera.k8s.admission import POLICY_NAME, admission_policy
 from caldera.k8s.crd import CONDITION_TYPES, training_job, training_job_crd
 from caldera.k8s.jobs import KubeJob
 from caldera.k8s.status import duration_text, restore, status_body
 from caldera.model import JobState, JobType, Queue
 from caldera.runtime.wire import ByName
+from caldera.trainingjob_api import GROUP, PLURAL, VERSION
 
 QUEUES = {"team": Queue("team")}
-JOBS = f"{names.GROUP}/{names.VERSION}"
+JOBS = f"{GROUP}/{VERSION}"
 
 
 def read(manifest: dict[str, Any], namespace: str = "team") -> Any:
@@ -135,7 +136,7 @@ def test_the_admission_policy_names_every_served_namespace_and_the_critical_ones
         "ValidatingAdmissionPolicy",
         POLICY_NAME,
     )
-    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == [names.PLURAL]
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == [PLURAL]
     expressions = " ".join(v["expression"] for v in policy["spec"]["validations"])
     assert '["other", "serving", "team"]' in expressions
     assert 'request.namespace in ["serving"]' in expressions
@@ -180,14 +181,14 @@ def test_the_sdk_submits_waits_and_cancels_as_the_user(stub: StubAPIServer, tmp_
 
     with KubeClient(kubeconfig(tmp_path, stub.url)) as kube:
         created = kube.submit("bert", ["torchrun", "train.py"], image="i", tasks=2, gpus=8)
-        post = stub.calls("POST", f"/{names.PLURAL}")[-1]
-        assert post.path == f"/apis/{JOBS}/namespaces/team/{names.PLURAL}"  # the context's
+        post = stub.calls("POST", f"/{PLURAL}")[-1]
+        assert post.path == f"/apis/{JOBS}/namespaces/team/{PLURAL}"  # the context's
         assert post.headers["authorization"] == "Bearer bob-token"
         assert created["spec"]["tasks"][0]["replicas"] == 2
-        stub.update(JOBS, names.PLURAL, "bert", "team", {"status": {"state": "Running"}})
+        stub.update(JOBS, PLURAL, "bert", "team", {"status": {"state": "Running"}})
         stub.update(
             JOBS,
-            names.PLURAL,
+            PLURAL,
             "bert",
             "team",
             {"status": {"conditions": [{"type": "Running", "status": "True"}]}},
@@ -195,7 +196,7 @@ def test_the_sdk_submits_waits_and_cancels_as_the_user(stub: StubAPIServer, tmp_
         assert kube.wait("bert", condition="Running", timeout=5)["status"]["state"] == "Running"
         assert [j["metadata"]["name"] for j in kube.jobs(state="Running")] == ["bert"]
         kube.cancel("bert")
-    assert stub.get(JOBS, names.PLURAL, "bert", "team") is None
+    assert stub.get(JOBS, PLURAL, "bert", "team") is None
 
 
 def test_the_cli_submits_and_reports_errors_in_one_line(
@@ -210,14 +211,14 @@ def test_the_cli_submits_and_reports_errors_in_one_line(
     )  # fmt: skip
     assert done.exit_code == 0, done.output
     assert done.stdout == "team/job\n"
-    body = stub.calls("POST", f"/{names.PLURAL}")[-1].body
+    body = stub.calls("POST", f"/{PLURAL}")[-1].body
     assert body["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"] == [
         "python",
         "train.py",
     ]
     stub.fail(
         "POST",
-        f"/apis/{JOBS}/namespaces/team/{names.PLURAL}",
+        f"/apis/{JOBS}/namespaces/team/{PLURAL}",
         403,
         "user bob may not submit type critical in team",
     )

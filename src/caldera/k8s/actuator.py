@@ -62,6 +62,7 @@ from caldera.k8s.status import rejected_status, status_body
 from caldera.model import GPU_MILLI, Node
 from caldera.runtime import EventKind
 from caldera.runtime.wire import ByName, nomination_to_wire
+from caldera.trainingjob_api import ATTEMPT
 
 __all__ = [
     "NO_POD_GROUPS",
@@ -663,7 +664,7 @@ class KubeActuator:
         pod = self.api.read_pod(job.namespace, intent.task.pod)
         metadata = (pod or {}).get("metadata") or {}
         owners = {ref.get("uid") for ref in metadata.get("ownerReferences") or []}
-        attempt = (metadata.get("labels") or {}).get(names.ATTEMPT)
+        attempt = (metadata.get("labels") or {}).get(ATTEMPT)
         if pod is not None and job.uid in owners and attempt == str(intent.task.attempt):
             return  # ours: a flush retried after its answer was lost
         message = f"pod {intent.task.pod} already exists and is not this job's"

@@ -50,6 +50,7 @@ from caldera.k8s.podtemplate import RESTRICTED_VOLUMES
 from caldera.k8s.settings import KubeSettings, PodSecurity, uses_pod_groups
 from caldera.k8s.trainingjob import ADDABLE_CAPABILITY, SAFE_SYSCTLS
 from caldera.model import PRIORITY_CLASSES
+from caldera.trainingjob_api import CHECKPOINT, GROUP, MANAGED, PLURAL, PROGRESS
 
 __all__ = [
     "CONTROLLER_POD_GROUP_RULES",
@@ -112,8 +113,8 @@ CONTROLLER_READ_RULES: tuple[dict[str, list[str]], ...] = (
 )
 # In each served namespace only (pods are read cluster-wide above).
 CONTROLLER_WRITE_RULES: tuple[dict[str, list[str]], ...] = (
-    _rule(names.GROUP, [names.PLURAL], ["list", "watch"]),
-    _rule(names.GROUP, [f"{names.PLURAL}/status"], ["patch"]),
+    _rule(GROUP, [PLURAL], ["list", "watch"]),
+    _rule(GROUP, [f"{PLURAL}/status"], ["patch"]),
     _rule("", ["pods"], ["create", "delete"]),
     _rule("", ["pods/eviction"], ["create"]),
     _rule("", ["services"], ["create", "delete"]),
@@ -139,7 +140,7 @@ def _role(kind: str, name: str, rules: Iterable[dict[str, list[str]]], **meta: A
     return {
         "apiVersion": _RBAC,
         "kind": kind,
-        "metadata": {"name": name, "labels": {names.MANAGED: "true"}, **meta},
+        "metadata": {"name": name, "labels": {MANAGED: "true"}, **meta},
         "rules": [copy.deepcopy(rule) for rule in rules],
     }
 
@@ -150,7 +151,7 @@ def _binding(
     return {
         "apiVersion": _RBAC,
         "kind": kind,
-        "metadata": {"name": name, "labels": {names.MANAGED: "true"}, **meta},
+        "metadata": {"name": name, "labels": {MANAGED: "true"}, **meta},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
         "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": account_ns}],
     }
@@ -188,7 +189,7 @@ def controller_rbac(settings: KubeSettings, name: str = CONTROLLER_ACCOUNT) -> l
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": {"name": name, "namespace": home, "labels": {names.MANAGED: "true"}},
+            "metadata": {"name": name, "namespace": home, "labels": {MANAGED: "true"}},
         },
         _role("ClusterRole", f"{name}-read", CONTROLLER_READ_RULES),
         _binding("ClusterRoleBinding", f"{name}-read", "ClusterRole", f"{name}-read", name, home),
@@ -218,18 +219,14 @@ def controller_rbac(settings: KubeSettings, name: str = CONTROLLER_ACCOUNT) -> l
 def user_roles() -> list[dict[str, Any]]:
     """ClusterRoles for people, to bind per namespace (`kubectl create rolebinding`)."""
     submit = (
-        _rule(names.GROUP, [names.PLURAL], ["get", "list", "watch", "create", "delete"]),
-        _rule(names.GROUP, [f"{names.PLURAL}/status"], ["get"]),
+        _rule(GROUP, [PLURAL], ["get", "list", "watch", "create", "delete"]),
+        _rule(GROUP, [f"{PLURAL}/status"], ["get"]),
         _rule("", ["pods", "pods/log", "events"], ["get", "list", "watch"]),
     )
     return [
         _role("ClusterRole", "caldera-submitter", submit),
-        _role(
-            "ClusterRole", "caldera-critical", [_rule(names.GROUP, [names.PLURAL], [CRITICAL_VERB])]
-        ),
-        _role(
-            "ClusterRole", "caldera-protect", [_rule(names.GROUP, [names.PLURAL], [PROTECT_VERB])]
-        ),
+        _role("ClusterRole", "caldera-critical", [_rule(GROUP, [PLURAL], [CRITICAL_VERB])]),
+        _role("ClusterRole", "caldera-protect", [_rule(GROUP, [PLURAL], [PROTECT_VERB])]),
     ]
 
 
@@ -244,7 +241,7 @@ def _cel(value: Any) -> str:
 
 def _allowed(verb: str) -> str:
     return (
-        f"authorizer.group('{names.GROUP}').resource('{names.PLURAL}')"
+        f"authorizer.group('{GROUP}').resource('{PLURAL}')"
         f".namespace(request.namespace).check('{verb}').allowed()"
     )
 
@@ -257,9 +254,9 @@ _CONTAINERS = (
 _MATCH: dict[str, Any] = {
     "resourceRules": [
         {
-            "apiGroups": [names.GROUP],
+            "apiGroups": [GROUP],
             "apiVersions": ["*"],
-            "resources": [names.PLURAL],
+            "resources": [PLURAL],
             "operations": ["CREATE"],
         }
     ]
@@ -502,14 +499,14 @@ def admission_policy(settings: KubeSettings) -> list[dict[str, Any]]:
             "expression": f"!variables.critical || {_allowed(CRITICAL_VERB)}",
             "messageExpression": "'user ' + request.userInfo.username + "
             f"' may not submit type critical in ' + request.namespace + ' (needs the RBAC verb "
-            f"{CRITICAL_VERB} on {names.PLURAL}.{names.GROUP}: ClusterRole caldera-critical)'",
+            f"{CRITICAL_VERB} on {PLURAL}.{GROUP}: ClusterRole caldera-critical)'",
             "reason": "Forbidden",
         },
         {
             "expression": "!object.spec.?protected.orValue(false) || " + _allowed(PROTECT_VERB),
             "messageExpression": "'user ' + request.userInfo.username + "
             f"' may not submit a protected job in ' + request.namespace + ' (needs the RBAC verb "
-            f"{PROTECT_VERB} on {names.PLURAL}.{names.GROUP}: ClusterRole caldera-protect)'",
+            f"{PROTECT_VERB} on {PLURAL}.{GROUP}: ClusterRole caldera-protect)'",
             "reason": "Forbidden",
         },
         {
@@ -560,7 +557,7 @@ def _policy(
     if variables is not None:
         spec["variables"] = variables
     spec["validations"] = validations
-    labels = {names.MANAGED: "true"}
+    labels = {MANAGED: "true"}
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -576,7 +573,7 @@ def _policy(
     return [policy, binding]
 
 
-_REPORTS = sorted({names.PROGRESS, names.CHECKPOINT})
+_REPORTS = sorted({PROGRESS, CHECKPOINT})
 
 
 def _unchanged(path: str, empty: str) -> str:
@@ -619,7 +616,7 @@ def report_policy(
             }
         ],
         # Matched when the old or the new pod has it: removing it is matched too.
-        "objectSelector": {"matchLabels": {names.MANAGED: "true"}},
+        "objectSelector": {"matchLabels": {MANAGED: "true"}},
     }
     conditions = [
         {"name": "served", "expression": f"request.namespace in {served}"},

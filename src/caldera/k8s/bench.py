@@ -68,6 +68,7 @@ from caldera.k8s.api import ClusterError
 from caldera.k8s.client import Expired, KubeClusterAPI, load_api_client
 from caldera.k8s.crd import training_job_crd
 from caldera.k8s.devcluster import DevCluster, NodeShape, find_bins
+from caldera.trainingjob_api import API_VERSION, GROUP, KIND, MANAGED, PLURAL, VERSION
 
 __all__ = ["K8sBenchResult", "bench_k8s", "finishing"]
 
@@ -147,7 +148,7 @@ class _PodWatch:
             self.bound.setdefault(name, now)
 
     def run(self) -> None:
-        label = f"{names.MANAGED}=true"
+        label = f"{MANAGED}=true"
         version = ""
         while not self.stop.is_set():
             try:
@@ -206,9 +207,7 @@ def _submit(
         body = _job(f"job-{i:05d}", gpus, run_for if i < finish else None)
         for attempt in range(5):  # a busy API server (429) is asked again, as kubectl does
             try:
-                custom.create_namespaced_custom_object(
-                    names.GROUP, names.VERSION, NAMESPACE, names.PLURAL, body
-                )
+                custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, body)
                 return
             except k8s.client.ApiException as error:
                 if error.status == 409:
@@ -309,8 +308,8 @@ def _job(name: str, gpus: int, run_for: float | None = None) -> dict[str, Any]:
     if run_for is not None:
         template["metadata"] = {"annotations": {"caldera.io/kwok-run-for": f"{run_for:g}s"}}
     return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "type": "normal",
@@ -389,7 +388,7 @@ def bench_k8s(
             extensions.create_custom_resource_definition(training_job_crd())
 
             def established() -> bool:
-                crd = extensions.read_custom_resource_definition(f"{names.PLURAL}.{names.GROUP}")
+                crd = extensions.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
                 conditions = (crd.status.conditions if crd.status else None) or []
                 return any(c.type == "Established" and c.status == "True" for c in conditions)
 
@@ -477,7 +476,7 @@ def bench_k8s(
             controller = _controller(cluster, config, log)
             late = "late-00000"  # room for it: one GPU beyond the jobs that stay (finishing)
             custom.create_namespaced_custom_object(
-                names.GROUP, names.VERSION, NAMESPACE, names.PLURAL, _job(late, gpus_per_job)
+                GROUP, VERSION, NAMESPACE, PLURAL, _job(late, gpus_per_job)
             )
             pod = names.pod_name(late, 1, 0)
             try:

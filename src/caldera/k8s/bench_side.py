@@ -99,6 +99,7 @@ from caldera.k8s.crd import training_job_crd
 from caldera.k8s.devcluster import DevCluster, NodeShape, find_bins
 from caldera.k8s.devcluster_errors import DevClusterError
 from caldera.k8s.devcluster_volcano import SEED_001, VOLCANO_FOR_CALDERA, VolcanoBins
+from caldera.trainingjob_api import API_VERSION, GROUP, JOB, KIND, PLURAL, VERSION
 
 __all__ = [
     "GANG_MAX",
@@ -305,7 +306,7 @@ class _Watch:
             self._note_job(meta["name"], obj.get("status") or {}, now)
             return
         labels = meta.get("labels") or {}
-        job = labels.get(BENCH_JOB) or labels.get(names.JOB)
+        job = labels.get(BENCH_JOB) or labels.get(JOB)
         if not job:
             return
         self.job_of.setdefault(meta["name"], job)
@@ -382,8 +383,8 @@ def _pod_group(job: str, size: int, priority: str | None = None) -> dict[str, An
 def _training_job(job: str, size: int, gpus: int, priority: str | None = None) -> dict[str, Any]:
     container = {"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
     return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": job},
         "spec": {
             "type": JOB_TYPE[priority] if priority else "normal",
@@ -435,7 +436,7 @@ def _submit(
             body = _training_job(job, size, gpus, priority)
             _retry(
                 lambda: custom.create_namespaced_custom_object(
-                    names.GROUP, names.VERSION, NAMESPACE, names.PLURAL, body
+                    GROUP, VERSION, NAMESPACE, PLURAL, body
                 )
             )
             return
@@ -506,7 +507,7 @@ def _prepare(
     extensions.create_custom_resource_definition(training_job_crd())
 
     def established() -> bool:
-        crd = extensions.read_custom_resource_definition(f"{names.PLURAL}.{names.GROUP}")
+        crd = extensions.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
         conditions = (crd.status.conditions if crd.status else None) or []
         return any(c.type == "Established" and c.status == "True" for c in conditions)
 

@@ -37,9 +37,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from caldera.k8s import names
 from caldera.k8s.api import ClusterAPI, ClusterError, Object
 from caldera.k8s.settings import KubeSettings
+from caldera.trainingjob_api import MANAGED, PLURAL
 
 __all__ = [
     "ClusterReads",
@@ -87,7 +87,7 @@ class Listing:
         return self.api.list_jobs(namespace)
 
     def pods(self, namespace: str) -> list[Object]:
-        return self.api.list_pods(namespace, f"{names.MANAGED}=true")
+        return self.api.list_pods(namespace, f"{MANAGED}=true")
 
     def running(self) -> list[Object]:
         return self.api.list_pods("", "", NOT_ENDED)
@@ -309,8 +309,8 @@ class InformerCache:
         add("nodes", "nodes", label=self.settings.node_selector, slim=slim_node)
         add("running", "pods", fields=NOT_ENDED, slim=slim_pod)
         for namespace in self.settings.namespaces:
-            add(f"jobs/{namespace}", names.PLURAL, namespace, slim=slim_job)
-            add(f"pods/{namespace}", "pods", namespace, f"{names.MANAGED}=true", slim=slim_pod)
+            add(f"jobs/{namespace}", PLURAL, namespace, slim=slim_job)
+            add(f"pods/{namespace}", "pods", namespace, f"{MANAGED}=true", slim=slim_pod)
 
     def start(self, stop: threading.Event, timeout: float = 60.0) -> list[threading.Thread]:
         """Start the informers (once: a standby starts them before it leads); return once

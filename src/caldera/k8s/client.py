@@ -34,7 +34,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from caldera.errors import NotFound
-from caldera.k8s import names, wirejson
+from caldera.k8s import wirejson
 from caldera.k8s.api import (
     ClusterConflict,
     ClusterError,
@@ -46,7 +46,7 @@ from caldera.k8s.api import (
     QuotaExceeded,
     VolcanoMissing,
 )
-from caldera.trainingjob_api import api_message, kube_configuration
+from caldera.trainingjob_api import GROUP, KIND, PLURAL, VERSION, api_message, kube_configuration
 
 __all__ = ["POOL", "Expired", "KubeClusterAPI", "load_api_client"]
 
@@ -270,13 +270,13 @@ class KubeClusterAPI:
                 # Not decoded: the first TrainingJob may be a tenant's deeply nested one, on
                 # which the client's own decoder recurses (issue 34: a crash on every start).
                 self._send(
-                    f"list {names.PLURAL} in {namespace}",
+                    f"list {PLURAL} in {namespace}",
                     partial(
                         self.custom.list_namespaced_custom_object,
-                        names.GROUP,
-                        names.VERSION,
+                        GROUP,
+                        VERSION,
                         namespace,
-                        names.PLURAL,
+                        PLURAL,
                         limit=1,
                         _request_timeout=t,
                         _preload_content=False,
@@ -284,7 +284,7 @@ class KubeClusterAPI:
                 )
             except NotFound:
                 raise NotFound(
-                    f"the TrainingJob CRD ({names.PLURAL}.{names.GROUP}) is not installed on "
+                    f"the TrainingJob CRD ({PLURAL}.{GROUP}) is not installed on "
                     f"{self.host}: apply `caldera k8s render --crds` first"
                 ) from None
         try:
@@ -446,12 +446,12 @@ class KubeClusterAPI:
 
     def list_jobs(self, namespace: str) -> list[Object]:
         return self._items(
-            f"list {names.PLURAL} in {namespace}",
+            f"list {PLURAL} in {namespace}",
             lambda: self.custom.list_namespaced_custom_object(
-                names.GROUP,
-                names.VERSION,
+                GROUP,
+                VERSION,
                 namespace,
-                names.PLURAL,
+                PLURAL,
                 _request_timeout=self.timeout,
                 _preload_content=False,
             ),
@@ -460,12 +460,12 @@ class KubeClusterAPI:
     def patch_job_status(self, namespace: str, name: str, status: Object) -> Object:
         patched: Object = self._json(
             self._call(
-                f"update the status of {names.KIND} {namespace}/{name}",
+                f"update the status of {KIND} {namespace}/{name}",
                 lambda: self.custom.patch_namespaced_custom_object_status(
-                    names.GROUP,
-                    names.VERSION,
+                    GROUP,
+                    VERSION,
                     namespace,
-                    names.PLURAL,
+                    PLURAL,
                     name,
                     {"status": status},
                     _content_type=_MERGE_PATCH,
@@ -676,7 +676,7 @@ class KubeClusterAPI:
 
     def _list_jobs_raw(self, namespace: str, **options: Any) -> Any:
         return self.custom.list_namespaced_custom_object(
-            names.GROUP, names.VERSION, namespace, names.PLURAL, **options
+            GROUP, VERSION, namespace, PLURAL, **options
         )
 
     def _lister(self, kind: str, namespace: str) -> Callable[..., Any]:
@@ -686,7 +686,7 @@ class KubeClusterAPI:
             if namespace:
                 return partial(self.core.list_namespaced_pod, namespace)
             return cast(Callable[..., Any], self.core.list_pod_for_all_namespaces)
-        if kind == names.PLURAL:
+        if kind == PLURAL:
             return partial(self._list_jobs_raw, namespace)
         raise ValueError(f"cannot list {kind}")
 
@@ -755,7 +755,7 @@ class KubeClusterAPI:
     ) -> Iterator[str]:
         functions: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
             "pods": (self.core.list_namespaced_pod, self.core.list_pod_for_all_namespaces),
-            names.PLURAL: (self._list_jobs_raw, self._list_jobs_raw),
+            PLURAL: (self._list_jobs_raw, self._list_jobs_raw),
             "nodes": (self.core.list_node, self.core.list_node),
         }
         namespaced, everywhere = functions[kind]

@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from caldera.errors import NotFound
-from caldera.k8s import names
 from caldera.k8s.api import ClusterAPI, ClusterError, Object
 from caldera.k8s.cache import InformerCache
 from caldera.k8s.render import priority_classes, volcano_queue
 from caldera.k8s.runtime import KubeRuntime
 from caldera.k8s.settings import KubeSettings
 from caldera.model import Queue
+from caldera.trainingjob_api import KIND, MANAGED, PLURAL
 
 __all__ = ["Controller", "DryRunCluster", "sync_cluster_objects"]
 
@@ -134,7 +134,7 @@ class DryRunCluster:
     def patch_job_status(self, namespace: str, name: str, status: Object) -> Object:
         state = status.get("state")
         suffix = f" (state {state})" if state else ""
-        return self._plan(f"update {names.KIND} {namespace}/{name} status{suffix}", status)
+        return self._plan(f"update {KIND} {namespace}/{name} status{suffix}", status)
 
     def create_event(self, namespace: str, body: Object) -> None:
         self._plan(f"event {body['reason']} on {namespace}/{body['involvedObject']['name']}")
@@ -210,8 +210,8 @@ class Controller:
     def start_watches(self, stop: threading.Event) -> list[threading.Thread]:
         watches: list[tuple[str, str, str]] = [("nodes", "", self.settings.node_selector)]
         for namespace in self.settings.namespaces:
-            watches.append(("pods", namespace, f"{names.MANAGED}=true"))
-            watches.append((names.PLURAL, namespace, ""))
+            watches.append(("pods", namespace, f"{MANAGED}=true"))
+            watches.append((PLURAL, namespace, ""))
         threads = [
             threading.Thread(
                 target=self._watch,

@@ -38,9 +38,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from caldera.k8s import names
 from caldera.model import JobType
-from caldera.trainingjob_api import training_job  # re-exported: the SDK shares it
+from caldera.trainingjob_api import (
+    GROUP,
+    KIND,
+    MANAGED,
+    PLURAL,
+    VERSION,
+    training_job,  # re-exported: the SDK shares it
+)
 
 __all__ = [
     "CONDITION_TYPES",
@@ -232,23 +238,23 @@ def training_job_crd() -> dict[str, Any]:
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{names.PLURAL}.{names.GROUP}",
-            "labels": {names.MANAGED: "true"},
+            "name": f"{PLURAL}.{GROUP}",
+            "labels": {MANAGED: "true"},
         },
         "spec": {
-            "group": names.GROUP,
+            "group": GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": names.KIND,
-                "listKind": f"{names.KIND}List",
-                "plural": names.PLURAL,
-                "singular": names.KIND.lower(),
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
                 "shortNames": ["tj"],
                 "categories": ["caldera"],
             },
             "versions": [
                 {
-                    "name": names.VERSION,
+                    "name": VERSION,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},

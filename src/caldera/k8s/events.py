@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from caldera.k8s import names
 from caldera.k8s.api import to_rfc3339
 from caldera.k8s.jobs import KubeJob
 from caldera.model import GPU_MILLI
 from caldera.runtime import EventKind
+from caldera.trainingjob_api import API_VERSION, GROUP, KIND
 
 __all__ = ["JobEvent", "Reason", "event_body", "merge_per_job", "narrate"]
 
@@ -101,8 +101,8 @@ def event_body(event: JobEvent, instance: str, sequence: int = 0) -> dict[str, A
             "namespace": event.namespace,
         },
         "involvedObject": {
-            "apiVersion": names.API_VERSION,
-            "kind": names.KIND,
+            "apiVersion": API_VERSION,
+            "kind": KIND,
             "name": event.name,
             "namespace": event.namespace,
             "uid": event.uid,
@@ -111,7 +111,7 @@ def event_body(event: JobEvent, instance: str, sequence: int = 0) -> dict[str, A
         "message": event.message[:1024],
         "type": "Warning" if event.warning else "Normal",
         "source": {"component": COMPONENT},
-        "reportingComponent": f"{names.GROUP}/controller",
+        "reportingComponent": f"{GROUP}/controller",
         "reportingInstance": instance,
         "firstTimestamp": stamp,
         "lastTimestamp": stamp,

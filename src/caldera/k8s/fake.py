@@ -39,6 +39,7 @@ from caldera.k8s.api import (
     to_rfc3339,
 )
 from caldera.k8s.nodes import pod_requests
+from caldera.trainingjob_api import API_VERSION, KIND
 
 __all__ = ["FakeClock", "FakeCluster", "label_selector_matches", "merge_patch"]
 
@@ -204,8 +205,8 @@ class FakeCluster:
         """Create a TrainingJob, as `kubectl apply` would (a status sent along is dropped)."""
         self._check()
         body = {
-            "apiVersion": names.API_VERSION,
-            "kind": names.KIND,
+            "apiVersion": API_VERSION,
+            "kind": KIND,
             "metadata": {"name": name},
             "spec": copy.deepcopy(dict(spec)),
         }

@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Protocol
 
-from caldera.k8s import names
 from caldera.k8s.settings import RESERVED_NAMESPACES
 from caldera.model import CRITICAL_PRIORITY, JobSpec
+from caldera.trainingjob_api import MANAGED
 
 __all__ = ["Purpose", "refusal"]
 
@@ -51,7 +51,7 @@ def refusal(pod: Mapping[str, Any], purpose: Purpose, job: _Job | None = None) -
     metadata = pod.get("metadata") or {}
     labels = metadata.get("labels") or {}
     where = f"{metadata.get('namespace', '')}/{metadata.get('name', '')}"
-    if labels.get(names.MANAGED) != "true":
+    if labels.get(MANAGED) != "true":
         return f"pod {where} was not created by caldera"
     if metadata.get("namespace") in RESERVED_NAMESPACES:
         return f"pod {where} is in {metadata.get('namespace')}"

@@ -38,6 +38,7 @@ from caldera.k8s.trainingjob import read_training_job
 from caldera.model import JobState
 from caldera.model.lifecycle import TERMINAL
 from caldera.runtime import EventKind
+from caldera.trainingjob_api import JOB
 
 if TYPE_CHECKING:
     from caldera.k8s.runtime import KubeRuntime
@@ -72,7 +73,7 @@ class Intake:
         by_job: dict[tuple[str, str], list[Object]] = {}
         for pod in pods:
             metadata = pod["metadata"]
-            job = (metadata.get("labels") or {}).get(names.JOB)
+            job = (metadata.get("labels") or {}).get(JOB)
             if job:
                 by_job.setdefault((metadata["namespace"], job), []).append(pod)
         present: set[str] = set()

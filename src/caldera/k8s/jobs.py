@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from caldera.core import TaskPlacement
-from caldera.k8s import names
 from caldera.k8s.api import Object, from_rfc3339
 from caldera.k8s.render import Workload
 from caldera.runtime.job import TrackedJob
 from caldera.runtime.wire import NodeKeys, placement_from_wire
+from caldera.trainingjob_api import ATTEMPT, PLACEMENT, RANK
 
 __all__ = ["Condition", "KubeJob", "KubeTask", "task_from_pod"]
 
@@ -122,11 +122,11 @@ def task_from_pod(pod: Object, keys: NodeKeys) -> KubeTask | None:
     carries no readable placement or its node is gone."""
     metadata = pod.get("metadata") or {}
     labels = _labels(pod)
-    text = (metadata.get("annotations") or {}).get(names.PLACEMENT)
+    text = (metadata.get("annotations") or {}).get(PLACEMENT)
     try:
         placement = placement_from_wire(json.loads(text), keys) if text else None
-        rank = int(labels.get(names.RANK, ""))
-        attempt = int(labels.get(names.ATTEMPT, ""))
+        rank = int(labels.get(RANK, ""))
+        attempt = int(labels.get(ATTEMPT, ""))
     except (ValueError, KeyError, TypeError):
         return None
     if placement is None:

@@ -1,6 +1,7 @@
-"""The API group, labels, annotations and object names caldera uses on a cluster.
+"""The Volcano annotations, reserved keys and object names caldera uses on a cluster.
 
-One module so that the renderer, the runtime, the guard and the docs agree on every key.
+One module so that the renderer, the runtime, the guard and the docs agree on every key
+(the TrainingJob API's group, caldera's labels and annotations: `caldera.trainingjob_api`).
 Labels are what selectors read (which pods are caldera's, which job a pod belongs to);
 annotations carry what does not fit a label value (job ids with a slash, JSON placements,
 the reservation a job started in).
@@ -10,11 +11,13 @@ from __future__ import annotations
 
 import re
 
-from caldera.trainingjob_api import (
+# The keys `RESERVED_KEYS` lists. API_VERSION, GROUP, KIND, PLURAL and VERSION are imported
+# only because tests/k8s_real still reads them as `names.X` (F401); they are not re-exported
+# (`__all__`), and every other module imports these words from `caldera.trainingjob_api`.
+from caldera.trainingjob_api import (  # noqa: F401
     API_VERSION,
     ATTEMPT,
     CHECKPOINT,
-    DESERVED,
     GROUP,
     JOB,
     JOB_ID,
@@ -27,40 +30,17 @@ from caldera.trainingjob_api import (
     PROGRESS,
     PROTECTED,
     QUEUE,
-    QUEUE_STATE,
     RANK,
     TASK,
-    TIME_WINDOWS,
     VERSION,
 )
 
 __all__ = [
-    "API_VERSION",
-    "ATTEMPT",
-    "CHECKPOINT",
-    "DESERVED",
-    "GROUP",
     "GROUP_NAME",
-    "JOB",
-    "JOB_ID",
-    "JOB_TYPE",
-    "KIND",
     "KUBE_SYSTEM",
-    "MANAGED",
-    "NOMINATION",
-    "PLACEMENT",
-    "PLURAL",
-    "PROGRESS",
-    "PROTECTED",
-    "QUEUE",
-    "QUEUE_STATE",
-    "RANK",
     "RESERVED_KEYS",
     "RESERVED_PREFIXES",
     "STATE_CONFIG_MAP",
-    "TASK",
-    "TIME_WINDOWS",
-    "VERSION",
     "VOLCANO_PREEMPTABLE",
     "job_id",
     "name_problem",
@@ -70,8 +50,9 @@ __all__ = [
 ]
 
 # The job resource (GROUP … PLURAL), caldera's labels (MANAGED … PROTECTED) and its own
-# annotations (JOB_ID … CHECKPOINT) are defined in `caldera.trainingjob_api`, which the SDK
-# shares without loading the controller; they are re-exported here.
+# annotations (JOB_ID … CHECKPOINT) are `caldera.trainingjob_api`'s, which the SDK shares
+# without loading the controller; every module imports them from there. Here: what only the
+# controller and the renderer use.
 
 # Label and annotation prefixes a user's pod template may not set: the ones schedulers read
 # (a template label `volcano.sh/preemptable` would change what happens to the pod); caldera's

@@ -37,11 +37,11 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase as fnmatch
 from typing import Any
 
-from caldera.k8s import names
 from caldera.k8s.podtemplate import effective_requests
 from caldera.k8s.quantities import parse_capacity_mib, parse_count, parse_quantity
 from caldera.k8s.settings import KubeSettings
 from caldera.model import Node, parse_profile
+from caldera.trainingjob_api import MANAGED
 
 __all__ = [
     "HEALTH_CONDITIONS",
@@ -219,7 +219,7 @@ def foreign_usage(
         metadata = pod.get("metadata") or {}
         # A pod that lost the label but is a job's comes with it restored
         # (caldera.k8s.pods.claim_unlabelled).
-        ours = (metadata.get("labels") or {}).get(names.MANAGED) == "true"
+        ours = (metadata.get("labels") or {}).get(MANAGED) == "true"
         if ours and (not settings.namespaces or metadata.get("namespace") in settings.namespaces):
             continue
         node = (pod.get("spec") or {}).get("nodeName")

@@ -29,7 +29,6 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from caldera.k8s import names
 from caldera.k8s.api import Object, from_rfc3339
 from caldera.k8s.events import Reason
 from caldera.k8s.guard import Purpose
@@ -37,6 +36,7 @@ from caldera.k8s.jobs import KubeJob, KubeTask
 from caldera.k8s.status import duration_text
 from caldera.model import JobState
 from caldera.runtime import EventKind
+from caldera.trainingjob_api import ATTEMPT, CHECKPOINT, GROUP, JOB, KIND, MANAGED, PROGRESS, RANK
 
 if TYPE_CHECKING:
     from caldera.k8s.runtime import KubeRuntime
@@ -350,7 +350,7 @@ class PodWatcher:
         """A caldera pod no job claims (its job was deleted or ended, or an old attempt)."""
         runtime = self.runtime
         phase = (pod.get("status") or {}).get("phase")
-        job = (pod["metadata"].get("labels") or {}).get(names.JOB, "")
+        job = (pod["metadata"].get("labels") or {}).get(JOB, "")
         ready = getattr(runtime.reads, "ready", None)  # an informer cache says; a listing has
         if ready is not None and not ready(key[0]):
             runtime.hold_orphan(key, pod)  # its namespace's jobs are not read yet: touch nothing
@@ -419,7 +419,7 @@ def read_reports(
     Anything else is ignored, and the first problem returned as one line."""
     progress = at = None
     problem: str | None = None
-    text = annotations.get(names.PROGRESS)
+    text = annotations.get(PROGRESS)
     if text is not None:
         try:
             value = float(str(text)[:_MAX_REPORT])
@@ -428,8 +428,8 @@ def read_reports(
         if math.isfinite(value) and 0.0 <= value <= 1.0:
             progress = value
         else:
-            problem = f"{names.PROGRESS}={str(text)[:40]!r} is not a fraction in [0, 1]"
-    text = annotations.get(names.CHECKPOINT)
+            problem = f"{PROGRESS}={str(text)[:40]!r} is not a fraction in [0, 1]"
+    text = annotations.get(CHECKPOINT)
     if text is not None:
         try:
             data = json.loads(str(text)[:_MAX_REPORT])
@@ -442,7 +442,7 @@ def read_reports(
         if math.isfinite(value) and 0.0 <= value <= now + _CLOCK_SKEW:
             at = value
         elif problem is None:
-            problem = f"{names.CHECKPOINT}={str(text)[:40]!r} is not a past unix time"
+            problem = f"{CHECKPOINT}={str(text)[:40]!r} is not a past unix time"
     return progress, at, problem
 
 
@@ -451,8 +451,8 @@ def _owner(pod: Mapping[str, Any], owners: Mapping[str, str]) -> str | None:
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
         if (
             isinstance(ref, Mapping)
-            and ref.get("kind") == names.KIND
-            and str(ref.get("apiVersion", "")).startswith(f"{names.GROUP}/")
+            and ref.get("kind") == KIND
+            and str(ref.get("apiVersion", "")).startswith(f"{GROUP}/")
             and ref.get("uid") in owners
         ):
             return owners[str(ref["uid"])]
@@ -496,10 +496,10 @@ def claim_unlabelled(
             continue
         labels = {
             **(metadata.get("labels") or {}),
-            names.MANAGED: "true",
-            names.JOB: job,
-            names.ATTEMPT: parts[0],
-            names.RANK: parts[1],
+            MANAGED: "true",
+            JOB: job,
+            ATTEMPT: parts[0],
+            RANK: parts[1],
         }
         log.debug("pod %s/%s lost caldera's labels; still job %s's", namespace, name, job)
         found.append({**pod, "metadata": {**metadata, "labels": labels}})

@@ -71,6 +71,24 @@ from caldera.model import (
     TimeWindow,
 )
 from caldera.runtime.wire import ByName, nomination_to_wire, placement_to_wire
+from caldera.trainingjob_api import (
+    API_VERSION,
+    ATTEMPT,
+    DESERVED,
+    JOB,
+    JOB_ID,
+    JOB_TYPE,
+    KIND,
+    MANAGED,
+    NOMINATION,
+    PLACEMENT,
+    PROTECTED,
+    QUEUE,
+    QUEUE_STATE,
+    RANK,
+    TASK,
+    TIME_WINDOWS,
+)
 
 __all__ = [
     "Owner",
@@ -110,8 +128,8 @@ class Owner:
 
     name: str
     uid: str
-    kind: str = names.KIND
-    api_version: str = names.API_VERSION
+    kind: str = KIND
+    api_version: str = API_VERSION
 
     def reference(self) -> list[dict[str, Any]]:
         return [
@@ -178,7 +196,7 @@ def priority_classes() -> list[dict[str, Any]]:
         {
             "apiVersion": SCHEDULING_API,
             "kind": "PriorityClass",
-            "metadata": {"name": pc.name, "labels": {names.MANAGED: "true"}},
+            "metadata": {"name": pc.name, "labels": {MANAGED: "true"}},
             "value": pc.value,
             "globalDefault": False,
             "preemptionPolicy": pc.preemption_policy.value,
@@ -215,9 +233,9 @@ def volcano_queue(queue: Queue, settings: KubeSettings) -> dict[str, Any]:
     Queue CRD has it from Volcano 1.10 on; tested against v1.14.1's webhook); a top-level
     queue names none, which Volcano reads as `root`.
     """
-    annotations = {names.QUEUE_STATE: queue.state.value}
+    annotations = {QUEUE_STATE: queue.state.value}
     if queue.time_windows:
-        annotations[names.TIME_WINDOWS] = _windows_json(queue.time_windows)
+        annotations[TIME_WINDOWS] = _windows_json(queue.time_windows)
     spec: dict[str, Any] = {"weight": max(queue.weight, 1), "reclaimable": queue.reclaimable}
     if queue.parent is not None:
         spec["parent"] = queue.parent
@@ -229,7 +247,7 @@ def volcano_queue(queue: Queue, settings: KubeSettings) -> dict[str, Any]:
         deserved = _at_least(deserved, queue.guarantee)
         if deserved != queue.deserved:  # caldera's own share, for reading it back
             own = resource_list(queue.deserved, settings.gpu_resource) if queue.deserved else {}
-            annotations[names.DESERVED] = json.dumps(own, sort_keys=True)
+            annotations[DESERVED] = json.dumps(own, sort_keys=True)
     for key, quota in (("capability", queue.capability), ("deserved", deserved)):
         if quota is not None and resource_list(quota, settings.gpu_resource):
             spec[key] = resource_list(quota, settings.gpu_resource)
@@ -240,7 +258,7 @@ def volcano_queue(queue: Queue, settings: KubeSettings) -> dict[str, Any]:
         "kind": "Queue",
         "metadata": {
             "name": queue.name,
-            "labels": {names.MANAGED: "true"},
+            "labels": {MANAGED: "true"},
             "annotations": annotations,
         },
         "spec": spec,
@@ -262,16 +280,14 @@ def queue_from_volcano(obj: Mapping[str, Any], settings: KubeSettings) -> Queue:
     metadata = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     annotations = metadata.get("annotations") or {}
-    state_text = str(
-        annotations.get(names.QUEUE_STATE) or (obj.get("status") or {}).get("state") or ""
-    )
+    state_text = str(annotations.get(QUEUE_STATE) or (obj.get("status") or {}).get("state") or "")
     known = {state.value for state in QueueState}
     state = QueueState(state_text) if state_text in known else None
     windows: tuple[TimeWindow, ...] = ()
-    if names.TIME_WINDOWS in annotations:
+    if TIME_WINDOWS in annotations:
         windows = tuple(
             TimeWindow(frozenset(w["days"]), float(w["hours"][0]), float(w["hours"][1]))
-            for w in json.loads(annotations[names.TIME_WINDOWS])
+            for w in json.loads(annotations[TIME_WINDOWS])
         )
 
     def quota(values: Mapping[str, Any] | None) -> Any:
@@ -279,8 +295,8 @@ def queue_from_volcano(obj: Mapping[str, Any], settings: KubeSettings) -> Queue:
 
     guarantee = spec.get("guarantee") or {}
     deserved = spec.get("deserved")
-    if names.DESERVED in annotations:
-        deserved = json.loads(annotations[names.DESERVED])
+    if DESERVED in annotations:
+        deserved = json.loads(annotations[DESERVED])
     return Queue(
         name=str(metadata["name"]),
         weight=int(spec.get("weight", 1)),
@@ -299,11 +315,11 @@ def queue_from_volcano(obj: Mapping[str, Any], settings: KubeSettings) -> Queue:
 
 def _job_labels(spec: JobSpec, attempt: int) -> dict[str, str]:
     return {
-        names.MANAGED: "true",
-        names.JOB: spec.name,
-        names.JOB_TYPE: spec.type.value,
-        names.QUEUE: spec.queue,
-        names.ATTEMPT: str(attempt),
+        MANAGED: "true",
+        JOB: spec.name,
+        JOB_TYPE: spec.type.value,
+        QUEUE: spec.queue,
+        ATTEMPT: str(attempt),
     }
 
 
@@ -321,10 +337,10 @@ def pod_group(
 ) -> dict[str, Any]:
     """The gang as Volcano sees it: `minMember` = min_available, queue and priority class."""
     settings = settings or KubeSettings()
-    annotations = {names.JOB_ID: spec.id}
+    annotations = {JOB_ID: spec.id}
     if started_under is not None:
         # Which reservation the job started in and whose eviction freed it: for audits.
-        annotations[names.NOMINATION] = json.dumps(
+        annotations[NOMINATION] = json.dumps(
             nomination_to_wire(started_under, ByName(nodes)), separators=(",", ":"), sort_keys=True
         )
     metadata: dict[str, Any] = {
@@ -371,8 +387,8 @@ def job_service(spec: JobSpec, owner: Owner | None = None) -> dict[str, Any]:
     metadata: dict[str, Any] = {
         "name": spec.name,
         "namespace": spec.namespace,
-        "labels": {names.MANAGED: "true", names.JOB: spec.name},
-        "annotations": {names.JOB_ID: spec.id},
+        "labels": {MANAGED: "true", JOB: spec.name},
+        "annotations": {JOB_ID: spec.id},
     }
     if owner is not None:
         metadata["ownerReferences"] = owner.reference()
@@ -382,7 +398,7 @@ def job_service(spec: JobSpec, owner: Owner | None = None) -> dict[str, Any]:
         "metadata": metadata,
         "spec": {
             "clusterIP": "None",
-            "selector": {names.MANAGED: "true", names.JOB: spec.name},
+            "selector": {MANAGED: "true", JOB: spec.name},
             "publishNotReadyAddresses": True,  # rendezvous happens before readiness
         },
     }
@@ -542,16 +558,16 @@ def task_pod(
     grace = math.ceil(grace_period)
     gang = spec.tasks > 1
     labels = {**_user_keys(template_meta.get("labels")), **_job_labels(spec, attempt)}
-    labels[names.RANK] = str(rank)
+    labels[RANK] = str(rank)
     if task_name:
-        labels[names.TASK] = task_name
+        labels[TASK] = task_name
     if spec.protected:
-        labels[names.PROTECTED] = "true"
+        labels[PROTECTED] = "true"
     annotations = {
         **_user_keys(template_meta.get("annotations")),
         names.GROUP_NAME: names.pod_group_name(spec.name, attempt),
-        names.JOB_ID: spec.id,
-        names.PLACEMENT: json.dumps(
+        JOB_ID: spec.id,
+        PLACEMENT: json.dumps(
             placement_to_wire(placement, ByName(nodes)), separators=(",", ":"), sort_keys=True
         ),
     }

@@ -66,6 +66,7 @@ from caldera.model import GPU_MILLI, JobState, Node, Queue, QueueState
 from caldera.policies import get_policy
 from caldera.runtime import Kernel, Outcome, SchedulerLoop
 from caldera.runtime.wire import ByName, placement_from_wire
+from caldera.trainingjob_api import PLACEMENT
 
 __all__ = ["KubeRuntime", "KubeStats"]
 
@@ -393,7 +394,7 @@ class KubeRuntime:
         """Keep the room of a caldera pod no job claims until the pod is gone."""
         if key in self.orphans:
             return
-        text = (pod["metadata"].get("annotations") or {}).get(names.PLACEMENT)
+        text = (pod["metadata"].get("annotations") or {}).get(PLACEMENT)
         try:
             placement = placement_from_wire(json.loads(text), self.keys) if text else None
         except (ValueError, KeyError, TypeError):

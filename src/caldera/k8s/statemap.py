@@ -20,6 +20,7 @@ from caldera.core import Throttle
 from caldera.errors import NotFound
 from caldera.k8s import names
 from caldera.k8s.api import ClusterAPI, ClusterConflict, ClusterError, ClusterUnavailable
+from caldera.trainingjob_api import MANAGED
 
 __all__ = ["create_state_map", "read_throttles", "write_throttles"]
 
@@ -55,7 +56,7 @@ def create_state_map(api: ClusterAPI, namespace: str, data: dict[str, str]) -> N
     body = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": names.STATE_CONFIG_MAP, "labels": {names.MANAGED: "true"}},
+        "metadata": {"name": names.STATE_CONFIG_MAP, "labels": {MANAGED: "true"}},
         "data": data,
     }
     try:

@@ -61,7 +61,6 @@ import kubernetes
 import yaml
 
 from caldera.config import Scenario
-from caldera.k8s import names
 from caldera.k8s.client import load_api_client
 from caldera.k8s.crd import training_job_crd
 from caldera.k8s.devcluster import DevCluster, ScenarioNodes
@@ -79,6 +78,7 @@ from caldera.replay.manifests import (
     volcano_job,
 )
 from caldera.replay.measure import Occurrence, Timeline
+from caldera.trainingjob_api import CHECKPOINT, GROUP, JOB, PLURAL, VERSION
 
 __all__ = ["MODES", "VOLCANO_FOR_CALDERA", "KubeRun", "Mode", "replay"]
 
@@ -291,7 +291,7 @@ class _Replay:
             partial(extensions.create_custom_resource_definition, training_job_crd()),
             "creating the TrainingJob CRD",
         )
-        name = f"{names.PLURAL}.{names.GROUP}"
+        name = f"{PLURAL}.{GROUP}"
         deadline = time.monotonic() + 60
         while True:
             crd = extensions.read_custom_resource_definition(name)
@@ -477,7 +477,7 @@ class _Replay:
             body = caldera_job(spec, name, NAMESPACE, annotations)
             _retrying(
                 lambda: self.custom.create_namespaced_custom_object(
-                    names.GROUP, names.VERSION, NAMESPACE, names.PLURAL, body
+                    GROUP, VERSION, NAMESPACE, PLURAL, body
                 ),
                 name,
             )
@@ -517,7 +517,7 @@ class _Replay:
     def _pod(self, obj: Mapping[str, Any], t: float) -> None:
         meta = obj.get("metadata") or {}
         labels = meta.get("labels") or {}
-        name = labels.get(REPLAY_JOB) or labels.get(names.JOB)
+        name = labels.get(REPLAY_JOB) or labels.get(JOB)
         job = self.jobs.get(str(name))
         if job is None:
             return
@@ -602,7 +602,7 @@ class _Replay:
                 other.finish_at = FAR
             if emergency and self.mode.controller:
                 report = json.dumps({"time": self.wall(t)})
-                self._annotate(pod, {names.CHECKPOINT: report})
+                self._annotate(pod, {CHECKPOINT: report})
         if job.evicting is None:
             job.evicting = (t, 1, lost)
             self.victims.append(job.name)

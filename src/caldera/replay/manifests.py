@@ -23,6 +23,7 @@ from typing import Any
 from caldera.k8s import names
 from caldera.k8s.quantities import cpu_quantity, memory_quantity
 from caldera.model import GPU_MILLI, JobSpec, Node, TopologyMode
+from caldera.trainingjob_api import API_VERSION, KIND
 
 __all__ = [
     "REPLAY_JOB",
@@ -206,8 +207,8 @@ def caldera_job(
     if spec.labels.get("protected") == "true":
         body["protected"] = True
     return {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": name, "namespace": namespace, "labels": {REPLAY_JOB: name}},
         "spec": body,
     }
