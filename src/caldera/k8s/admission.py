@@ -136,11 +136,17 @@ CONTROLLER_STATE_RULES: tuple[dict[str, list[str]], ...] = (
 )
 
 
+def _metadata(name: str, **meta: Any) -> dict[str, Any]:
+    """An object's metadata as caldera writes it here: its name, labelled as everything caldera
+    creates is (`MANAGED`), then `meta` (a namespace)."""
+    return {"name": name, "labels": {MANAGED: "true"}, **meta}
+
+
 def _role(kind: str, name: str, rules: Iterable[dict[str, list[str]]], **meta: Any) -> Any:
     return {
         "apiVersion": _RBAC,
         "kind": kind,
-        "metadata": {"name": name, "labels": {MANAGED: "true"}, **meta},
+        "metadata": _metadata(name, **meta),
         "rules": [copy.deepcopy(rule) for rule in rules],
     }
 
@@ -151,7 +157,7 @@ def _binding(
     return {
         "apiVersion": _RBAC,
         "kind": kind,
-        "metadata": {"name": name, "labels": {MANAGED: "true"}, **meta},
+        "metadata": _metadata(name, **meta),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
         "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": account_ns}],
     }
@@ -557,17 +563,16 @@ def _policy(
     if variables is not None:
         spec["variables"] = variables
     spec["validations"] = validations
-    labels = {MANAGED: "true"}
     policy = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": name, "labels": labels},
+        "metadata": _metadata(name),
         "spec": spec,
     }
     binding = {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": name, "labels": dict(labels)},
+        "metadata": _metadata(name),
         "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
     return [policy, binding]
