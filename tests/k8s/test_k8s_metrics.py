@@ -90,6 +90,37 @@ def test_metrics_are_served_over_http(unused_port: int) -> None:
     assert "caldera_leader" in body and "caldera_queue_deserved_gpus" in body
 
 
+def test_a_standby_serves_its_leader_gauge_before_it_leads_then_the_runtime_joins(
+    unused_port: int,
+) -> None:
+    """A replica serves /metrics from the start (the chart's probes read it): a standby
+    shows caldera_leader 0 and none of the figures of jobs it does not hold; once it leads
+    (`attach`) they appear. Before, a standby bound nothing until it led: never Ready, killed
+    by its liveness probe, and a standby taking over from a leader on the same host crashed
+    binding the port the old one still held."""
+    leading = [False]
+    metrics = ControllerMetrics()
+    metrics.leading.set_function(lambda: 1.0 if leading[0] else 0.0)
+    metrics.serve(f"127.0.0.1:{unused_port}")
+    with urllib.request.urlopen(f"http://127.0.0.1:{unused_port}/metrics", timeout=5) as reply:
+        body = reply.read().decode()
+    assert "caldera_leader 0.0" in body
+    assert "caldera_queue_deserved_gpus" not in body
+    standby = scrape(metrics)
+    assert standby["caldera_cycle_duration_seconds_count"] == {(): 0.0}
+
+    world = World().hypernode("a", "n", count=1).start()
+    leading[0] = True
+    metrics.attach(world.rt)
+    world.rt.observer = metrics.observe_cycle
+    world.submit("small0")
+    world.step()
+    seen = scrape(metrics)
+    assert seen["caldera_leader"] == {(): 1.0}
+    assert seen["caldera_queue_deserved_gpus"] == {(("queue", "team"),): 8.0}
+    assert seen["caldera_cycle_duration_seconds_count"][()] >= 1
+
+
 @pytest.mark.parametrize(
     ("value", "want"),
     [(":8080", ("0.0.0.0", 8080)), ("127.0.0.1:9", ("127.0.0.1", 9)), ("[::1]:80", ("::1", 80))],

@@ -144,14 +144,16 @@ class Cluster:
     def start_controller(self) -> None:
         self.proc = self.spawn_controller(self.log)
 
-    def spawn_controller(self, log: Path) -> subprocess.Popen[bytes]:
+    def spawn_controller(self, log: Path, metrics_port: int = 0) -> subprocess.Popen[bytes]:
         """`caldera k8s run` as its own process, as the chart's ServiceAccount, logging to
-        `log` (a replica: with leader election on, it leads or waits as a standby)."""
+        `log` (a replica: with leader election on, it leads or waits as a standby), serving
+        /metrics on `metrics_port` (default: the session's; each replica binds its own, as
+        each pod of the chart's Deployment has its own address)."""
         out = log.open("ab")
         proc = subprocess.Popen(
             [str(CALDERA), "k8s", "run",
              "--kubeconfig", str(self.controller_kubeconfig), "--config", str(self.config),
-             "--metrics-bind", f"127.0.0.1:{self.metrics_port}"],
+             "--metrics-bind", f"127.0.0.1:{metrics_port or self.metrics_port}"],
             stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1"},
         )  # fmt: skip
         out.close()
@@ -217,7 +219,40 @@ class Cluster:
             "admin", "-n", namespace, "wait", f"--for=condition={condition}",
             f"{names.PLURAL}/{name}", f"--timeout={timeout}s",
         )  # fmt: skip
-        assert done.returncode == 0, f"{name} {condition}: {done.stderr.strip()}\n{self.log_tail()}"
+        if done.returncode == 0:
+            return
+        pods = [
+            (p.metadata.name, p.spec.node_name, p.status.phase) for p in self.pods(namespace, name)
+        ]
+        pytest.fail(
+            f"{name} {condition}: {done.stderr.strip()}\n"
+            f"status: {dump(self.status(namespace, name))}\n"
+            f"pods: {pods}\n"
+            f"nodes: {dump(self.nodes_summary())}\n"
+            f"{self.log_tail(60)}"
+        )
+
+    def nodes_summary(self) -> dict[str, Any]:
+        """What a failed wait needs to say why nothing fits: each node's taints, cordon,
+        readiness, allocatable and the pods bound to it (every namespace)."""
+        core = k8s.client.CoreV1Api(self.client())
+        bound: dict[str, list[str]] = {}
+        for pod in core.list_pod_for_all_namespaces().items:
+            if pod.spec.node_name:
+                bound.setdefault(pod.spec.node_name, []).append(
+                    f"{pod.metadata.namespace}/{pod.metadata.name}:{pod.status.phase}"
+                )
+        summary: dict[str, Any] = {}
+        for node in core.list_node().items:
+            ready = [c.status for c in node.status.conditions or [] if c.type == "Ready"]
+            summary[node.metadata.name] = {
+                "unschedulable": node.spec.unschedulable,
+                "taints": [t.key for t in node.spec.taints or []],
+                "ready": ready,
+                "allocatable": node.status.allocatable,
+                "pods": bound.get(node.metadata.name, []),
+            }
+        return summary
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
-from caldera_support import Cluster, training_job
+from caldera_support import Cluster, free_port, training_job
 from real_support import wait_for
 
 LEASE_DURATION = 6  # caldera_support.CONFIG: kubernetes.leader_election
@@ -36,14 +38,35 @@ def _session_controller_leads(clean: Cluster) -> dict[str, object]:
     return dict(wait_for("the session's controller leads", leads))
 
 
+def _leader_gauge(port: int) -> float | None:
+    """caldera_leader as the replica serving /metrics on `port` says it; None if it does
+    not answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            body = reply.read().decode()
+    except OSError:
+        return None
+    found = re.search(r"^caldera_leader (\S+)$", body, re.MULTILINE)
+    return float(found.group(1)) if found else None
+
+
+def _adopt(clean: Cluster, standby: subprocess.Popen[bytes], log: Path, port: int) -> None:
+    """The surviving replica is the session's controller from now on: its process, its log
+    (what a failed wait shows) and its /metrics."""
+    clean.proc, clean.log, clean.metrics_port = standby, log, port
+
+
 def test_a_standby_acts_on_nothing_then_takes_over_within_seconds_when_the_leader_dies(
     clean: Cluster,
 ) -> None:
     leader = _session_controller_leads(clean)
-    standby_log = clean.folder / "standby.log"
-    standby = clean.spawn_controller(standby_log)
+    standby_log, standby_port = clean.folder / "standby.log", free_port()
+    standby = clean.spawn_controller(standby_log, standby_port)
     try:
         wait_for("the standby waits for the lease", lambda: "standby:" in _log(standby_log))
+        # Both replicas answer /metrics (the chart probes each): only the leader says 1.
+        assert _leader_gauge(clean.metrics_port) == 1.0
+        assert _leader_gauge(standby_port) == 0.0
         assert clean.apply("bob", "team-a", training_job("first")).returncode == 0
         clean.wait("team-a", "first", "Running")
         assert not ACTING.search(_log(standby_log)), _log(standby_log)  # the leader did it
@@ -64,20 +87,48 @@ def test_a_standby_acts_on_nothing_then_takes_over_within_seconds_when_the_leade
         assert "leading:" in _log(standby_log)
         assert clean.state("team-a", "first") == "Running"  # the new leader took it back
         assert clean.status("team-a", "first")["attempts"] == 1
+        assert _leader_gauge(standby_port) == 1.0
     finally:
-        clean.proc = standby  # the survivor is the session's controller from now on
+        _adopt(clean, standby, standby_log, standby_port)
 
 
 def test_a_cleanly_stopped_leader_hands_over_at_once(clean: Cluster) -> None:
     """SIGTERM: the leader gives the Lease up, so the standby need not wait it out."""
     _session_controller_leads(clean)
-    standby_log = clean.folder / "standby-2.log"
-    standby = clean.spawn_controller(standby_log)
+    standby_log, standby_port = clean.folder / "standby-2.log", free_port()
+    standby = clean.spawn_controller(standby_log, standby_port)
     try:
         wait_for("the standby waits for the lease", lambda: "standby:" in _log(standby_log))
         clean.stop_controller()  # SIGTERM, waits for the exit
         stopped = time.monotonic()
         wait_for("the standby leads", lambda: "leading:" in _log(standby_log))
         assert time.monotonic() - stopped < LEASE_DURATION, "waited the lease out"
+        # It goes on leading (it once died here, binding /metrics only once it led).
+        wait_for("the new leader's gauge", lambda: _leader_gauge(standby_port) == 1.0)
+        assert clean.apply("bob", "team-a", training_job("after")).returncode == 0
+        clean.wait("team-a", "after", "Running")
+        assert standby.poll() is None, _log(standby_log)
     finally:
-        clean.proc = standby
+        _adopt(clean, standby, standby_log, standby_port)
+
+
+def test_a_replica_that_cannot_bind_its_metrics_address_says_so_in_one_line(
+    clean: Cluster,
+) -> None:
+    """Bound before the campaign: a second replica on the same address fails at once, in
+    one line, instead of a traceback the moment it would have led."""
+    log = clean.folder / "taken.log"
+    replica = clean.spawn_controller(log, clean.metrics_port)
+    try:
+        assert replica.wait(timeout=60) == 1
+    finally:
+        if replica.poll() is None:
+            replica.kill()
+            replica.wait()
+    said = _log(log)
+    assert (
+        f"caldera: error: --metrics-bind 127.0.0.1:{clean.metrics_port}: Address already in use"
+        in said
+    ), said
+    assert "Traceback" not in said, said
+    assert clean.proc is not None and clean.proc.poll() is None  # the leader carries on

@@ -190,6 +190,17 @@ def _run(
                 f"another controller holds the lease {settings.state_namespace}/{elector.name}: "
                 "--once would act beside it"
             )
+        if metrics_bind and not (dry_run or once):
+            # Served before the campaign: a standby answers the probes too (caldera_leader 0).
+            metrics = ControllerMetrics(reads=reads)
+            metrics.leading.set_function(
+                lambda: 1.0 if elector is None or elector.still_leading() else 0.0
+            )
+            try:
+                metrics.serve(metrics_bind)
+            except OSError as error:
+                fail(f"--metrics-bind {metrics_bind}: {error.strerror or error}", EXIT_FAILURE)
+            log.info("metrics on %s/metrics", metrics_bind)
         if elector is not None and not once:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(signum, lambda *_: stop.set())
@@ -205,14 +216,9 @@ def _run(
         runtime = KubeRuntime(
             cluster, queues, loaded.policy, settings, reads=reads, writers=writers
         )
-        if metrics_bind and not (dry_run or once):
-            metrics = ControllerMetrics(runtime)
+        if metrics is not None:
+            metrics.attach(runtime)
             runtime.observer = metrics.observe_cycle
-            metrics.leading.set_function(
-                lambda: 1.0 if elector is None or elector.still_leading() else 0.0
-            )
-            metrics.serve(metrics_bind)
-            log.info("metrics on %s/metrics", metrics_bind)
         if dry_run or once:
             runtime.step()
     except (ClusterError, NotFound) as error:

@@ -61,10 +61,22 @@ def parse_bind(value: str) -> tuple[str, int]:
 
 
 class ControllerMetrics:
-    """One registry per controller; `observe_cycle` is the runtime's cycle observer."""
+    """One registry per controller; `observe_cycle` is the runtime's cycle observer.
 
-    def __init__(self, runtime: KubeRuntime, clock: Callable[[], float] = time.time) -> None:
+    Served from the start, before this replica campaigns for the Lease: a standby answers
+    too (`caldera_leader` 0, its informers' lag), so the chart's probes on /metrics find it
+    ready and Prometheus sees every replica. The runtime's figures come once it leads
+    (`attach`)."""
+
+    def __init__(
+        self,
+        runtime: KubeRuntime | None = None,
+        clock: Callable[[], float] = time.time,
+        reads: object = None,
+    ) -> None:
         self.runtime = runtime
+        # What the informers' lag is read from (the runtime's reads unless given).
+        self.reads = reads if reads is not None or runtime is None else runtime.reads
         self.clock = clock
         self.registry = CollectorRegistry()
         self.cycle_seconds = Histogram(
@@ -107,10 +119,15 @@ class ControllerMetrics:
         self._lock = threading.Lock()
         self.registry.register(_Collector(self))
 
+    def attach(self, runtime: KubeRuntime) -> None:
+        """This replica leads: its runtime's figures join what /metrics serves."""
+        self.runtime = runtime
+
     def observe_cycle(self, seconds: float, decisions: Decisions, now: float) -> None:
         """One cycle ran for `seconds` (wall time) at `now` and decided `decisions`."""
         self.cycle_seconds.observe(seconds)
         self.last_cycle.set(self.clock())
+        assert self.runtime is not None, "cycles run only once a runtime is attached"
         jobs = self.runtime.jobs
         for evict in decisions.evictions:
             if evict.reason.value in _NOT_ACCOUNTED:
@@ -133,6 +150,7 @@ class ControllerMetrics:
     def _integrate(self, now: float) -> None:
         """Utilisation and gang-hang time: what was held since the last cycle, held until now."""
         runtime = self.runtime
+        assert runtime is not None
         allocated = hung = 0
         for job in runtime.jobs.values():
             held = sum(t.placement.gpu for t in job.tasks)
@@ -150,7 +168,8 @@ class ControllerMetrics:
             self._last_at = now
 
     def serve(self, bind: str) -> None:
-        """Serve `/metrics` on `bind` (HOST:PORT) from a daemon thread."""
+        """Serve `/metrics` on `bind` (HOST:PORT) from a daemon thread (OSError: the address
+        cannot be bound)."""
         host, port = parse_bind(bind)
         start_http_server(port, addr=host, registry=self.registry)
 
@@ -165,6 +184,9 @@ class _Collector(Collector):
         metrics = self.metrics
         runtime = metrics.runtime
         now = metrics.clock()
+        if runtime is None:  # a standby: no jobs held, only its informers
+            yield from _informer_lag(metrics.reads, now)
+            return
         jobs = list(runtime.jobs.values())
         history = history_metrics(
             (
@@ -248,7 +270,7 @@ class _Collector(Collector):
             "Requests to the API server that were retries.",
             value=int(getattr(api, "retries", 0)),
         )
-        yield from _informer_lag(runtime.reads, now)
+        yield from _informer_lag(metrics.reads, now)
 
 
 def _informer_lag(reads: object, now: float) -> Iterator[Metric]:
