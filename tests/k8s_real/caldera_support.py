@@ -41,10 +41,10 @@ import pytest
 import yaml
 from real_support import wait_for
 
-from caldera.k8s import names
 from caldera.k8s.admission import POLICY_NAME
 from caldera.k8s.client import load_api_client
 from caldera.k8s.devcluster import DevCluster
+from caldera.trainingjob_api import API_VERSION, GROUP, JOB, KIND, MANAGED, PLURAL, VERSION
 
 __all__ = [
     "CHART",
@@ -113,8 +113,8 @@ def training_job(
     if annotations:
         template["metadata"] = {"annotations": annotations}
     manifest: dict[str, Any] = {
-        "apiVersion": names.API_VERSION,
-        "kind": names.KIND,
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": name},
         "spec": {
             "type": type,
@@ -217,7 +217,7 @@ class Cluster:
         """`kubectl wait --for=condition=…` on a TrainingJob (fails the test on timeout)."""
         done = self.kubectl(
             "admin", "-n", namespace, "wait", f"--for=condition={condition}",
-            f"{names.PLURAL}/{name}", f"--timeout={timeout}s",
+            f"{PLURAL}/{name}", f"--timeout={timeout}s",
         )  # fmt: skip
         if done.returncode == 0:
             return
@@ -259,7 +259,7 @@ class Cluster:
     def job(self, namespace: str, name: str) -> dict[str, Any]:
         custom = k8s.client.CustomObjectsApi(self.client())
         found: dict[str, Any] = custom.get_namespaced_custom_object(
-            names.GROUP, names.VERSION, namespace, names.PLURAL, name
+            GROUP, VERSION, namespace, PLURAL, name
         )
         return found
 
@@ -278,13 +278,13 @@ class Cluster:
     def events(self, namespace: str, name: str) -> list[str]:
         core = k8s.client.CoreV1Api(self.client())
         found = core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={names.KIND}"
+            namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={KIND}"
         ).items
         return [e.reason for e in sorted(found, key=lambda e: e.metadata.name)]
 
     def pods(self, namespace: str, job: str) -> list[Any]:
         core = k8s.client.CoreV1Api(self.client())
-        return list(core.list_namespaced_pod(namespace, label_selector=f"{names.JOB}={job}").items)
+        return list(core.list_namespaced_pod(namespace, label_selector=f"{JOB}={job}").items)
 
     def running_pods(self, namespace: str, job: str) -> list[Any]:
         return [
@@ -374,7 +374,7 @@ def _install(cluster: Cluster) -> None:
     )
     cluster.kubectl(
         "admin", "wait", "--for=condition=Established",
-        f"crd/{names.PLURAL}.{names.GROUP}", "--timeout=60s",
+        f"crd/{PLURAL}.{GROUP}", "--timeout=60s",
     )  # fmt: skip
     for namespace in (*SERVED, ELSEWHERE):
         for group in ("team-a", "team-b"):
@@ -424,11 +424,11 @@ def clean(caldera: Cluster) -> Iterator[Cluster]:
     if caldera.proc is None or caldera.proc.poll() is not None:
         caldera.start_controller()
     for namespace in (*SERVED, ELSEWHERE):
-        caldera.kubectl("admin", "-n", namespace, "delete", names.PLURAL, "--all", "--wait=false")
+        caldera.kubectl("admin", "-n", namespace, "delete", PLURAL, "--all", "--wait=false")
     core = k8s.client.CoreV1Api(caldera.client())
 
     def no_pods() -> bool:
-        return not core.list_pod_for_all_namespaces(label_selector=f"{names.MANAGED}=true").items
+        return not core.list_pod_for_all_namespaces(label_selector=f"{MANAGED}=true").items
 
     wait_for("every caldera pod gone", no_pods)
     sys.stderr.write(f"[{time.monotonic() - began:.0f} s]\n")

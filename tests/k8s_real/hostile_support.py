@@ -8,7 +8,7 @@ import json
 import kubernetes
 from caldera_support import Cluster, training_job
 
-from caldera.k8s import names
+from caldera.trainingjob_api import KIND
 
 __all__ = ["alive", "event_messages", "nested_json"]
 
@@ -23,7 +23,7 @@ def event_messages(cluster: Cluster, namespace: str, name: str, reason: str) -> 
     """The messages of the TrainingJob's Events with `reason`."""
     core = kubernetes.client.CoreV1Api(cluster.client())
     found = core.list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={names.KIND}"
+        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={KIND}"
     ).items
     return [e.message for e in found if e.reason == reason]
 

@@ -16,8 +16,8 @@ import pytest
 from caldera_support import Cluster, training_job, without_admission_policy
 from real_support import wait_for
 
-from caldera.k8s import names
 from caldera.k8s.status import submit_time
+from caldera.trainingjob_api import PLURAL
 
 
 def refused(done: Any, text: str) -> bool:
@@ -96,7 +96,7 @@ def test_a_hand_written_status_changes_nothing(clean: Cluster) -> None:
     assert done.returncode == 0, done.stderr
     clean.wait("team-a", "plain", "Running")
     patch = clean.kubectl(
-        "bob", "-n", "team-a", "patch", names.PLURAL, "plain", "--subresource=status",
+        "bob", "-n", "team-a", "patch", PLURAL, "plain", "--subresource=status",
         "--type=merge", "-p", '{"status": {"state": "Succeeded"}}',
     )  # fmt: skip
     assert refused(patch, 'cannot patch resource "trainingjobs/status"'), patch.stderr

@@ -20,7 +20,7 @@ import time
 from caldera_support import GRACE, Cluster, training_job
 from real_support import wait_for
 
-from caldera.k8s import names
+from caldera.trainingjob_api import PLACEMENT, PLURAL
 
 FULL = 4  # replicas x 8 GPUs that fill the session's cluster
 
@@ -35,7 +35,7 @@ def test_a_gang_applied_with_kubectl_runs_on_the_nodes_caldera_chose_then_succee
     pods = clean.pods("team-a", "train")
     assert len(pods) == 2 and all(p.status.phase == "Running" for p in pods)
     for pod in pods:
-        decided = json.loads(pod.metadata.annotations[names.PLACEMENT])["node"]
+        decided = json.loads(pod.metadata.annotations[PLACEMENT])["node"]
         assert pod.spec.node_name == decided  # bound where caldera decided, nowhere else
     assert len({p.spec.node_name for p in pods}) == 2  # 8 GPUs each: one node each
     assert clean.events("team-a", "train") == ["Started"]  # admitted and started: one Event
@@ -73,7 +73,7 @@ def test_a_large_job_preempts_a_normal_gang_which_gets_its_grace_period_then_res
     # Started only once the victims on its node were gone: deleted, or ended (a pod that has
     # exited holds no room for the scheduler either, even before its object is removed).
     (pod,) = clean.pods("team-a", "large")
-    node = json.loads(pod.metadata.annotations[names.PLACEMENT])["node"]
+    node = json.loads(pod.metadata.annotations[PLACEMENT])["node"]
     left = {
         p.metadata.name: p.status.phase
         for p in clean.pods("team-a", "filler")
@@ -103,7 +103,7 @@ def test_a_critical_job_starts_within_its_slo_and_is_never_a_victim(clean: Clust
     took = time.time() - began
     assert took < 60, f"critical started after {took:.0f} s (SLO 60 s)"
     # A large job that would need the whole cluster cannot take the critical job's node.
-    clean.kubectl("admin", "-n", "team-a", "delete", names.PLURAL, "filler", "--wait=false")
+    clean.kubectl("admin", "-n", "team-a", "delete", PLURAL, "filler", "--wait=false")
     big = training_job("big", replicas=FULL, type="large-job")
     assert clean.apply("alice", "team-a", big).returncode == 0
     time.sleep(GRACE + 6)

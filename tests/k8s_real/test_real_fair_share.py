@@ -30,6 +30,7 @@ from caldera.k8s.config import load_kube_config
 from caldera.k8s.controller import Controller, sync_cluster_objects
 from caldera.k8s.fairshare_store import KEY, read_decayed_usage, write_decayed_usage
 from caldera.k8s.runtime import KubeRuntime
+from caldera.trainingjob_api import GROUP, PLURAL, VERSION
 
 k8s: Any = kubernetes
 STATE = str(CONFIG["kubernetes"]["state_namespace"])
@@ -151,8 +152,6 @@ def test_a_restarted_controller_carries_on_from_the_usage_kept_in_the_cluster(
         custom = k8s.client.CustomObjectsApi(clean.client())
         for namespace in (served, state):
             if not namespace_gone(core, namespace):
-                custom.delete_collection_namespaced_custom_object(
-                    names.GROUP, names.VERSION, namespace, names.PLURAL
-                )
+                custom.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
                 core.delete_namespace(namespace)
         custom.delete_cluster_custom_object(VOLCANO_GROUP, VOLCANO_VERSION, "queues", QUEUE)

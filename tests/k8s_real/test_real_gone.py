@@ -38,6 +38,7 @@ from caldera.k8s.client import VOLCANO_GROUP, VOLCANO_VERSION, KubeClusterAPI
 from caldera.k8s.config import load_kube_config
 from caldera.k8s.controller import Controller, sync_cluster_objects
 from caldera.k8s.runtime import KubeRuntime
+from caldera.trainingjob_api import GROUP, PLURAL, VERSION
 
 k8s: Any = kubernetes
 QUEUE = "gone"
@@ -174,9 +175,7 @@ def served(clean: Cluster, tmp_path: Path) -> Iterator[tuple[str, InProcess]]:
             custom = k8s.client.CustomObjectsApi(clean.client())
             for ns in (name, state):
                 if not namespace_gone(core, ns):
-                    custom.delete_collection_namespaced_custom_object(
-                        names.GROUP, names.VERSION, ns, names.PLURAL
-                    )
+                    custom.delete_collection_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)
                     core.delete_namespace(ns)
             custom.delete_cluster_custom_object(VOLCANO_GROUP, VOLCANO_VERSION, "queues", QUEUE)
 
@@ -205,9 +204,7 @@ def test_a_namespace_gone_between_decision_and_create_is_survived_and_forgotten(
         custom = k8s.client.CustomObjectsApi(clean.client())
 
         def job_gone() -> bool:
-            found = custom.list_namespaced_custom_object(
-                names.GROUP, names.VERSION, namespace, names.PLURAL
-            )
+            found = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
             return not found["items"]
 
         wait_for("the TrainingJob deleted with its namespace", job_gone, timeout=120)

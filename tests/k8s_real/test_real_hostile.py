@@ -24,6 +24,7 @@ from real_support import wait_for
 
 from caldera.k8s import names
 from caldera.k8s.wirejson import loads
+from caldera.trainingjob_api import CHECKPOINT, GROUP, MANAGED, PLURAL, PROGRESS, VERSION
 
 k8s: Any = kubernetes
 
@@ -33,7 +34,7 @@ def _status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
     recurses, and a nested template is past its depth)."""
     custom = k8s.client.CustomObjectsApi(cluster.client())
     response = custom.get_namespaced_custom_object(
-        names.GROUP, names.VERSION, namespace, names.PLURAL, name, _preload_content=False
+        GROUP, VERSION, namespace, PLURAL, name, _preload_content=False
     )
     return dict(loads(response.data).get("status") or {})
 
@@ -149,12 +150,12 @@ def test_a_pods_nan_progress_is_ignored_with_a_warning(clean: Cluster) -> None:
     (pod,) = clean.running_pods("team-a", "liar")
     name = pod.metadata.name
     done = clean.kubectl(
-        "admin", "-n", "team-a", "annotate", "--overwrite", f"pod/{name}", f"{names.PROGRESS}=nan"
+        "admin", "-n", "team-a", "annotate", "--overwrite", f"pod/{name}", f"{PROGRESS}=nan"
     )
     assert done.returncode == 0, done.stderr
     wait_for("the BadReport event", lambda: event_messages(clean, "team-a", "liar", "BadReport"))
     done = clean.kubectl(
-        "admin", "-n", "team-a", "annotate", "--overwrite", f"pod/{name}", f"{names.PROGRESS}=0.25"
+        "admin", "-n", "team-a", "annotate", "--overwrite", f"pod/{name}", f"{PROGRESS}=0.25"
     )
     assert done.returncode == 0, done.stderr
 
@@ -174,7 +175,7 @@ def test_a_pod_that_loses_its_managed_label_stays_its_jobs(clean: Cluster) -> No
     clean.wait("team-a", "unlabelled", "Running")
     (pod,) = clean.running_pods("team-a", "unlabelled")
     done = clean.kubectl(
-        "admin", "-n", "team-a", "label", f"pod/{pod.metadata.name}", f"{names.MANAGED}-"
+        "admin", "-n", "team-a", "label", f"pod/{pod.metadata.name}", f"{MANAGED}-"
     )
     assert done.returncode == 0, done.stderr
     core = k8s.client.CoreV1Api(clean.client())
@@ -194,7 +195,7 @@ def test_a_pod_that_loses_its_managed_label_stays_its_jobs(clean: Cluster) -> No
         time.sleep(2)
     alive(clean)
     uid = clean.job("team-a", "unlabelled")["metadata"]["uid"]
-    clean.kubectl("bob", "-n", "team-a", "delete", names.PLURAL, "unlabelled", "--wait=false")
+    clean.kubectl("bob", "-n", "team-a", "delete", PLURAL, "unlabelled", "--wait=false")
     wait_for(
         "the unlabelled pod gone with its job",
         lambda: (
@@ -237,12 +238,12 @@ def test_a_pods_service_account_may_report_progress_but_not_change_ownership(
         )  # fmt: skip
 
     target = f"pod/{pod.metadata.name}"
-    reported = as_job("annotate", "--overwrite", target, f"{names.PROGRESS}=0.5")
+    reported = as_job("annotate", "--overwrite", target, f"{PROGRESS}=0.5")
     assert reported.returncode == 0, reported.stderr
     checkpoint = json.dumps({"time": int(time.time())})
-    reported = as_job("annotate", "--overwrite", target, f"{names.CHECKPOINT}={checkpoint}")
+    reported = as_job("annotate", "--overwrite", target, f"{CHECKPOINT}={checkpoint}")
     assert reported.returncode == 0, reported.stderr
-    unlabelled = as_job("label", target, f"{names.MANAGED}-")
+    unlabelled = as_job("label", target, f"{MANAGED}-")
     assert unlabelled.returncode != 0 and "not its labels" in unlabelled.stderr, unlabelled
     orphaned = as_job(
         "patch", target, "--type=json",
@@ -253,8 +254,8 @@ def test_a_pods_service_account_may_report_progress_but_not_change_ownership(
     assert other.returncode != 0 and "other annotations" in other.stderr, other
     core = k8s.client.CoreV1Api(clean.client())
     now = core.read_namespaced_pod(pod.metadata.name, "team-a").metadata
-    assert now.labels[names.MANAGED] == "true" and now.owner_references
-    assert now.annotations[names.PROGRESS] == "0.5"
+    assert now.labels[MANAGED] == "true" and now.owner_references
+    assert now.annotations[PROGRESS] == "0.5"
     alive(clean)
 
 
@@ -272,7 +273,7 @@ def test_a_waiting_job_says_why_and_a_started_one_is_not_running_before_its_pods
     assert clean.apply("bob", "team-a", stuck).returncode == 0
     wait_for("stuck Starting", lambda: clean.status("team-a", "stuck").get("phase") == "Starting")
     assert clean.status("team-a", "stuck")["state"] == "Running"  # the lifecycle's own
-    printed = clean.kubectl("admin", "-n", "team-a", "get", names.PLURAL, "stuck").stdout
+    printed = clean.kubectl("admin", "-n", "team-a", "get", PLURAL, "stuck").stdout
     (row,) = [line for line in printed.splitlines() if line.startswith("stuck ")]
     assert " Starting " in row and " Running " not in row, printed
     assert clean.apply("bob", "team-a", training_job("late")).returncode == 0
@@ -567,7 +568,7 @@ def test_other_teams_pods_take_a_node_slot_each(clean: Cluster) -> None:
         )
         assert clean.status("team-a", "toowide")["state"] == "Pending"
         assert not clean.pods("team-a", "toowide")
-        clean.kubectl("bob", "-n", "team-a", "delete", names.PLURAL, "toowide")
+        clean.kubectl("bob", "-n", "team-a", "delete", PLURAL, "toowide")
         wide = training_job("fits", replicas=slots, gpus=0)
         wide["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"] = {}
         assert clean.apply("bob", "team-a", wide).returncode == 0

@@ -33,8 +33,8 @@ from caldera_support import Cluster, training_job
 from hostile_support import alive, event_messages, nested_json
 from real_support import wait_for
 
-from caldera.k8s import names
 from caldera.k8s.wirejson import loads
+from caldera.trainingjob_api import GROUP, PLURAL, PROGRESS, VERSION
 
 k8s: Any = kubernetes
 
@@ -49,7 +49,7 @@ def _wire_status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
     """A status read with caldera's decoder (the client's own recurses past the nesting)."""
     custom = k8s.client.CustomObjectsApi(cluster.client())
     response = custom.get_namespaced_custom_object(
-        names.GROUP, names.VERSION, namespace, names.PLURAL, name, _preload_content=False
+        GROUP, VERSION, namespace, PLURAL, name, _preload_content=False
     )
     return dict(loads(response.data).get("status") or {})
 
@@ -64,7 +64,7 @@ class _Gate:
     def __init__(self, upstream: str, namespace: str) -> None:
         url = urlsplit(upstream)
         self.host, self.port = url.hostname or "127.0.0.1", url.port or 443
-        self.prefix = f"/apis/{names.GROUP}/{names.VERSION}/namespaces/{namespace}/{names.PLURAL}"
+        self.prefix = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
         self.shut = True
         self.refused = 0
         gate = self
@@ -217,7 +217,7 @@ def test_a_start_that_never_binds_is_placed_elsewhere_not_pinned_again(clean: Cl
     clean.wait("team-a", "probe", "Running")
     (probe,) = clean.running_pods("team-a", "probe")
     first = probe.spec.node_name  # where caldera puts an 8-GPU task on an empty cluster
-    clean.kubectl("alice", "-n", "team-a", "delete", names.PLURAL, "probe")
+    clean.kubectl("alice", "-n", "team-a", "delete", PLURAL, "probe")
     core = k8s.client.CoreV1Api(clean.client())
     wait_for("the probe's pod gone", lambda: not clean.pods("team-a", "probe"))
     nodes = [n.metadata.name for n in core.list_node(label_selector="caldera.io/kwok=true").items]
@@ -311,7 +311,7 @@ def test_describe_shows_readable_times_and_a_restart_reads_them_back(clean: Clus
     times = {k: controller.get(k) for k in ("submit", "first_start", "running_since")}
     for key, value in times.items():
         assert isinstance(value, str) and RFC3339.fullmatch(value), (key, value)
-    described = clean.kubectl("admin", "-n", "team-a", "describe", names.PLURAL, "timed")
+    described = clean.kubectl("admin", "-n", "team-a", "describe", PLURAL, "timed")
     assert described.returncode == 0, described.stderr
     assert not FLOAT_TIME.search(described.stdout), described.stdout
     for value in times.values():
@@ -321,7 +321,7 @@ def test_describe_shows_readable_times_and_a_restart_reads_them_back(clean: Clus
     (pod,) = clean.running_pods("team-a", "timed")
     done = clean.kubectl(
         "admin", "-n", "team-a", "annotate", "--overwrite",
-        f"pod/{pod.metadata.name}", f"{names.PROGRESS}=0.5",
+        f"pod/{pod.metadata.name}", f"{PROGRESS}=0.5",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
 

@@ -14,6 +14,7 @@ from caldera_support import Cluster, training_job
 from real_support import wait_for
 
 from caldera.k8s import names
+from caldera.trainingjob_api import KIND
 
 k8s: Any = kubernetes
 
@@ -21,7 +22,7 @@ k8s: Any = kubernetes
 def messages(cluster: Cluster, namespace: str, name: str, reason: str) -> list[str]:
     core = k8s.client.CoreV1Api(cluster.client())
     found = core.list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={names.KIND}"
+        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={KIND}"
     ).items
     return [e.message for e in found if e.reason == reason]
 

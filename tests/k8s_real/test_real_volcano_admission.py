@@ -35,6 +35,7 @@ from caldera.k8s import Invalid, names
 from caldera.k8s.client import KubeClusterAPI
 from caldera.k8s.devcluster import DevCluster, NodeShape
 from caldera.k8s.devcluster_volcano import VOLCANO_FOR_CALDERA, VolcanoBins
+from caldera.trainingjob_api import JOB, PLURAL
 
 k8s: Any = kubernetes
 
@@ -192,7 +193,7 @@ def test_a_pod_group_the_webhook_refuses_creates_no_pod_and_the_job_waits(
     pods = volcano.pods("team-a", "orphan")
     assert len(pods) == 2 and all(p.spec.scheduler_name == "volcano" for p in pods)
     assert all(p.spec.node_name for p in pods)  # bound by vc-scheduler, as a gang
-    volcano.kubectl("admin", "-n", "team-a", "delete", names.PLURAL, "orphan", "--wait=false")
+    volcano.kubectl("admin", "-n", "team-a", "delete", PLURAL, "orphan", "--wait=false")
     wait_for("orphan's pods gone", lambda: not volcano.pods("team-a", "orphan"))
 
 
@@ -206,7 +207,7 @@ def test_preemptable_false_as_caldera_writes_it_is_admitted(volcano: Cluster) ->
     volcano.wait("serving", "chat", "Running", timeout=90)
     custom = k8s.client.CustomObjectsApi(volcano.client())
     groups = custom.list_namespaced_custom_object(
-        *VOLCANO, "serving", "podgroups", label_selector=f"{names.JOB}=chat"
+        *VOLCANO, "serving", "podgroups", label_selector=f"{JOB}=chat"
     )["items"]
     (group,) = groups
     assert group["metadata"]["annotations"][names.VOLCANO_PREEMPTABLE] == "false"
@@ -223,7 +224,7 @@ def test_preemptable_false_as_caldera_writes_it_is_admitted(volcano: Cluster) ->
     stored = custom.create_namespaced_custom_object(*VOLCANO, "serving", "podgroups", probe)
     custom.delete_namespaced_custom_object(*VOLCANO, "serving", "podgroups", "probe")
     assert "preemptable" not in stored["spec"]
-    volcano.kubectl("admin", "-n", "serving", "delete", names.PLURAL, "chat", "--wait=false")
+    volcano.kubectl("admin", "-n", "serving", "delete", PLURAL, "chat", "--wait=false")
     wait_for("chat's pods gone", lambda: not volcano.pods("serving", "chat"))
 
 

@@ -93,16 +93,16 @@ def _custom(caldera: Cluster) -> Any:
 
 
 def _jobs(caldera: Cluster) -> set[str]:
-    from caldera.k8s import names
+    from caldera.trainingjob_api import GROUP, PLURAL, VERSION
 
-    found = _custom(caldera).list_cluster_custom_object(names.GROUP, names.VERSION, names.PLURAL)
+    found = _custom(caldera).list_cluster_custom_object(GROUP, VERSION, PLURAL)
     return {f"{j['metadata']['namespace']}/{j['metadata']['name']}" for j in found["items"]}
 
 
 def _crd(caldera: Cluster) -> dict[str, Any]:
-    from caldera.k8s import names
+    from caldera.trainingjob_api import GROUP, PLURAL
 
-    done = caldera.kubectl("admin", "get", "crd", f"{names.PLURAL}.{names.GROUP}", "-o", "json")
+    done = caldera.kubectl("admin", "get", "crd", f"{PLURAL}.{GROUP}", "-o", "json")
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout))
 

@@ -11,28 +11,22 @@ from __future__ import annotations
 
 import re
 
-# The keys `RESERVED_KEYS` lists. API_VERSION, GROUP, KIND, PLURAL and VERSION are imported
-# only because tests/k8s_real still reads them as `names.X` (F401); they are not re-exported
-# (`__all__`), and every other module imports these words from `caldera.trainingjob_api`.
-from caldera.trainingjob_api import (  # noqa: F401
-    API_VERSION,
+# The keys `RESERVED_KEYS` lists; every module imports these words from
+# `caldera.trainingjob_api` itself.
+from caldera.trainingjob_api import (
     ATTEMPT,
     CHECKPOINT,
-    GROUP,
     JOB,
     JOB_ID,
     JOB_TYPE,
-    KIND,
     MANAGED,
     NOMINATION,
     PLACEMENT,
-    PLURAL,
     PROGRESS,
     PROTECTED,
     QUEUE,
     RANK,
     TASK,
-    VERSION,
 )
 
 __all__ = [
