@@ -18,7 +18,9 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "caldera"
 
 # package -> the caldera packages it must never import (directly, at any place in a module).
 RUNTIMES = {"sim", "service", "k8s"}
-ABOVE = {"cli", "report", "bench", "replay"}  # the commands and tools on top of everything
+# The commands and tools on top of everything: the dev cluster and the benchmarks are
+# developers' tools beside the controller, which may import it but never the other way.
+ABOVE = {"cli", "report", "bench", "replay", "devcluster"}
 # The bottom layers, and the SDK users import into their own programs, may import only these
 # caldera packages.
 ONLY: dict[str, set[str]] = {
@@ -36,6 +38,9 @@ FORBIDDEN: dict[str, set[str]] = {
     "sim": {"service", "k8s", *ABOVE},
     "service": {"sim", "k8s", *ABOVE},
     "k8s": {"sim", "service", *ABOVE},
+    # the dev cluster starts a control plane: it may use the controller's client, nothing
+    # that drives it (the benchmarks, the replay, the commands) and no other runtime
+    "devcluster": {"sim", "service", *ABOVE - {"devcluster"}},
 }
 _ALL = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()} | {
     p.stem for p in SRC.glob("*.py") if p.stem != "__init__"
@@ -86,6 +91,17 @@ def test_no_forbidden_import(package: str) -> None:
         if source == package and target in forbidden
     ]
     assert not bad, "\n".join(bad)
+
+
+def test_the_tools_beside_the_controller_import_it_not_the_other_way() -> None:
+    """The dev cluster and the Kubernetes benchmark live outside `caldera.k8s` and point at
+    it: the benchmark drives the controller on a dev cluster, the dev cluster installs CRDs
+    with the controller's client; nothing in `caldera.k8s` names either of them."""
+    edges = {(source, target) for source, target, _ in _edges()}
+    assert ("bench", "k8s") in edges and ("bench", "devcluster") in edges
+    assert ("devcluster", "k8s") in edges
+    assert not {("k8s", "devcluster"), ("k8s", "bench"), ("devcluster", "bench")} & edges
+    assert not [p.name for p in (SRC / "k8s").iterdir() if p.name.startswith(("dev", "bench"))]
 
 
 def test_the_sdk_loads_no_controller() -> None:

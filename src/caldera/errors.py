@@ -29,7 +29,7 @@
     │   ├── ClusterConflict              (see Conflict)
     │   ├── Invalid                      the API server refused the object
     │   └── DevClusterError              the dev cluster cannot be built or started
-    │                                    (caldera.k8s.devcluster_errors)
+    │                                    (caldera.devcluster.errors)
     ├── ServiceError (RuntimeError)      the service cannot start, or cannot run a task
     │   ├── DatabaseBusy                 another server holds the database
     │   │                                (caldera.service.store)

@@ -25,9 +25,9 @@ from caldera_support import (  # noqa: F401 (one controller per session, for eve
 )
 from real_support import NODES, wait_for
 
+from caldera.devcluster import DevCluster, DevClusterError, find_bins
+from caldera.devcluster.volcano import VolcanoBins, find_volcano
 from caldera.k8s.client import load_api_client
-from caldera.k8s.devcluster import DevCluster, DevClusterError, find_bins
-from caldera.k8s.devcluster_volcano import VolcanoBins, find_volcano
 
 CI = os.environ.get("CI") == "true"
 

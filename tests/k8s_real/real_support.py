@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import polling
-from caldera.k8s.devcluster import NodeShape
+from caldera.devcluster import NodeShape
 
 __all__ = ["NODES", "wait_for"]
 

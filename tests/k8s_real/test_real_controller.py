@@ -4,7 +4,7 @@ runs as users run it (the CLI in its own process, the admin kubeconfig).
 
 Binding: kube-scheduler binds the pods, honouring caldera's required node affinity (a pod
 binds only on the node caldera chose), but pod by pod: Volcano's all-or-nothing gang binding
-is not part of this control plane (caldera.k8s.devcluster). What "all or nothing" means here
+is not part of this control plane (caldera.devcluster). What "all or nothing" means here
 is caldera's own: a gang's pods are created only when all of them have room, and a gang one
 of whose pods cannot run is stopped whole.
 

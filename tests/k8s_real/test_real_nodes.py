@@ -21,7 +21,7 @@ import pytest
 from caldera_support import Cluster, training_job
 from real_support import NODES, wait_for
 
-from caldera.k8s.devcluster import KWOK_LABEL
+from caldera.devcluster import KWOK_LABEL
 
 k8s: Any = kubernetes
 

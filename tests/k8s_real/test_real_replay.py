@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from caldera.k8s.devcluster_volcano import VolcanoBins
+from caldera.devcluster.volcano import VolcanoBins
 from caldera.replay.fidelity import compare, predict
 from caldera.replay.kube import MODES, KubeRun, replay
 from caldera.sim import load_scenario

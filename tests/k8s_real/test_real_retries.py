@@ -22,10 +22,10 @@ from typing import Any
 import kubernetes
 import pytest
 
+from caldera.devcluster import DevCluster
 from caldera.k8s import client as kube_client
 from caldera.k8s.api import ClusterUnavailable
 from caldera.k8s.client import KubeClusterAPI, load_api_client
-from caldera.k8s.devcluster import DevCluster
 
 k8s: Any = kubernetes
 

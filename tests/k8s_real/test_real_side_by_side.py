@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from caldera.k8s.bench_side import SideMode, bench_side_by_side, workload
-from caldera.k8s.devcluster_volcano import VolcanoBins
+from caldera.bench.kube.side import SideMode, bench_side_by_side, workload
+from caldera.devcluster.volcano import VolcanoBins
 
 PODS = 48
 GANG_SHARE = 0.5  # 24 pods in gangs: at least two gangs of 8..16 with seed 3

@@ -31,10 +31,10 @@ import yaml
 from caldera_support import CALDERA, CONFIG, Cluster, _install, free_port, training_job
 from real_support import wait_for
 
+from caldera.devcluster import DevCluster, NodeShape
+from caldera.devcluster.volcano import VOLCANO_FOR_CALDERA, VolcanoBins
 from caldera.k8s import Invalid, names
 from caldera.k8s.client import KubeClusterAPI
-from caldera.k8s.devcluster import DevCluster, NodeShape
-from caldera.k8s.devcluster_volcano import VOLCANO_FOR_CALDERA, VolcanoBins
 from caldera.trainingjob_api import JOB, PLURAL
 
 k8s: Any = kubernetes

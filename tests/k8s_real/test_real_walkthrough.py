@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from caldera.k8s.devcluster_volcano import VolcanoBins
+from caldera.devcluster.volcano import VolcanoBins
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "docs" / "examples" / "k8s-walkthrough.sh"

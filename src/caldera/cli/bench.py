@@ -108,8 +108,8 @@ def k8s_command(
     """The controller on a real control plane (dev cluster): decision-to-bind latency,
     CPU and memory, recovery after a crash; with --modes, the same workload through each
     runtime side by side. Needs `make cluster-bins`."""
-    from caldera.k8s.bench import bench_k8s
-    from caldera.k8s.devcluster import DevClusterError
+    from caldera.bench.kube.scale import bench_k8s
+    from caldera.devcluster import DevClusterError
 
     if min(nodes, gpus_per_node, jobs, gpus_per_job, submitters) < 1 or steady < 0:
         fail(

@@ -1,5 +1,5 @@
 """`caldera bench k8s --modes …`: the side-by-side run's input checks and its table
-(the run itself: caldera.k8s.bench_side)."""
+(the run itself: caldera.bench.kube.side)."""
 
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ def run_side_by_side(
     gangs: int = 0,
 ) -> None:
     """Check the input (one line on bad input, before any cluster starts), run, print."""
-    from caldera.k8s.bench_side import SideMode, bench_side_by_side, gang_sizes
-    from caldera.k8s.devcluster import DevClusterError, find_bins
-    from caldera.k8s.devcluster_volcano import find_volcano
+    from caldera.bench.kube.side import SideMode, bench_side_by_side, gang_sizes
+    from caldera.devcluster import DevClusterError, find_bins
+    from caldera.devcluster.volcano import find_volcano
 
     known = {m.value: m for m in SideMode}
     asked = [m.strip() for m in modes_text.split(",") if m.strip()]

@@ -1,6 +1,6 @@
 """`caldera compare --runtime k8s FILE`: the scenario replayed on a real control plane.
 
-Each mode gets a fresh dev cluster (caldera.k8s.devcluster) with the scenario's nodes as KWOK
+Each mode gets a fresh dev cluster (caldera.devcluster) with the scenario's nodes as KWOK
 nodes, replays the scenario with time divided by `--compress`, and is measured from what the
 API server showed (caldera.replay.kube). Beside each, the simulator's prediction for the same
 compressed scenario (caldera.replay.fidelity). Printed: the seeds' table, one column per run,
@@ -30,9 +30,9 @@ from rich.table import Table
 from caldera.cli.compare import _command_line, comparison_table
 from caldera.cli.errors import EXIT_BAD_INPUT, EXIT_FAILURE, fail, stderr
 from caldera.config import Scenario
+from caldera.devcluster import DevClusterError, find_bins
+from caldera.devcluster.volcano import VolcanoBins, find_volcano
 from caldera.errors import ScenarioError
-from caldera.k8s.devcluster import DevClusterError, find_bins
-from caldera.k8s.devcluster_volcano import VolcanoBins, find_volcano
 from caldera.replay.compress import compress
 from caldera.replay.fidelity import Fidelity, Prediction, compare, predict
 from caldera.replay.kube import MODES, KubeRun, Mode, replay

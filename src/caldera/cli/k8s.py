@@ -328,8 +328,8 @@ def dev_cluster_start(
     ] = False,
 ) -> None:
     """Start the cluster in the background and print how to reach it."""
-    from caldera.k8s.devcluster import DevCluster, DevClusterError, NodeShape, find_bins
-    from caldera.k8s.devcluster_volcano import VOLCANO_FOR_CALDERA, find_volcano
+    from caldera.devcluster import DevCluster, DevClusterError, NodeShape, find_bins
+    from caldera.devcluster.volcano import VOLCANO_FOR_CALDERA, find_volcano
 
     try:
         bins = find_bins(build=build)
@@ -365,7 +365,7 @@ def dev_cluster_kubeconfig(
     user: Annotated[str, typer.Option(help="admin, or a user without rights.")] = "admin",
 ) -> None:
     """Print the path of a user's kubeconfig for the running cluster."""
-    from caldera.k8s.devcluster import DevCluster, DevClusterError
+    from caldera.devcluster import DevCluster, DevClusterError
 
     try:
         cluster = DevCluster.attach(folder)
@@ -379,7 +379,7 @@ def dev_cluster_kubeconfig(
 @dev_cluster_app.command("stop")
 def dev_cluster_stop(folder: _DirOption = _DEV_DIR) -> None:
     """Stop every process of the cluster and forget it (its folder is kept for the logs)."""
-    from caldera.k8s.devcluster import DevCluster, DevClusterError
+    from caldera.devcluster import DevCluster, DevClusterError
 
     try:
         cluster = DevCluster.attach(folder)

@@ -1,7 +1,7 @@
 """Replay a (compressed) scenario on a real control plane and measure it from the API server.
 
 One `replay(...)` call starts a dev cluster with the scenario's nodes as KWOK nodes
-(caldera.k8s.devcluster), submits the jobs at their (compressed) times as each runtime's users
+(caldera.devcluster), submits the jobs at their (compressed) times as each runtime's users
 would (caldera.replay.manifests), follows every pod through one watch stream, and feeds a
 `Timeline` (caldera.replay.measure) from what it sees:
 
@@ -61,10 +61,10 @@ import kubernetes
 import yaml
 
 from caldera.config import Scenario
+from caldera.devcluster import DevCluster, ScenarioNodes
+from caldera.devcluster.volcano import SEED_001, VOLCANO_FOR_CALDERA, VolcanoBins
 from caldera.k8s.client import load_api_client
 from caldera.k8s.crd import training_job_crd
-from caldera.k8s.devcluster import DevCluster, ScenarioNodes
-from caldera.k8s.devcluster_volcano import SEED_001, VOLCANO_FOR_CALDERA, VolcanoBins
 from caldera.k8s.render import priority_classes, volcano_queue
 from caldera.k8s.settings import KubeSettings
 from caldera.model import GPU_MILLI, JobSpec, Queue

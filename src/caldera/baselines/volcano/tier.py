@@ -5,7 +5,7 @@ tasks every one of them allows (framework/session_plugins.go, Preemptable and Re
 the intersection over the tier's plugins; the first tier with an answer decides). Volcano's CI
 configuration (`volcano`) puts priority, gang (enablePreemptable: false) and conformance in
 the first tier, so preempt asks priority and conformance only, and reclaim gang and
-conformance only. Seed 001 puts all seven plugins in one tier (caldera.k8s.devcluster_volcano
+conformance only. Seed 001 puts all seven plugins in one tier (caldera.devcluster.volcano
 SEED_001), so, citing Volcano v1.15.1's pkg/scheduler/plugins:
   S1. gang judges preempt victims too (gang/gang.go, preemptableFn, registered for both
       preempt and reclaim): a victim job keeps at least `min_available` ready tasks.

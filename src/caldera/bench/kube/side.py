@@ -81,9 +81,7 @@ from typing import Any
 import kubernetes
 import yaml
 
-from caldera.k8s import names
-from caldera.k8s.api import ClusterError, from_rfc3339
-from caldera.k8s.bench import (
+from caldera.bench.kube.scale import (
     LEASE,
     NODE_GRACE,
     SUBMITTERS,
@@ -94,11 +92,13 @@ from caldera.k8s.bench import (
     _server_requests,
     _wait,
 )
+from caldera.devcluster import DevCluster, NodeShape, find_bins
+from caldera.devcluster.errors import DevClusterError
+from caldera.devcluster.volcano import SEED_001, VOLCANO_FOR_CALDERA, VolcanoBins
+from caldera.k8s import names
+from caldera.k8s.api import ClusterError, from_rfc3339
 from caldera.k8s.client import Expired, KubeClusterAPI, load_api_client
 from caldera.k8s.crd import training_job_crd
-from caldera.k8s.devcluster import DevCluster, NodeShape, find_bins
-from caldera.k8s.devcluster_errors import DevClusterError
-from caldera.k8s.devcluster_volcano import SEED_001, VOLCANO_FOR_CALDERA, VolcanoBins
 from caldera.trainingjob_api import API_VERSION, GROUP, JOB, KIND, PLURAL, VERSION
 
 __all__ = [

@@ -1,6 +1,6 @@
 """`caldera bench k8s`: the controller at scale on a real control plane (issue 10, item 4).
 
-A dev cluster (`caldera.k8s.devcluster`: kube-apiserver, controller-manager, kube-scheduler,
+A dev cluster (`caldera.devcluster`: kube-apiserver, controller-manager, kube-scheduler,
 KWOK) with `nodes` fake GPU nodes; the TrainingJob CRD and one served namespace installed as
 an operator would; `caldera k8s run` as its own process (informer cache, leader election).
 Then `jobs` single-pod TrainingJobs asking `gpus` GPUs each are applied at once (more than
@@ -41,7 +41,7 @@ cannot bind) measured KWOK, not the controller.
 
 Every figure comes from one run on this machine; docs/benchmarks.md records them with the
 command line. `caldera bench k8s --modes …` runs another bench, the same workload through
-kube-scheduler, Volcano, caldera and caldera + Volcano side by side (caldera.k8s.bench_side).
+kube-scheduler, Volcano, caldera and caldera + Volcano side by side (caldera.bench.kube.side).
 """
 
 from __future__ import annotations
@@ -63,11 +63,11 @@ from typing import Any
 import kubernetes
 import yaml
 
+from caldera.devcluster import DevCluster, NodeShape, find_bins
 from caldera.k8s import names
 from caldera.k8s.api import ClusterError
 from caldera.k8s.client import Expired, KubeClusterAPI, load_api_client
 from caldera.k8s.crd import training_job_crd
-from caldera.k8s.devcluster import DevCluster, NodeShape, find_bins
 from caldera.trainingjob_api import API_VERSION, GROUP, KIND, MANAGED, PLURAL, VERSION
 
 __all__ = ["K8sBenchResult", "bench_k8s", "finishing"]

@@ -1,4 +1,4 @@
-"""The dev cluster's optional real Volcano (caldera.k8s.devcluster_volcano) and the scenario's
+"""The dev cluster's optional real Volcano (caldera.devcluster.volcano) and the scenario's
 nodes as KWOK nodes: what is read from the environment, what is refused in one line, what
 vc-scheduler is told. None of this needs Volcano or a control plane."""
 
@@ -12,8 +12,8 @@ import yaml
 from typer.testing import CliRunner
 
 from caldera.cli.main import app
-from caldera.k8s.devcluster import DevClusterError, ScenarioNodes
-from caldera.k8s.devcluster_volcano import (
+from caldera.devcluster import DevClusterError, ScenarioNodes
+from caldera.devcluster.volcano import (
     SEED_001,
     WEBHOOK_ADMISSIONS,
     conf_text,

@@ -1,4 +1,4 @@
-"""The dev cluster's one error (caldera.k8s.devcluster, caldera.k8s.devcluster_volcano)."""
+"""The dev cluster's one error (caldera.devcluster and its modules)."""
 
 from __future__ import annotations
 

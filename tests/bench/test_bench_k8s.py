@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from caldera.cli.main import app
-from caldera.k8s.bench import finishing
-from caldera.k8s.bench_side import (
+from caldera.bench.kube.scale import finishing
+from caldera.bench.kube.side import (
     GANG_MAX,
     GANG_MIN,
     controller_writes,
@@ -17,6 +16,7 @@ from caldera.k8s.bench_side import (
     ratios,
     workload,
 )
+from caldera.cli.main import app
 
 
 @pytest.mark.parametrize(

@@ -50,7 +50,8 @@ from typing import Any
 
 import yaml
 
-from caldera.k8s.devcluster_errors import DevClusterError
+from caldera.devcluster.bins import repo_script
+from caldera.devcluster.errors import DevClusterError
 
 __all__ = [
     "SEED_001",
@@ -161,15 +162,10 @@ def _beside(scheduler: Path, names: tuple[str, ...]) -> Path:
     return next((p for p in candidates if p.is_file()), candidates[0])
 
 
-def _repo_script() -> Path | None:
-    script = Path(__file__).resolve().parents[3] / "scripts" / "volcano-bins.sh"
-    return script if script.is_file() else None
-
-
 def _cached(env: Mapping[str, str], build: bool) -> VolcanoBins | None:
     """The Volcano `scripts/volcano-bins.sh` keeps in its cache (built first when `build`),
     None when it is not there (or this is not a caldera checkout)."""
-    script = _repo_script()
+    script = repo_script("volcano-bins.sh")
     if script is None:
         return None
     args = [str(script)] if build else [str(script), "--path"]
