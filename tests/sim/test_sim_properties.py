@@ -188,11 +188,13 @@ def scenarios(
         "throttle_timeout": 300,
         # issue 37's rules: evictions timed to checkpoints (600 s is the default), backfill
         # into a planned start's room, a gang's reclaim search again on clearable nodes,
-        # large gangs anchoring their leaf (packing)
+        # large gangs anchoring their leaf (packing), critical work packed by lossless
+        # eviction (defrag)
         "checkpoint_wait": draw(st.sampled_from([600, 600, 0, 3600])),
         "planned_backfill": draw(st.booleans()),
         "reclaim_whole_nodes": draw(st.booleans()),
         "keep_leaves_whole": draw(st.booleans()),
+        "pack_with_victims": draw(st.booleans()),
     }
     return {
         "cluster": {"nodes": groups},

@@ -107,6 +107,7 @@ class PolicyModel(StrictModel):
     planned_backfill: bool | None = None
     reclaim_whole_nodes: bool | None = None
     keep_leaves_whole: bool | None = None
+    pack_with_victims: bool | None = None
     ceiling: Annotated[int, Field(ge=0)] | None = None
     slo: dict[str, Number | None] | None = None
     fair_share: FairShareModel | None = None

@@ -26,8 +26,7 @@ from caldera.core.config import PolicyConfig
 from caldera.core.context import CycleContext, PendingGroup
 from caldera.core.decisions import Nominate
 from caldera.core.fairshare import lending_key
-from caldera.core.packing import count_started, place_packed
-from caldera.core.placement import place_job
+from caldera.core.packing import count_started, place_elsewhere, place_packed
 from caldera.core.reservation import LARGE, reserve_for_starving
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView, Nomination
@@ -97,8 +96,7 @@ def place_nominated(cycle: CycleContext, job: JobView) -> bool:
         return False
     # Its gang at its minimum, as allocate starts every gang: only that much is promised
     # (counted against its queue's capability); extra tasks grow in backfill.
-    maximum = job.spec.min_available
-    elsewhere = None if waits else place_job(cycle.room, job.spec, maximum=maximum)
+    elsewhere = None if waits else place_elsewhere(cycle, job.spec)
     if elsewhere is not None:
         cycle.promise(job, -1)
         cycle.start(job, elsewhere)

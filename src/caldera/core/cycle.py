@@ -19,6 +19,7 @@ from caldera.core.allocate import allocate
 from caldera.core.backfill import backfill
 from caldera.core.context import CycleContext
 from caldera.core.decisions import Decisions
+from caldera.core.defrag import place_deferred
 from caldera.core.enqueue import enqueue
 from caldera.core.jobindex import GroupKey
 from caldera.core.policy import Policy
@@ -73,6 +74,7 @@ def critical_first(cycle: CycleContext) -> None:
     allocate(cycle)
     preempt(cycle)
     reclaim(cycle)
+    place_deferred(cycle)  # `pack_with_victims`: deferred jobs without a plan (core/defrag.py)
     cycle.pass_filter = _not_critical
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from caldera.core.allocate import job_order
 from caldera.core.context import CycleContext, QueueUsage
 from caldera.core.decisions import Evict, EvictReason, Nominate
+from caldera.core.defrag import packed_plan
 from caldera.core.estimates import expected_end, slo_deadline
 from caldera.core.jobindex import GroupKey, group_key
 from caldera.core.packing import count_started, packing_load
@@ -695,6 +696,9 @@ def search(
     """One victim search for `job` among `index`'s units on the cycle's working room."""
     if not index.units:
         return None
+    settled, packed = packed_plan(cycle, job, index, allow, enough, patience(cycle, job))
+    if settled:  # `pack_with_victims` (core/defrag.py)
+        return packed
     units = len(index.units)
     known, plan, order_mattered = cycle.known_search(job, units)
     if not known:

@@ -20,8 +20,11 @@ With `keep_leaves_whole` (off by default; config.py says why) both kinds count a
 So leaves without anchored work stay whole for the gangs that need one; the scattered room
 is where small critical jobs and half-leaf gangs go.
 
+With `pack_with_victims` a never-evicted job that would open a leaf on free room is deferred
+to a victim search on the leaves holding such work first (core/defrag.py).
+
 A cluster of one leaf changes nothing. May not: change anything but the order in which
-places are tried.
+places are tried (or, deferring, when).
 """
 
 from __future__ import annotations
@@ -37,10 +40,12 @@ __all__ = [
     "anchors",
     "count_non_evictable",
     "count_started",
+    "deferred",
     "leaf_load",
     "never_evicted",
     "non_evictable",
     "packing_load",
+    "place_elsewhere",
     "place_packed",
     "spread",
 ]
@@ -154,7 +159,45 @@ def place_packed(cycle: CycleContext, spec: JobSpec) -> tuple[TaskPlacement, ...
             )
             if placed is not None:
                 return placed
-    return place_job(room, spec, maximum=spec.min_available)
+    anywhere = place_job(room, spec, maximum=spec.min_available)
+    if anywhere is not None and _defers(cycle, spec):
+        for task in reversed(anywhere):
+            room.give(task)
+        deferred(cycle).add(spec.id)
+        return None
+    return anywhere
+
+
+def place_elsewhere(cycle: CycleContext, spec: JobSpec) -> tuple[TaskPlacement, ...] | None:
+    """Free room for a nominated preemptor other than its promised room (allocate). With
+    `pack_with_victims` a never-evicted job takes it only on the leaves holding such work: it
+    waits for its victims rather than open a leaf after all (core/defrag.py)."""
+    if not _defers(cycle, spec):
+        return place_job(cycle.room, spec, maximum=spec.min_available)
+    load = leaf_load(cycle)
+    assert load is not None  # `_defers`: more than one leaf
+    for leaf in sorted((x for x in load if load[x] > 0), key=lambda x: (-load[x], x)):
+        nodes = cycle.room.tier1_nodes[leaf]
+        placed = place_job(cycle.room, spec, maximum=spec.min_available, within=nodes)
+        if placed is not None:
+            return placed
+    return None
+
+
+def deferred(cycle: CycleContext) -> set[str]:
+    """This cycle's never-evicted jobs that would open a leaf on free room and look for
+    lossless victims on the leaves holding such work first (core/defrag.py)."""
+    found: set[str] = cycle.memo("packing deferred", set)
+    return found
+
+
+def _defers(cycle: CycleContext, spec: JobSpec) -> bool:
+    """With `pack_with_victims`: is `spec` never evicted, with never-evicted work running in
+    some leaf (where it did not fit on free room)?"""
+    if not cycle.config.pack_with_victims or not never_evicted(spec):
+        return False
+    load = leaf_load(cycle)
+    return load is not None and any(load.values())
 
 
 def _packing_orders(cycle: CycleContext, spec: JobSpec) -> list[dict[int, int]]:
