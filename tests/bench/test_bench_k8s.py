@@ -5,17 +5,9 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from caldera.bench.kube.counts import controller_writes, is_write, per_pod, ratios
 from caldera.bench.kube.scale import finishing
-from caldera.bench.kube.side import (
-    GANG_MAX,
-    GANG_MIN,
-    controller_writes,
-    gang_sizes,
-    is_write,
-    per_pod,
-    ratios,
-    workload,
-)
+from caldera.bench.kube.workload import GANG_MAX, GANG_MIN, gang_sizes, workload
 from caldera.cli.main import app
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from caldera.bench.kube.side import SideMode, bench_side_by_side, workload
+from caldera.bench.kube.side import bench_side_by_side
+from caldera.bench.kube.workload import SideMode, workload
 from caldera.devcluster.volcano import VolcanoBins
 
 PODS = 48

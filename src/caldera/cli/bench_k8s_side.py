@@ -36,7 +36,8 @@ def run_side_by_side(
     gangs: int = 0,
 ) -> None:
     """Check the input (one line on bad input, before any cluster starts), run, print."""
-    from caldera.bench.kube.side import SideMode, bench_side_by_side, gang_sizes
+    from caldera.bench.kube.side import bench_side_by_side
+    from caldera.bench.kube.workload import SideMode, gang_sizes
     from caldera.devcluster import DevClusterError, find_bins
     from caldera.devcluster.volcano import find_volcano
 

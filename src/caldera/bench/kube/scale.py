@@ -35,9 +35,9 @@ the controller's):
   when only the control plane itself works (KWOK's node leases and heartbeats).
 
 The dev cluster's node lifecycle controller lets a KWOK node's heartbeat be late by
-`NODE_GRACE` seconds before it calls the node NotReady: on this shared machine KWOK renews a
-thousand leases late, and nodes flapping NotReady (tainted: the pods caldera pinned there
-cannot bind) measured KWOK, not the controller.
+`NODE_GRACE` seconds (caldera.bench.kube.cluster) before it calls the node NotReady: on this
+shared machine KWOK renews a thousand leases late, and nodes flapping NotReady (tainted: the
+pods caldera pinned there cannot bind) measured KWOK, not the controller.
 
 Every figure comes from one run on this machine; docs/benchmarks.md records them with the
 command line. `caldera bench k8s --modes …` runs another bench, the same workload through
@@ -46,38 +46,40 @@ kube-scheduler, Volcano, caldera and caldera + Volcano side by side (caldera.ben
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import kubernetes
-import yaml
 
-from caldera.devcluster import DevCluster, NodeShape, find_bins
+from caldera.bench.kube.cluster import (
+    SUBMITTERS,
+    bench_cluster,
+    create_retrying,
+    install_training_jobs,
+    start_controller,
+    stop_controller,
+    write_config,
+)
+from caldera.bench.kube.measure import cpu, cpu_and_rss, percentile, server_requests, wait_for
+from caldera.bench.kube.watch import NAMESPACE, PodWatch
 from caldera.k8s import names
-from caldera.k8s.api import ClusterError
-from caldera.k8s.client import Expired, KubeClusterAPI, load_api_client
-from caldera.k8s.crd import training_job_crd
+from caldera.k8s.client import KubeClusterAPI, load_api_client
 from caldera.trainingjob_api import API_VERSION, GROUP, KIND, MANAGED, PLURAL, VERSION
 
 __all__ = ["K8sBenchResult", "bench_k8s", "finishing"]
 
 k8s: Any = kubernetes
-NAMESPACE = "bench"
-LEASE = {"lease_duration": 6, "renew_deadline": 4, "retry_period": 1}
-SUBMITTERS = 8  # clients creating TrainingJobs at once
 IDLE = 10.0  # seconds of the idle control plane measured before the first submission
-NODE_GRACE = 600.0  # seconds a KWOK node's heartbeat may be late (see DevCluster.node_grace)
 RUN_FOR = 60.0  # seconds the jobs that must make room run before they end
 QUIET = 100  # requests per stats line (10 s) below which the controller has caught up
 RECOVERY = 600.0  # seconds the restarted controller has to start the job submitted meanwhile
@@ -132,70 +134,6 @@ class K8sBenchResult:
         return dict(self.__dict__)
 
 
-@dataclass
-class _PodWatch:
-    """caldera's pods in the bench namespace, first seen and first seen bound (local time)."""
-
-    api: KubeClusterAPI
-    seen: dict[str, float] = field(default_factory=dict)
-    bound: dict[str, float] = field(default_factory=dict)
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def _note(self, pod: dict[str, Any], now: float) -> None:
-        name = pod["metadata"]["name"]
-        self.seen.setdefault(name, now)
-        if (pod.get("spec") or {}).get("nodeName"):
-            self.bound.setdefault(name, now)
-
-    def run(self) -> None:
-        label = f"{MANAGED}=true"
-        version = ""
-        while not self.stop.is_set():
-            try:
-                if not version:  # the first look, or after a 410 Gone
-                    items, version = self.api.list_objects("pods", NAMESPACE, label)
-                    now = time.monotonic()
-                    for pod in items:
-                        self._note(pod, now)
-                for kind, pod in self.api.watch_objects("pods", NAMESPACE, label, "", version, 5):
-                    version = str(pod["metadata"].get("resourceVersion") or version)
-                    if kind != "BOOKMARK":
-                        self._note(pod, time.monotonic())
-                    if self.stop.is_set():
-                        break
-            except Expired:
-                version = ""
-            except ClusterError:  # a dropped connection: watch again
-                time.sleep(0.5)
-
-
-def _percentile(values: list[float], p: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))]
-
-
-def _cpu_and_rss(pid: int) -> tuple[float, float]:
-    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(stat[11]) + int(stat[12])) / ticks
-    rss = 0.0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            rss = int(line.split()[1]) / 1024
-    return cpu, rss
-
-
-def _cpu(pids: dict[str, int]) -> dict[str, float]:
-    """CPU seconds so far of each process that still runs."""
-    found = {}
-    for name, pid in pids.items():
-        with contextlib.suppress(OSError, IndexError, ValueError):  # it has ended
-            found[name] = _cpu_and_rss(pid)[0]
-    return found
-
-
 def _submit(
     api: Any, jobs: int, gpus: int, submitters: int, finish: int = 0, run_for: float = 0.0
 ) -> None:
@@ -205,16 +143,9 @@ def _submit(
 
     def create(i: int) -> None:
         body = _job(f"job-{i:05d}", gpus, run_for if i < finish else None)
-        for attempt in range(5):  # a busy API server (429) is asked again, as kubectl does
-            try:
-                custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, body)
-                return
-            except k8s.client.ApiException as error:
-                if error.status == 409:
-                    return  # an answer lost on the way: it exists
-                if error.status not in (429, 500, 503, 504) or attempt == 4:
-                    raise
-                time.sleep(0.5 * 2**attempt)
+        create_retrying(
+            partial(custom.create_namespaced_custom_object, GROUP, VERSION, NAMESPACE, PLURAL, body)
+        )
 
     with ThreadPoolExecutor(submitters, thread_name_prefix="bench-submit") as pool:
         for done in [pool.submit(create, i) for i in range(jobs)]:
@@ -242,7 +173,7 @@ def _next_stats(log: Path, after: dict[str, int] | None, timeout: float) -> dict
             return True
         return False
 
-    _wait("the controller's stats line", fresh, timeout)
+    wait_for("the controller's stats line", fresh, timeout)
     return box[0]
 
 
@@ -259,37 +190,11 @@ def _quiesced(log: Path, after: dict[str, int], timeout: float) -> dict[str, int
     raise TimeoutError(f"bench k8s: the controller still writing after {timeout:g} s")
 
 
-def _server_requests(api: Any) -> dict[str, int]:
-    """Requests the API server has answered, by `VERB resource[/subresource]` (every
-    client), from its own `apiserver_request_total`."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    method, url, headers, _, _ = api.param_serialize(
-        "GET", "/metrics", auth_settings=["BearerToken"]
-    )
-    response = api.call_api(method, url, header_params=headers, _request_timeout=60)
-    response.read()
-    counts: dict[str, int] = {}
-    for family in text_string_to_metric_families(response.data.decode()):
-        if family.name != "apiserver_request":  # the parser drops `_total`
-            continue
-        for sample in family.samples:
-            labels = sample.labels
-            if not sample.name.endswith("_total"):
-                continue
-            resource = labels.get("resource", "")
-            if labels.get("subresource"):
-                resource += "/" + labels["subresource"]
-            key = f"{labels.get('verb', '')} {resource}"
-            counts[key] = counts.get(key, 0) + int(sample.value)
-    return counts
-
-
 def _server_lists(api: Any) -> dict[str, int]:
     """LIST requests the API server has answered, by resource (every client)."""
     return {
         key.split(" ", 1)[1]: n
-        for key, n in _server_requests(api).items()
+        for key, n in server_requests(api).items()
         if key.startswith("LIST ")
     }
 
@@ -325,27 +230,6 @@ def finishing(nodes: int, gpus_per_node: int, jobs: int, gpus_per_job: int) -> i
     return max(jobs + 1 - fit, 0)
 
 
-def _controller(cluster: DevCluster, config: Path, log: Path) -> subprocess.Popen[bytes]:
-    out = log.open("ab")
-    try:
-        return subprocess.Popen(
-            [sys.executable, "-c", "from caldera.cli.main import main; main()", "k8s", "run",
-             "--kubeconfig", str(cluster.kubeconfig()), "--config", str(config)],
-            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, "NO_COLOR": "1"},
-        )  # fmt: skip
-    finally:
-        out.close()
-
-
-def _wait(what: str, check: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"bench k8s: timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.2)
-
-
 def bench_k8s(
     nodes: int,
     gpus_per_node: int,
@@ -362,55 +246,22 @@ def bench_k8s(
     result = K8sBenchResult(nodes, gpus_per_node, jobs, gpus_per_job, submitters=submitters)
     result.finished = finishing(nodes, gpus_per_node, jobs, gpus_per_job)
     result.run_for = run_for if result.finished else 0.0
-    bins = find_bins()
     with tempfile.TemporaryDirectory(prefix="caldera-bench-k8s-") as tmp:
         folder = Path(tmp)
-        shape = NodeShape(count=nodes, gpus=gpus_per_node, per_hypernode=8, hypernodes_per_spine=8)
-        # Nodes are created one by one and KWOK makes each Ready: allow for a large cluster.
-        # Nodes are KWOK's: a heartbeat late on a loaded machine must not make one NotReady
-        # (tainted: its pinned pods would wait), the bench measures caldera, not KWOK.
-        cluster = DevCluster(
-            folder=folder / "cluster",
-            bins=bins,
-            nodes=shape,
-            start_timeout=90 + 0.6 * nodes,
-            node_grace=NODE_GRACE,
-        )
+        cluster = bench_cluster(folder, nodes, gpus_per_node)
         began = time.monotonic()
         cluster.start()
         result.cluster_start_s = time.monotonic() - began
         api = load_api_client(str(cluster.kubeconfig()))
         controller: subprocess.Popen[bytes] | None = None
-        watch = _PodWatch(KubeClusterAPI(api))
+        watch = PodWatch(KubeClusterAPI(api), label=f"{MANAGED}=true")
         try:
             k8s.client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
-            extensions = k8s.client.ApiextensionsV1Api(api)
-            extensions.create_custom_resource_definition(training_job_crd())
-
-            def established() -> bool:
-                crd = extensions.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
-                conditions = (crd.status.conditions if crd.status else None) or []
-                return any(c.type == "Established" and c.status == "True" for c in conditions)
-
-            _wait("the TrainingJob CRD", established, 60)
-            config = folder / "caldera.yaml"
-            config.write_text(
-                yaml.safe_dump(
-                    {
-                        "queues": [{"name": "bench"}],
-                        "kubernetes": {
-                            "namespaces": {NAMESPACE: {"queues": ["bench"]}},
-                            "state_namespace": NAMESPACE,
-                            "scheduler_name": "default-scheduler",
-                            "image": "registry.invalid/bench:kwok",
-                            "leader_election": LEASE,
-                        },
-                    }
-                )
-            )
+            install_training_jobs(api)
+            config = write_config(folder, "default-scheduler")
             log = folder / "controller.log"
-            controller = _controller(cluster, config, log)
-            _wait(
+            controller = start_controller(cluster, config, log)
+            wait_for(
                 "the controller to lead",
                 lambda: "controller running" in log.read_text(errors="replace"),
                 120,
@@ -420,9 +271,9 @@ def bench_k8s(
             custom = k8s.client.CustomObjectsApi(api)
             pids = {**cluster.pids, "controller": controller.pid, "bench": os.getpid()}
             idle = time.monotonic()
-            cpu_idle, requests_idle = _cpu(pids), _server_requests(api)
+            cpu_idle, requests_idle = cpu(pids), server_requests(api)
             time.sleep(IDLE)
-            cpu_before, requests_before = _cpu(pids), _server_requests(api)
+            cpu_before, requests_before = cpu(pids), server_requests(api)
             result.idle_s = round(time.monotonic() - idle, 1)
             result.idle_cpu_s = _delta(cpu_before, cpu_idle)
             result.idle_server_requests = _delta(requests_before, requests_idle)
@@ -430,18 +281,18 @@ def bench_k8s(
             submitted = time.monotonic()
             _submit(api, jobs, gpus_per_job, submitters, result.finished, run_for)
             result.submitted_s = time.monotonic() - submitted
-            _wait("every pod bound", lambda: len(watch.bound) >= jobs, timeout)
-            cpu_after, requests_after = _cpu(pids), _server_requests(api)
+            wait_for("every pod bound", lambda: len(watch.bound) >= jobs, timeout)
+            cpu_after, requests_after = cpu(pids), server_requests(api)
             result.load_after = os.getloadavg()[0]
             result.cpu_s = _delta(cpu_after, cpu_before)
             result.server_requests = _delta(requests_after, requests_before)
             result.bound = len(watch.bound)
             result.all_bound_s = max(watch.bound.values()) - submitted
             delays = [watch.bound[n] - watch.seen[n] for n in watch.bound if n in watch.seen]
-            result.bind_p50_s = _percentile(delays, 0.50)
-            result.bind_p99_s = _percentile(delays, 0.99)
+            result.bind_p50_s = percentile(delays, 0.50)
+            result.bind_p99_s = percentile(delays, 0.99)
             result.bind_max_s = max(delays, default=0.0)
-            result.controller_cpu_s, result.controller_rss_mib = _cpu_and_rss(controller.pid)
+            result.controller_cpu_s, result.controller_rss_mib = cpu_and_rss(controller.pid)
             last_bound = max(watch.bound.values())
             began_stats = _next_stats(log, _stats(log), 300)
             result.cycles, result.requests = began_stats["cycles"], began_stats["requests"]
@@ -473,14 +324,14 @@ def bench_k8s(
             controller.send_signal(signal.SIGKILL)
             controller.wait(30)
             killed = time.monotonic()
-            controller = _controller(cluster, config, log)
+            controller = start_controller(cluster, config, log)
             late = "late-00000"  # room for it: one GPU beyond the jobs that stay (finishing)
             custom.create_namespaced_custom_object(
                 GROUP, VERSION, NAMESPACE, PLURAL, _job(late, gpus_per_job)
             )
             pod = names.pod_name(late, 1, 0)
             try:
-                _wait("the job submitted after the crash", lambda: pod in watch.seen, RECOVERY)
+                wait_for("the job submitted after the crash", lambda: pod in watch.seen, RECOVERY)
                 result.recovery_s = watch.seen[pod] - killed
             except TimeoutError as error:  # what was measured before stays measured
                 result.recovery_s = -1.0
@@ -489,13 +340,8 @@ def bench_k8s(
                 )
         finally:
             watch.stop.set()
-            if controller is not None and controller.poll() is None:
-                controller.send_signal(signal.SIGTERM)
-                try:
-                    controller.wait(30)
-                except subprocess.TimeoutExpired:
-                    controller.kill()
-                    controller.wait()
+            if controller is not None:
+                stop_controller(controller)
             api.close()
             cluster.stop()
             if logs is not None:
