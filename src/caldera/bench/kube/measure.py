@@ -15,6 +15,8 @@ __all__ = ["cpu", "cpu_and_rss", "percentile", "server_requests", "wait_for"]
 
 
 def percentile(values: list[float], p: float) -> float:
+    """The nearest-rank percentile (a value that was measured; the benchmarks' recorded
+    figures use it, where `caldera.metrics_util.percentile` interpolates)."""
     if not values:
         return 0.0
     ordered = sorted(values)
