@@ -71,3 +71,31 @@ def test_pack_with_victims(case: Case) -> None:
 
 def test_off_by_default() -> None:
     assert not PolicyConfig().pack_with_victims
+
+
+@pytest.mark.parametrize(
+    ("capped", "on", "want_node"),
+    [(True, True, "n-1"), (True, False, "n-2"), (False, True, "n-2")],
+    ids=["capped queue, on: beside critical work", "off: binpacking", "a queue that borrows"],
+)
+def test_work_no_queue_may_reclaim_packs_beside_critical_work(
+    capped: bool, on: bool, want_node: str
+) -> None:
+    """A debug session of a queue capped at its deserved share (never reclaimed) goes to the
+    leaf holding critical work (n-1 has room) rather than the fullest node (n-2, leaf 1)."""
+    nodes = cluster().group("n", count=4, gpus=8, per_tier1=2)
+    dev = queue("dev").deserved(gpu=8)
+    queues = [queue("serving").deserved(gpu=16), dev.capability(gpu=8) if capped else dev]
+    running = [
+        job("c1").critical().queue("serving").gpus(8).running().on("n-0"),
+        job("r3").queue("research").gpus(4).running().on("n-2", devices=(0, 1, 2, 3)),
+    ]
+    snap = snapshot(
+        nodes,
+        queues=queues,
+        jobs=[*running, job("d").debug().queue("dev").gpus(1)],
+        config=PolicyConfig(pack_with_victims=on),
+    )
+    decisions = run(snap, CALDERA)
+    ((node, _, _),) = decided_starts(snap, decisions)["d"]
+    assert node == want_node

@@ -67,11 +67,13 @@ class PolicyConfig:
     # A critical (never-evicted) job that would open a leaf on free room first looks for
     # victims that lose nothing and release within its start SLO on the leaves already
     # holding never-evicted work, and takes the free room only if there are none
-    # (core/defrag.py). Off by default: over eight seeds of the 14-day pool with `hard`
-    # topology it shortened the wait p95 of gangs of <= 64 GPUs on every seed (745 -> 474 min
-    # on average) and raised the large-job SLA on every seed, but with the default `soft` it
-    # raised waste on 6 of 8 and cost 9 points of normal SLA (docs/evaluation.md): for a
-    # deployment whose gangs need whole leaves.
+    # (core/defrag.py); single tasks of queues no other queue reclaims from (debug sessions
+    # of a capped queue) pack onto those leaves' free room first (core/packing.py). Off by
+    # default: over eight seeds of the 14-day pool with `hard` topology it shortened the wait
+    # p95 of gangs of <= 64 GPUs on 7 of 8 (745 -> 396 min on average) and raised the
+    # large-job SLA on all 8, but cost 11 points of normal SLA and, with the default `soft`,
+    # moved nothing but that (docs/evaluation.md): for a deployment whose gangs need whole
+    # leaves.
     pack_with_victims: bool = False
     # Fair share over time (core/fairshare.py): the half-life, in seconds, of each queue's
     # decayed GPU usage, which orders the lending of idle room beyond deserved shares; 0: off.

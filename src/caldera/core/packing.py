@@ -184,6 +184,23 @@ def place_elsewhere(cycle: CycleContext, spec: JobSpec) -> tuple[TaskPlacement, 
     return None
 
 
+def _never_lent(cycle: CycleContext, spec: JobSpec) -> bool:
+    """With `pack_with_victims`: is `spec` one task of a queue no other queue ever reclaims
+    from — not reclaimable, or capped at its deserved GPUs so it never borrows (DESIGN §4.1:
+    reclaim takes only from reclaimable queues above their deserved share)? Such work (debug
+    sessions of a capped queue) holds its leaf against another queue's gang as never-evicted
+    work does, so it packs onto the same leaves, on free room only."""
+    if not cycle.config.pack_with_victims or spec.tasks != 1:
+        return False
+    usage = cycle.usage.get(spec.queue)
+    if usage is None:
+        return False
+    queue = usage.queue
+    if not queue.reclaimable:
+        return True
+    return queue.capability is not None and queue.capability.gpu <= usage.deserved.gpu
+
+
 def deferred(cycle: CycleContext) -> set[str]:
     """This cycle's never-evicted jobs that would open a leaf on free room and look for
     lossless victims on the leaves holding such work first (core/defrag.py)."""
@@ -202,9 +219,10 @@ def _defers(cycle: CycleContext, spec: JobSpec) -> bool:
 
 def _packing_orders(cycle: CycleContext, spec: JobSpec) -> list[dict[int, int]]:
     """The leaf loads `place_packed` tries in turn: non-evictable work first for a job that
-    never leaves, then anchored work (`packing_load`)."""
+    never leaves (or, with `pack_with_victims`, that no other queue may reclaim), then
+    anchored work (`packing_load`)."""
     orders: list[dict[int, int]] = []
-    if never_evicted(spec):
+    if never_evicted(spec) or _never_lent(cycle, spec):
         load = leaf_load(cycle)
         if load is not None:
             orders.append(load)
