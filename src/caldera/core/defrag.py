@@ -26,7 +26,7 @@ when free room holds it.
 from __future__ import annotations
 
 from caldera.core.context import CycleContext
-from caldera.core.packing import count_non_evictable, deferred, leaf_load, never_evicted
+from caldera.core.packing import count_non_evictable, deferred, leaf_load
 from caldera.core.placement import place_job
 from caldera.core.snapshot import JobView
 from caldera.core.victims import Enough, Plan, Veto, VictimIndex, find_plan
@@ -46,7 +46,7 @@ def packed_plan(
     on the leaves holding never-evicted work, or, for a deferred job, no plan at all (it takes
     the free room after reclaim). Not settled: search as usual."""
     spec = job.spec
-    if not cycle.config.pack_with_victims or not never_evicted(spec):
+    if not cycle.config.pack_with_victims or not spec.never_a_victim:
         return False, None
     load = leaf_load(cycle)
     if load is None:

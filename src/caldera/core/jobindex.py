@@ -25,7 +25,7 @@ from itertools import count
 from typing import TypeVar, cast
 
 from caldera.core.views import JobView
-from caldera.model import CRITICAL_PRIORITY, JobSpec, JobState, JobType
+from caldera.model import JobSpec, JobState, JobType
 
 __all__ = ["GroupKey", "JobIndex", "group_key", "may_throttle"]
 
@@ -70,12 +70,6 @@ def _leaves_reserving(old: JobView, new: JobView) -> bool:
 
 def _rank(job: JobView) -> tuple[int, float, str]:
     return job.spec.rank
-
-
-def _never_a_victim(job: JobView) -> bool:
-    """Label protected, critical priority, or conformance-protected (DESIGN §4.1 step 2)."""
-    spec = job.spec
-    return spec.protected or spec.priority >= CRITICAL_PRIORITY or spec.conformance_protected
 
 
 class JobIndex:
@@ -153,14 +147,14 @@ class JobIndex:
         if job.state is JobState.RUNNING and len(job.placement) >= spec.min_available:
             if spec.tasks > len(job.placement) + len(job.releasing):
                 self.growable[job.id] = job
-            if not _never_a_victim(job):
+            if not job.spec.never_a_victim:
                 by_priority = self.victims.setdefault(spec.queue, {})
                 by_priority.setdefault(spec.priority, {})[job.id] = job
                 self._hold_devices(job, 1)
                 if job.last_evicted_at is not None:
                     self.evicted_before[job.id] = job.last_evicted_at
                     bisect.insort(self._evicted_order, (job.last_evicted_at, job.id))
-        if job.state is JobState.RUNNING and _never_a_victim(job):
+        if job.state is JobState.RUNNING and job.spec.never_a_victim:
             self._pin(job, 1)
 
     def _remove(self, job: JobView) -> None:
@@ -182,7 +176,7 @@ class JobIndex:
             self.nominated.pop(job.id, None)
         elif job.placement or job.releasing:
             self._count(job, -1)
-        if job.state is JobState.RUNNING and _never_a_victim(job):
+        if job.state is JobState.RUNNING and job.spec.never_a_victim:
             self._pin(job, -1)
         self.growable.pop(job.id, None)
         at = self.evicted_before.pop(job.id, None)

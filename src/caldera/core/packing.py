@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from caldera.core.context import CycleContext
 from caldera.core.placement import place_job
 from caldera.core.room import Room, TaskPlacement
-from caldera.model import CRITICAL_PRIORITY, GPU_MILLI, PRIORITY_CLASSES, JobSpec, JobType
+from caldera.model import GPU_MILLI, PRIORITY_CLASSES, JobSpec, JobType
 
 __all__ = [
     "anchors",
@@ -42,7 +42,6 @@ __all__ = [
     "count_started",
     "deferred",
     "leaf_load",
-    "never_evicted",
     "non_evictable",
     "packing_load",
     "place_elsewhere",
@@ -53,16 +52,10 @@ __all__ = [
 _LARGE = PRIORITY_CLASSES[JobType.LARGE].value
 
 
-def never_evicted(spec: JobSpec) -> bool:
-    """Would this job, once running, be out of every preemptor's reach? (As the job index's
-    victim filter: label protected, critical priority, conformance-protected.)"""
-    return spec.protected or spec.priority >= CRITICAL_PRIORITY or spec.conformance_protected
-
-
 def anchors(spec: JobSpec, keep_leaves_whole: bool) -> bool:
     """Does this job, once running, hold its leaf against a waiting large gang? Never-evicted
     work always; with `keep_leaves_whole`, large gangs too (none preempts another)."""
-    return never_evicted(spec) or (keep_leaves_whole and spec.priority == _LARGE)
+    return spec.never_a_victim or (keep_leaves_whole and spec.priority == _LARGE)
 
 
 def non_evictable(cycle: CycleContext) -> dict[int, int]:
@@ -211,7 +204,7 @@ def deferred(cycle: CycleContext) -> set[str]:
 def _defers(cycle: CycleContext, spec: JobSpec) -> bool:
     """With `pack_with_victims`: is `spec` never evicted, with never-evicted work running in
     some leaf (where it did not fit on free room)?"""
-    if not cycle.config.pack_with_victims or not never_evicted(spec):
+    if not cycle.config.pack_with_victims or not spec.never_a_victim:
         return False
     load = leaf_load(cycle)
     return load is not None and any(load.values())
@@ -222,7 +215,7 @@ def _packing_orders(cycle: CycleContext, spec: JobSpec) -> list[dict[int, int]]:
     never leaves (or, with `pack_with_victims`, that no other queue may reclaim), then
     anchored work (`packing_load`)."""
     orders: list[dict[int, int]] = []
-    if never_evicted(spec) or _never_lent(cycle, spec):
+    if spec.never_a_victim or _never_lent(cycle, spec):
         load = leaf_load(cycle)
         if load is not None:
             orders.append(load)
@@ -236,7 +229,7 @@ def _packing_orders(cycle: CycleContext, spec: JobSpec) -> list[dict[int, int]]:
 def count_started(cycle: CycleContext, spec: JobSpec, placement: Sequence[TaskPlacement]) -> None:
     """Count a start of this cycle that packs (`anchors`), so that the next such job of the
     cycle packs with it: never-evicted work in `non_evictable`, a large gang in `gang_load`."""
-    if never_evicted(spec):
+    if spec.never_a_victim:
         count_non_evictable(cycle, placement)
     elif anchors(spec, cycle.config.keep_leaves_whole):
         load = gang_load(cycle)

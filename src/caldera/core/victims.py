@@ -37,7 +37,6 @@ from typing import NamedTuple, Protocol
 
 from caldera.core.config import PolicyConfig
 from caldera.core.decisions import release_timing
-from caldera.core.jobindex import _never_a_victim
 from caldera.core.packing import spread
 from caldera.core.placement import can_host, place_job, whole_slots
 from caldera.core.room import Room, TaskPlacement
@@ -95,8 +94,8 @@ never make it false."""
 
 
 def is_protected(job: JobView) -> bool:
-    """Never a victim: label protected, critical priority, or conformance-protected."""
-    return _never_a_victim(job)
+    """Never a victim (`JobSpec.never_a_victim`)."""
+    return job.spec.never_a_victim
 
 
 def expected_loss(

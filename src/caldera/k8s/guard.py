@@ -64,10 +64,8 @@ def refusal(pod: Mapping[str, Any], purpose: Purpose, job: _Job | None = None) -
     if job is None:
         return f"pod {where} belongs to no job caldera knows: not a victim"
     spec = job.spec
-    if spec.priority >= CRITICAL_PRIORITY:
+    if not spec.never_a_victim:
+        return None
+    if spec.priority >= CRITICAL_PRIORITY:  # which of the rule's three reasons, for the log
         return f"pod {where} is of a critical job"
-    if spec.protected:
-        return f"pod {where} is of a protected job"
-    if spec.conformance_protected:
-        return f"pod {where} is of a system job"
-    return None
+    return f"pod {where} is of a {'protected' if spec.protected else 'system'} job"

@@ -59,7 +59,6 @@ from caldera.k8s.quantities import (
 )
 from caldera.k8s.settings import KubeSettings, PodSecurity
 from caldera.model import (
-    CRITICAL_PRIORITY,
     GPU_MILLI,
     PRIORITY_CLASSES,
     JobSpec,
@@ -323,10 +322,6 @@ def _job_labels(spec: JobSpec, attempt: int) -> dict[str, str]:
     }
 
 
-def _never_preempted(spec: JobSpec) -> bool:
-    return spec.priority >= CRITICAL_PRIORITY or spec.protected or spec.conformance_protected
-
-
 def pod_group(
     spec: JobSpec,
     attempt: int,
@@ -369,7 +364,7 @@ def pod_group(
             "mode": spec.topology.mode.value,
             "highestTierAllowed": spec.topology.highest_tier,
         }
-    if _never_preempted(spec):
+    if spec.never_a_victim:
         # Volcano's own preempt/reclaim must not touch it. Volcano reads this annotation on
         # PodGroups and pods; no PodGroup CRD has a `spec.preemptable` field (issue 9,
         # defect 10), so one set there would be pruned.
@@ -571,7 +566,7 @@ def task_pod(
             placement_to_wire(placement, ByName(nodes)), separators=(",", ":"), sort_keys=True
         ),
     }
-    if _never_preempted(spec):
+    if spec.never_a_victim:
         annotations[names.VOLCANO_PREEMPTABLE] = "false"
     metadata: dict[str, Any] = {
         "name": names.pod_name(spec.name, attempt, rank),

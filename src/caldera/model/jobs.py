@@ -10,6 +10,7 @@ from itertools import count
 from types import MappingProxyType
 
 from caldera.model.jobtypes import (
+    CRITICAL_PRIORITY,
     PRIORITY_CLASSES,
     SYSTEM_PRIORITY_CLASSES,
     JobType,
@@ -124,6 +125,7 @@ class JobSpec:
     may_preempt: bool = field(init=False, repr=False, compare=False)
     protected: bool = field(init=False, repr=False, compare=False)
     conformance_protected: bool = field(init=False, repr=False, compare=False)
+    never_a_victim: bool = field(init=False, repr=False, compare=False)
     rank: tuple[int, float, str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -161,6 +163,13 @@ class JobSpec:
             self.namespace == "kube-system"
             or self.priority_class_name in SYSTEM_PRIORITY_CLASSES
             or self.labels.get("caldera.io/system", "").lower() == "true",
+        )
+        # DESIGN §3 and §4.1 step 2, the one definition every runtime and the core ask:
+        # critical priority, label protected, or conformance-protected.
+        object.__setattr__(
+            self,
+            "never_a_victim",
+            self.priority >= CRITICAL_PRIORITY or self.protected or self.conformance_protected,
         )
 
     @property

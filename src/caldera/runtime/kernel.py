@@ -54,7 +54,7 @@ from caldera.core import (
 from caldera.core.decisions import release_timing
 from caldera.core.estimates import DurationEstimates
 from caldera.core.fairshare import DecayedRecord, DecayedUsage
-from caldera.model import CRITICAL_PRIORITY, JobState, Node, Queue, check_transition
+from caldera.model import JobState, Node, Queue, check_transition
 from caldera.model.lifecycle import TERMINAL
 from caldera.runtime.job import TaskT, TrackedJob, refresh_index
 from caldera.runtime.lifecycle import Outcome, TaskEnd, outcome
@@ -366,9 +366,7 @@ class Kernel(Generic[JobT, TaskT]):
         spec = job.spec
         # A user's cancel ends any job; a sick GPU moves every job (none can run on it).
         by_user_or_hardware = evict.reason in (EvictReason.CANCEL, EvictReason.HEALTH)
-        if not by_user_or_hardware and (
-            spec.priority >= CRITICAL_PRIORITY or spec.protected or spec.conformance_protected
-        ):
+        if not by_user_or_hardware and spec.never_a_victim:
             # DESIGN §3: never, in any runtime. The core never asks; refuse if it ever does.
             self.stats.refused_evictions += 1
             log.error("refused to evict protected job %s (%s)", job.id, evict.reason.value)
