@@ -56,6 +56,7 @@ class RunningLedger:
         self.version = -1
         self.views: dict[str, JobView] = {}  # job id -> the view counted
         self._counted: dict[int, JobView] = {}  # id(view) -> view, the same views
+        self._order: list[int] = []  # their ids, in the index's order of the last sync
         # Running jobs with pods neither running nor terminating (gang-hung or elastic).
         self.missing: dict[str, JobView] = {}
         # Running jobs with tasks inside their grace period.
@@ -81,10 +82,12 @@ class RunningLedger:
     def sync(self, snapshot: Snapshot) -> None:
         """Catch up with the snapshot's running jobs (and end the last cycle's what-ifs).
 
-        Views are told apart by identity, as sets of `id()`s (the ledger keeps the views it
-        counted alive, so an id is never reused while counted): set differences in C find
-        the views gone and the new ones. New views were put into the index after the last
-        sync, and a dict keeps insertion order, so they are found from its end."""
+        Views are told apart by identity (the ledger keeps the views it counted alive, so an
+        id is never reused while counted). The index's running jobs keep their order from
+        one cycle to the next: a job put again leaves its place and goes to the end, a job
+        gone leaves a gap. So the ids in that order are compared with those of the last
+        sync, in C, and only where they differ is a view looked at (`_changes`): a cycle
+        costs a comparison of two lists of ints, not a set built over every running job."""
         self.release_room()
         if snapshot.queues is not self._queues:
             self._queues = snapshot.queues
@@ -93,23 +96,74 @@ class RunningLedger:
         if index.version == self.version:
             return
         running = index.by_state[JobState.RUNNING]
-        now = set(map(id, running.values()))
+        order = list(map(id, running.values()))
+        changes = self._changes(running, order)
         counted = self._counted
-        for key in counted.keys() - now:
-            old = counted.pop(key)
+        if changes is None:  # a counted view moved, or much changed: compare as sets
+            now = set(order)
+            gone = [counted[key] for key in counted.keys() - now]
+            new = [view for view in running.values() if id(view) not in counted]
+        else:
+            gone, new = changes
+        for old in gone:
+            del counted[id(old)]
             del self.views[old.id]
             self._remove(old)
-        new = now - counted.keys()
-        left = len(new)
-        if left:
-            for view in reversed(running.values()):
-                if id(view) in new:
-                    counted[id(view)] = self.views[view.id] = view
-                    self._add(view)
-                    left -= 1
-                    if not left:
-                        break
+        for view in reversed(new):  # newest first, as the index's end is read
+            counted[id(view)] = self.views[view.id] = view
+            self._add(view)
+        self._order = order
         self.version = index.version
+
+    def _changes(
+        self, running: Mapping[str, JobView], order: list[int]
+    ) -> tuple[list[JobView], list[JobView]] | None:
+        """The counted views no longer running and the running views not counted, found by
+        walking the last sync's ids (`_order`) and `order` side by side: where they differ,
+        the old view is gone (no longer the running view of its job) or the new one is new.
+        None when a counted view sits elsewhere (put again unchanged) or more than
+        `_MAX_CHANGES` differ: the caller compares sets then."""
+        old = self._order
+        counted = self._counted
+        gone: list[JobView] = []
+        new: list[JobView] = []
+        views: list[JobView] | None = None
+        i = j = 0
+        while True:
+            k = _first_difference(order, i, old, j)
+            if k is None:
+                break
+            i += k
+            j += k
+            was = counted[old[j]]
+            if running.get(was.id) is not was:
+                gone.append(was)
+                j += 1
+            elif order[i] not in counted:
+                if views is None:
+                    views = list(running.values())
+                new.append(views[i])
+                i += 1
+            else:
+                return None
+            if len(gone) + len(new) > _MAX_CHANGES:
+                return None
+        step = min(len(order) - i, len(old) - j)
+        i += step
+        j += step
+        for key in old[j:]:
+            was = counted[key]
+            if running.get(was.id) is was:
+                return None
+            gone.append(was)
+        if i < len(order):
+            if views is None:
+                views = list(running.values())
+            for key, view in zip(order[i:], views[i:], strict=True):
+                if key in counted:
+                    return None
+                new.append(view)
+        return gone, new
 
     def _add(self, job: JobView) -> None:
         self._count(job, 1)
@@ -268,6 +322,30 @@ class RunningLedger:
         scratch, self._scratch = self._scratch, None
         if scratch is not None:
             scratch.__exit__(None, None, None)
+
+
+_MAX_CHANGES = 64
+"""Differences `RunningLedger._changes` walks to before it compares sets instead (each one
+costs a comparison of what is left of the two lists)."""
+
+
+def _first_difference(new: list[int], i: int, old: list[int], j: int) -> int | None:
+    """The first k with new[i + k] != old[j + k], None if there is none before either list
+    ends. Equal slices are compared in C, halving the stretch that holds the difference."""
+    span = min(len(new) - i, len(old) - j)
+    if new[i : i + span] == old[j : j + span]:
+        return None
+    low, high = 0, span  # the first difference lies in [low, high)
+    while high - low > 8:
+        middle = (low + high) // 2
+        if new[i + low : i + middle] == old[j + low : j + middle]:
+            low = middle
+        else:
+            high = middle
+    for k in range(low, high):
+        if new[i + k] != old[j + k]:
+            return k
+    raise AssertionError("unreachable: the slices differ")
 
 
 def _add_pods(gpus: dict[int, int], pods: dict[int, int], node: int, gpu: int, count: int) -> None:

@@ -41,6 +41,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate, repeat
+from operator import add, attrgetter, floordiv, ge
 
 from caldera.baselines.common import (
     FutureRoom,
@@ -148,46 +150,65 @@ def _open_claims(cycle: CycleContext, session: _Session) -> _Claims:
 
 
 def pk_allocate(cycle: CycleContext) -> None:
-    """PK1, PK2: place pods in priority order; remember the pods that found no room."""
+    """PK1, PK2: place pods in priority order; remember the pods that found no room.
+
+    A backlog is walked in full every cycle, and most of it fails the same way job after
+    job: what a ResourceQuota lets in is worked out once per queue, request and pod count
+    until the next start changes what the queues hold (`capped`), and a shape that found
+    no room and no room coming is passed over without another look."""
     session = _session(cycle)
     failed: set[int] = set()
-    for job in sorted(pending_work(cycle), key=lambda j: j.spec.rank):
+    capped: dict[tuple[str, int, int, int, int], int] = {}  # -> pods let in; till a start
+    usages = cycle.usage
+    room = cycle.room
+    waiting = session.waiting
+    unplaced = cycle.unplaced
+    cannot_hold = session.cannot_hold
+    for job in sorted(pending_work(cycle), key=_RANK):
         spec = job.spec
-        usage = cycle.usage.get(spec.queue)
+        usage = usages.get(spec.queue)
         if usage is None:
             continue
         running = job.state is JobState.RUNNING
         pods = missing_tasks(job) if running else spec.tasks
         # A ResourceQuota refuses pods beyond the queue's capability.
-        while (
-            pods
-            and usage.queue.capability is not None
-            and not usage.within_capability(spec.task_request.scaled(pods))
-        ):
-            pods -= 1
+        if pods and usage.queue.capability is not None:
+            key = (spec.queue, spec.gpu, spec.cpu, spec.memory, pods)
+            allowed = capped.get(key)
+            if allowed is None:
+                allowed = pods
+                while allowed and not usage.within_capability(spec.task_request.scaled(allowed)):
+                    allowed -= 1
+                capped[key] = allowed
+            pods = allowed
         if not pods or (not running and pods < spec.min_available):
             continue
         if running:
-            within = domain_of(cycle.room, spec, job.placement[0].node)
-            placed = place_job(cycle.room, spec, minimum=1, maximum=pods, within=within)
+            within = domain_of(room, spec, job.placement[0].node)
+            placed = place_job(room, spec, minimum=1, maximum=pods, within=within)
         elif spec.shape in failed:
             placed = None
         else:
-            placed = place_job(cycle.room, spec, maximum=pods)
+            placed = place_job(room, spec, maximum=pods)
             if placed is None:
                 failed.add(spec.shape)
         if placed:
             cycle.start(job, placed, grow=running)
+            capped.clear()  # the queues hold more now
             if session.future is not None and not session.future.shared:
                 for task in placed:
                     session.future.room.take(task)
             pods -= len(placed)
-        elif not running and _hold(cycle, session, job):
+        elif not running and spec.shape not in cannot_hold and _hold(cycle, session, job):
             continue  # PK6a: its room is coming; it waits for it
         if pods:
-            session.waiting.append((job, pods))
+            waiting.append((job, pods))
             if not placed:
-                cycle.unplaced.append(job)
+                unplaced.append(job)
+
+
+_RANK = attrgetter("spec.rank")
+"""PK1's order: a job's rank (priority, then submit time, then id)."""
 
 
 def _hold(cycle: CycleContext, session: _Session, job: JobView) -> bool:
@@ -277,7 +298,15 @@ def _could_seat(claims: _Claims, job: JobView, pods: int) -> bool:
 
     domains = domain_nodes(room, spec)
     if domains is None:
-        return seats(range(len(room.nodes)))
+        if room.milli_of or pods <= 0:  # MIG slices: free_milli leaves them out
+            return seats(range(len(room.nodes)))
+        # The same count in C: no slices, so a node's free milli-GPUs are its devices' sum.
+        per_node = map(
+            floordiv,
+            map(add, map(sum, room.free), map(freeable.get, range(len(room.nodes)), repeat(0))),
+            repeat(per_pod),
+        )
+        return any(map(ge, accumulate(per_node), repeat(pods)))
     return any(seats(domain) for domain in domains)
 
 

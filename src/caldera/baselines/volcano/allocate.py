@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from operator import attrgetter
 
 from caldera.baselines.common import domain_nodes, domain_of, missing_tasks, running_with_missing
 from caldera.baselines.volcano.session import Scope, Session, session_for, volcano_job_order
@@ -56,15 +57,32 @@ def volcano_allocate(cycle: CycleContext) -> None:
         jobs = in_order.get(name)
         if jobs is None:
             jobs = [job for group in groups.get(name, ()) for job in group]
-            jobs.extend(running.get(name, ()))
-            jobs.sort(key=lambda j: volcano_job_order(session, j), reverse=True)
+            if name in running:
+                jobs.extend(running[name])
+                jobs.sort(key=lambda j: volcano_job_order(session, j), reverse=True)
+            else:  # pending jobs only: V3's order is their rank (none is ready)
+                jobs.sort(key=_RANK, reverse=True)
             in_order[name] = jobs
         # A job that places nothing leaves every share as it was, so this queue would be
         # next again: keep its turn until a job changes its allocation.
-        while jobs and not _allocate_job(session, jobs.pop(), failed):
-            pass
+        # A pending job whose shape found no room, or that its queue's deserved does not
+        # allow, starves without a try (as `_allocate_job` would find): backlogs are long.
+        starving = session.starving
+        while jobs:
+            job = jobs.pop()
+            spec = job.spec
+            if job.state is not JobState.RUNNING and (
+                spec.shape in failed or not share.allows(spec.task_request)
+            ):
+                starving.setdefault((name, spec.priority), []).append(job)
+            elif _allocate_job(session, job, failed):
+                break
         if jobs:
             heapq.heappush(heap, (share.share, name))
+
+
+_RANK = attrgetter("spec.rank")
+"""A pending job's rank orders it as `volcano_job_order` does: priority, submit time, id."""
 
 
 def _starving_as_is(session: Session, job: JobView) -> bool:

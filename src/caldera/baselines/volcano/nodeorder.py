@@ -23,7 +23,9 @@ Reads only the room and the job's shape: no session, so allocate (through the se
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import repeat
+from operator import methodcaller
 
 from caldera.core.placement import fit_on_node
 from caldera.core.room import Room, TaskPlacement
@@ -90,9 +92,18 @@ def nodeorder_place(
     models = spec.gpu_models
     profile = spec.gpu_profile
     shapes = _node_shapes(room.nodes)
-    looks: dict[tuple[object, ...], int] = {}  # node state -> score, -1: does not fit
     best = -1
     best_score = -1
+    if within is None and models is None:
+        # Every node: their states are built and told apart in C, each with the lowest
+        # node in it; one look per state, the best of those lowest nodes wins.
+        for index in _first_of_each_state(room, shapes, profile).values():
+            fits = fit_on_node(room, index, spec.gpu, spec.cpu, spec.memory, profile)
+            look = -1 if fits is None else nodeorder_score(room, index, spec)
+            if look > best_score or (look == best_score and look >= 0 and index < best):
+                best, best_score = index, look
+        return _take(room, spec, best)
+    looks: dict[tuple[object, ...], int] = {}  # node state -> score, -1: does not fit
     for index in within if within is not None else range(len(room.nodes)):
         if models is not None and room.nodes[index].gpu_model not in models:
             continue
@@ -104,8 +115,14 @@ def nodeorder_place(
             looks[state] = score
         if score > best_score or (score == best_score and score >= 0 and index < best):
             best, best_score = index, score
+    return _take(room, spec, best)
+
+
+def _take(room: Room, spec: JobSpec, best: int) -> TaskPlacement | None:
+    """One pod of `spec` on node `best` (-1: none fits), room taken."""
     if best < 0:
         return None
+    profile = spec.gpu_profile
     task = fit_on_node(room, best, spec.gpu, spec.cpu, spec.memory, profile)
     assert task is not None, "a node with the same state took the pod"
     room.take(task)
@@ -125,6 +142,35 @@ def _node_shapes(nodes: tuple[Node, ...]) -> list[tuple[object, ...]]:
         _SHAPES.clear()  # one cluster at a time is the common case; never grows
         _SHAPES[id(nodes)] = known = (nodes, shapes)
     return known[1]
+
+
+def _first_of_each_state(
+    room: Room, shapes: list[tuple[object, ...]], profile: str | None
+) -> dict[tuple[object, ...], int]:
+    """Every node's `_node_state`, each state with the lowest node index that has it (a
+    dict keeps the last value given to a key: fed from the last node to the first)."""
+    count = len(shapes)
+    slices: Iterable[bool] = (
+        repeat(False)
+        if profile is None
+        else map(bool, map(methodcaller("get", profile), room.slices))
+    )
+    states = list(
+        zip(
+            shapes,
+            room.cpu,
+            room.memory,
+            map(_HOLDS_A_POD, room.pods),
+            map(tuple, room.free),
+            slices,
+            strict=False,  # `slices` may be endless (repeat)
+        )
+    )
+    return dict(zip(reversed(states), range(count - 1, -1, -1), strict=True))
+
+
+_HOLDS_A_POD = (0).__lt__
+"""pods > 0: the node takes another pod."""
 
 
 def _node_state(

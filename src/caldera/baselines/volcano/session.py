@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import attrgetter
 
 from caldera.baselines.common import FutureRoom, Staged, StagedEvictions
 from caldera.baselines.ledger import RunningLedger, ledger_for
@@ -95,7 +96,7 @@ def _open(cycle: CycleContext, one_tier: bool = False) -> Session:
     held = ledger_for(cycle).held_without(gone)
     for (queue, _, _), group in cycle.eligible_groups:
         spec = group[0].spec  # one shape per group: same request per task
-        tasks = sum(job.spec.tasks for job in group)
+        tasks = sum(map(_TASKS, group))
         sums = held.setdefault(queue, [0, 0, 0, 0, 0, 0, 0])
         sums[3] += spec.gpu * tasks
         sums[4] += spec.cpu * tasks
@@ -110,6 +111,8 @@ def _open(cycle: CycleContext, one_tier: bool = False) -> Session:
     staged = Staged(cycle.room, future, place=nodeorder_place if one_tier else None)
     return Session(cycle, future, staged, StagedEvictions(staged), gone, queues, one_tier=one_tier)
 
+
+_TASKS = attrgetter("spec.tasks")
 
 _CAPACITY: dict[int, tuple[tuple[Node, ...], Vector]] = {}
 
