@@ -17,7 +17,8 @@ is no less safe, and says in one line why a job cannot run:
 - the tasks are one gang of equal members (caldera's gangs are homogeneous: every replica
   of every task asks for the same GPUs, CPU and memory).
 
-GPUs per replica come from `tasks[].gpus` (fractions allowed for a single replica) or else
+GPUs per replica come from `tasks[].gpus` (fractions allowed for a single replica: the
+model's `breaks_fractional_gpu_rule`) or else
 from the first container's limit (or request) of the GPU resource, the Kubernetes way; a
 MIG slice from `tasks[].gpuProfile`. CPU and memory are the sum of the containers' requests.
 """
@@ -52,6 +53,7 @@ from caldera.model import (
     parse_gpu_milli,
     time_share,
 )
+from caldera.model.jobs import breaks_fractional_gpu_rule
 
 __all__ = [
     "ADDABLE_CAPABILITY",
@@ -373,7 +375,7 @@ def _read(
         )
     gpu, cpu, memory, profile = shapes.pop()
     tasks = sum(group.replicas for group in groups)
-    if 0 < gpu < GPU_MILLI and tasks != 1:
+    if breaks_fractional_gpu_rule(gpu, tasks):
         raise RecordError("fractional gpus are allowed only for a single replica")
     min_available = int(_number(spec.get("minAvailable", 0), "spec.minAvailable", 0, tasks, True))
     checkpoint = spec.get("checkpoint") or {}

@@ -17,9 +17,15 @@ from caldera.model.jobtypes import (
     PriorityClass,
 )
 from caldera.model.mig import slice_milli
-from caldera.model.resources import Resources
+from caldera.model.resources import GPU_MILLI, Resources
 
-__all__ = ["Checkpointing", "JobSpec", "TopologyMode", "TopologySpec"]
+__all__ = [
+    "Checkpointing",
+    "JobSpec",
+    "TopologyMode",
+    "TopologySpec",
+    "breaks_fractional_gpu_rule",
+]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -50,6 +56,15 @@ class Checkpointing:
         interval = self.interval
         periodic = (work // interval) * interval if interval and interval > 0 else 0.0
         return min(max(saved, periodic), work)
+
+
+def breaks_fractional_gpu_rule(gpu: int, tasks: int) -> bool:
+    """DESIGN §2's fractional-GPU rule, the one definition: a fraction of one GPU (0 < `gpu`
+    < 1000 milli-GPUs, a shared device) is for a single task, so a gang never spreads one
+    share over several tasks. True when a request of `tasks` tasks of `gpu` breaks it.
+    `JobSpec`, `caldera.runtime.requests` and the TrainingJob reader ask it, each with the
+    message its users read. A MIG slice is not a fraction: its callers skip it."""
+    return 0 < gpu < GPU_MILLI and tasks != 1
 
 
 _NEXT_SHAPE = count()
@@ -139,7 +154,7 @@ class JobSpec:
             if self.time_shared:
                 raise ValueError("a MIG slice is never time-shared")
             object.__setattr__(self, "gpu", slice_milli(self.gpu_profile))
-        elif 0 < self.gpu < 1000 and self.tasks != 1:
+        elif breaks_fractional_gpu_rule(self.gpu, self.tasks):
             raise ValueError("fractional GPUs are allowed only for single-task jobs")
         if self.gpu > 1000 and self.gpu % 1000:
             raise ValueError("a task takes either a fraction of one GPU or whole GPUs")

@@ -4,12 +4,12 @@ Two ways of asking for a job come through here, each with its own key names: a s
 job (`caldera.sim.scenario`) and a REST submission (`caldera.service.api.schemas` checks its
 shape with `task_shape`, `caldera.service.jobs.spec_from_request` builds its spec). Both
 resolve their resources here (`resolve_tasks`: GPU fractions, CPU and memory quantities, the
-gang size, the fractional-GPU rule) and build the spec here (`job_spec`), so one request means
-the same job to the simulator and the service.
+gang size, the fractional-GPU rule as `caldera.model.jobs` defines it) and build the spec
+here (`job_spec`), so one request means the same job to the simulator and the service.
 
 A Kubernetes TrainingJob does not: `caldera.k8s.trainingjob` reads its pod templates the
 Kubernetes way (quantities as Kubernetes parses them, the GPU resource's limit) and builds
-its `JobSpec` itself, with its own check of the fractional-GPU rule.
+its `JobSpec` itself; it asks the same fractional-GPU rule (`breaks_fractional_gpu_rule`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from caldera.model import (
     parse_memory_mib,
     slice_milli,
 )
+from caldera.model.jobs import breaks_fractional_gpu_rule
 
 __all__ = ["TaskShape", "job_spec", "resolve_tasks", "task_shape", "topology_spec"]
 
@@ -79,7 +80,7 @@ def resolve_tasks(
             gpu = slice_milli(gpu_profile)  # a slice is its GPU-equivalent, for any gang
         except ValueError as error:
             problems.append(str(error))
-    elif 0 < gpu < GPU_MILLI and tasks != 1:
+    elif breaks_fractional_gpu_rule(gpu, tasks):
         problems.append(f"fractional {gpus_key} need tasks: 1 (a GPU share is for one task)")
         gpu = GPU_MILLI
     try:
