@@ -58,6 +58,7 @@ from caldera.k8s.guard import Purpose
 from caldera.k8s.intake import Intake
 from caldera.k8s.jobs import KubeJob, KubeTask
 from caldera.k8s.nodes import Blocked, NodeState, foreign_usage, read_nodes
+from caldera.k8s.podapply import apply_pod
 from caldera.k8s.pods import PodWatcher, claim_unlabelled
 from caldera.k8s.settings import KubeSettings
 from caldera.k8s.statemap import read_throttles
@@ -218,7 +219,8 @@ class KubeRuntime:
         claimed, running = claim_unlabelled(running, ours, objects, served)  # by owner uid
         ours += claimed
         self.intake.reconcile(objects, ours, now)
-        self.pods.reconcile(ours, now)
+        for seen in self.pods.observe(ours, now):  # each applied before the next is made
+            apply_pod(self, seen, now)
         self._block(running)
         self._recheck_volcano_queues(now)
 
