@@ -25,6 +25,7 @@ __all__ = [
     "gpu_quantity",
     "memory_mib",
     "memory_quantity",
+    "mig_resource",
     "parse_capacity_mib",
     "parse_count",
     "parse_gpu_quantity",
@@ -188,3 +189,9 @@ def resources_from_list(values: dict[str, object], gpu_resource: str) -> Resourc
         cpu=cpu_millis(values["cpu"]) if "cpu" in values else 0,
         memory=memory_mib(values["memory"]) if "memory" in values else 0,
     )
+
+
+def mig_resource(profile: str, gpu_resource: str) -> str:
+    """The device plugin's resource for one MIG slice of `profile` (the `mixed` strategy):
+    nvidia.com/gpu → nvidia.com/mig-1g.10gb."""
+    return f"{gpu_resource.rsplit('/', 1)[0]}/mig-{profile}"
