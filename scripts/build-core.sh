@@ -8,8 +8,8 @@
 set -eu
 cd "$(dirname "$0")/.."
 remove() {
-  rm -f src/caldera_core__mypyc*.so src/caldera/core/*.so src/caldera/model/*.so \
-    src/caldera/_compiled.digest
+  rm -f src/caldera_core__mypyc*.so src/caldera/core/*.so src/caldera/core/*/*.so \
+    src/caldera/model/*.so src/caldera/_compiled.digest
 }
 if [ "${1:-}" = "--remove" ]; then
   remove

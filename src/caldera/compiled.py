@@ -43,7 +43,8 @@ __all__ = [
 ]
 
 PACKAGES = ("core", "model")
-"""The subpackages of `caldera` that mypyc compiles: the pure, strictly typed core."""
+"""The subpackages of `caldera` that mypyc compiles, with their own subpackages
+(`caldera.core.shortcuts`): the pure, strictly typed core."""
 
 DIGEST_FILE = "_compiled.digest"
 """Written next to this file by the build: the digest of the sources it compiled."""
@@ -54,8 +55,9 @@ _INSIDE = tuple(f"{name}." for name in _NAMES)
 
 
 def compiled_sources(root: Path = _HERE) -> list[Path]:
-    """The source files the build compiles, in a stable order."""
-    return sorted(path for package in PACKAGES for path in (root / package).glob("*.py"))
+    """The source files the build compiles, in a stable order: every module of `PACKAGES`,
+    at any depth."""
+    return sorted(path for package in PACKAGES for path in (root / package).rglob("*.py"))
 
 
 def digest(root: Path = _HERE) -> str:
@@ -73,7 +75,7 @@ def _built(root: Path) -> bool:
     """Are there extension modules beside the core's sources?"""
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     return any(
-        path.name.endswith(suffixes) for package in PACKAGES for path in (root / package).iterdir()
+        path.name.endswith(suffixes) for package in PACKAGES for path in (root / package).rglob("*")
     )
 
 

@@ -1,8 +1,8 @@
-"""The search memo (core/memo.py) and the quiet cycles answered from it (core/quiet.py) change
-no decision: random workloads simulated with and without them give the same output document —
-every event, placement and metric — and every cycle answered from a quiet record decides
-exactly what the phases decide on the same snapshot (decisions, notes, memo entries, hits and
-the record handed on).
+"""The search memo (core/shortcuts/memo.py) and the quiet cycles answered from it
+(core/shortcuts/quiet.py) change no decision: random workloads simulated with and without them
+give the same output document — every event, placement and metric — and every cycle answered
+from a quiet record decides exactly what the phases decide on the same snapshot (decisions,
+notes, memo entries, hits and the record handed on).
 
 The workloads are crowded on purpose (many jobs on few GPUs, arriving close together) so
 that victim searches fail and the memo is consulted; `test_the_memo_is_used` and
@@ -149,8 +149,8 @@ def test_searches_of_a_quiet_check_that_found_a_plan_are_handed_to_the_phases(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """When the quiet check's own search finds a plan, the phases run, and take that check's
-    search answers instead of searching again (core/quiet.py, 5): taken at least once here,
-    and every such cycle decides what it decides without a record (`ReplayChecked`)."""
+    search answers instead of searching again (core/shortcuts/quiet.py, 5): taken at least once
+    here, and every such cycle decides what it decides without a record (`ReplayChecked`)."""
     taken: list[str] = []
     original = CycleContext.known_search
 
@@ -268,10 +268,11 @@ def test_a_quiet_check_stops_searching_once_it_found_a_plan(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """When a quiet check's searches decide something, the phases run instead and take only
-    the searches before that decision (core/quiet.py, 5): the check runs none after it. (This
-    workload's checks ran 117 searches after a plan before they stopped there.)"""
-    from caldera.core import preempt, quiet, reclaim
+    the searches before that decision (core/shortcuts/quiet.py, 5): the check runs none after
+    it. (This workload's checks ran 117 searches after a plan before they stopped there.)"""
+    from caldera.core import preempt, reclaim
     from caldera.core.context import Handover
+    from caldera.core.shortcuts import quiet
 
     seen = {"in a check": False, "after a decision": 0, "handed over": 0}
     for module in (preempt, reclaim):
@@ -339,3 +340,26 @@ def test_a_pending_large_job_that_leaves_unsettles_failed_searches() -> None:
     index.put(large)
     index.drop("big")
     assert index.version == before + 2
+
+
+def test_quiet_cycles_follow_the_policys_property_not_its_identity() -> None:
+    """Quiet cycles are switched by `Policy.remembers_quiet_cycles`, which `CALDERA` sets: the
+    same phases under a policy that leaves it off run every cycle (no cycle answered from a
+    record) and decide exactly the same; a copy of `CALDERA` under another name keeps it."""
+    from caldera.core import CALDERA
+
+    assert CALDERA.remembers_quiet_cycles
+    burst = {"kind": "burst", "seed": 5, "jobs": 150, "nodes": 12}
+    scenario = parse_scenario({"workload": {"generators": [burst]}}, Path.cwd(), "flag")
+    outputs = {}
+    for policy in (
+        CALDERA,
+        replace(CALDERA, name="caldera-copy"),
+        replace(CALDERA, remembers_quiet_cycles=False),
+    ):
+        simulator = Simulator(scenario, policy=policy)
+        simulator.run()
+        outputs[policy] = (simulator.quiet_cycles, simulator.result())
+    (on, document), (copied, copy_document), (off, off_document) = outputs.values()
+    assert on > 0 and copied == on and off == 0
+    assert copy_document == document and off_document == document

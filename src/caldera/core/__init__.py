@@ -17,9 +17,9 @@ from caldera.core.decisions import (
     WaitReason,
 )
 from caldera.core.jobindex import JobIndex
-from caldera.core.memo import SearchMemo
 from caldera.core.policy import Policy
 from caldera.core.room import CapacityError, Room, TaskPlacement
+from caldera.core.shortcuts.memo import SearchMemo
 from caldera.core.snapshot import JobView, Nomination, PendingVictim, Snapshot, Throttle
 from caldera.core.waiting import WaitingReasons
 from caldera.core.weight import effective_weight

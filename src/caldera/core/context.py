@@ -31,8 +31,8 @@ from caldera.core.decisions import (
     release_timing,
 )
 from caldera.core.jobindex import GroupKey
-from caldera.core.memo import FailedSearch, SearchKey, SearchMemo, Stamp
 from caldera.core.room import Room, TaskPlacement
+from caldera.core.shortcuts.memo import FailedSearch, SearchKey, SearchMemo, Stamp
 from caldera.core.snapshot import JobView, PendingVictim, Snapshot
 from caldera.model import (
     CRITICAL_PRIORITY,
@@ -69,7 +69,7 @@ whether a failure may depend on the candidates' order: `CycleContext.order_matte
 @dataclass(frozen=True)
 class Handover:
     """What a quiet check that found a plan hands to the phases, which then run on the same
-    snapshot (core/quiet.py, 5): its victim searches, in order, and its per-cycle values
+    snapshot (core/shortcuts/quiet.py, 5): its victim searches, in order, and its per-cycle values
     that are functions of the snapshot alone (`memo`, by name: each running job's weight
     and victim units at the cycle's time)."""
 
@@ -325,15 +325,15 @@ class CycleContext:
     waiting_seen: dict[str, int]  # per phase: entries done
     wakeups: list[float]
     # Waiting heads that reached a give_way phase's back-off check -> those phases, in order
-    # (what a record of a quiet cycle needs, core/quiet.py).
+    # (what a record of a quiet cycle needs, core/shortcuts/quiet.py).
     reached: dict[str, list[str]]
     notes: list[str]
     # The victim searches a quiet check ran on this same state before the phases, in order
-    # (core/quiet.py, 5): the phases take their answers instead of searching again, while
+    # (core/shortcuts/quiet.py, 5): the phases take their answers instead of searching again, while
     # the cycle has decided nothing. `search_log`: where a quiet check keeps its own.
     known_searches: list[KnownSearch]
     search_log: list[KnownSearch] | None
-    # A quiet check's searches (core/quiet.py, 5): once one decides something, the phases
+    # A quiet check's searches (core/shortcuts/quiet.py, 5): once one decides something, the phases
     # run instead and take only the searches before it, so give_way stops there.
     until_decided: bool
     # A search since the flag was last cleared failed only after a veto turned a candidate
@@ -343,7 +343,7 @@ class CycleContext:
     order_mattered: bool
     _memo: dict[str, object]
     _usage_memo: dict[str, tuple[int, object]]
-    # Failed victim searches still settled (core/memo.py), and the state they hold for.
+    # Failed victim searches still settled (core/shortcuts/memo.py), and the state they hold for.
     stamp: Stamp
     failed: dict[SearchKey, FailedSearch]
     memo_hits: int
@@ -607,8 +607,8 @@ class CycleContext:
 
     def hold_again(self, job_id: str, parts: tuple[TaskPlacement, ...], reservation: bool) -> None:
         """Take exactly the room an earlier cycle held for `job_id` — its nomination's free
-        part (`block`) or its reservation (`reserve`): how core/quiet.py rebuilds the working
-        room of a cycle like that one."""
+        part (`block`) or its reservation (`reserve`): how core/shortcuts/quiet.py rebuilds
+        the working room of a cycle like that one."""
         for part in parts:
             self.room.take(part)
         held = self.reservations if reservation else self.blocked
@@ -635,7 +635,7 @@ class CycleContext:
 
     def known_failure(self, key: SearchKey, head: JobView) -> bool:
         """Did this search fail in an earlier cycle, with nothing since that could change
-        its answer (core/memo.py)? Never once this cycle has decided something: a start
+        its answer (core/shortcuts/memo.py)? Never once this cycle has decided something: a start
         before the search may have freed reserved room or put a queue above its share."""
         if not self.undecided:
             return False
@@ -648,7 +648,8 @@ class CycleContext:
         return False
 
     def record_failure(self, key: SearchKey, head: JobView) -> None:
-        """Remember a failed search until time could loosen its rules (core/memo.py, 4)."""
+        """Remember a failed search until time could loosen its rules (core/shortcuts/
+        memo.py, 4)."""
         until = min(
             self.memo("cooldowns_end", self._next_cooldown_end),
             self.memo("window_edge", self._next_window_edge),

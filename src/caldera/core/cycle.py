@@ -24,8 +24,8 @@ from caldera.core.enqueue import enqueue
 from caldera.core.jobindex import GroupKey
 from caldera.core.policy import Policy
 from caldera.core.preempt import preempt
-from caldera.core.quiet import remember, replay
 from caldera.core.reclaim import reclaim
+from caldera.core.shortcuts.quiet import remember, replay
 from caldera.core.snapshot import Snapshot
 from caldera.core.throttle import throttle
 from caldera.core.waiting import waiting_reasons
@@ -37,9 +37,10 @@ __all__ = ["CALDERA", "critical_first", "run"]
 def run(snapshot: Snapshot, policy: Policy) -> Decisions:
     """Decide one cycle under `policy` (`CALDERA`, a baseline, or any composition; look one
     up by name in `caldera.policies`). The snapshot (and its room) is exactly as before when
-    this returns. A `CALDERA` cycle that can only decide what the last one did — nothing —
-    is answered from the last one's record without running the phases (core/quiet.py)."""
-    quiet = policy is CALDERA and not snapshot.explain
+    this returns. Under a policy that remembers quiet cycles (`CALDERA`), a cycle that can
+    only decide what the last one did — nothing — is answered from the last one's record
+    without running the phases (core/shortcuts/quiet.py)."""
+    quiet = policy.remembers_quiet_cycles and not snapshot.explain
     known = None
     if quiet:
         replayed = replay(snapshot)
@@ -82,4 +83,5 @@ CALDERA = Policy(
     name="caldera",
     phases=(enqueue, critical_first, allocate, preempt, reclaim, backfill, throttle),
     description="gangs, topology, fewest/cheapest victims, graceful eviction, throttle",
+    remembers_quiet_cycles=True,  # core/shortcuts/quiet.py's proof reads these phases
 )

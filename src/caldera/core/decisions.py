@@ -10,8 +10,8 @@ from enum import StrEnum
 
 from caldera.core.config import PolicyConfig
 from caldera.core.jobindex import GroupKey
-from caldera.core.memo import SearchMemo
 from caldera.core.room import TaskPlacement
+from caldera.core.shortcuts.memo import SearchMemo
 from caldera.core.snapshot import Nomination
 from caldera.model import JobSpec
 
@@ -151,7 +151,7 @@ class Decisions:
     notes: tuple[str, ...] = field(default=(), compare=False)
     # Explains, changes nothing: left out of equality so decisions compare on what they do.
     waiting: tuple[Waiting, ...] = field(default=(), compare=False)
-    # What the next cycle may reuse (core/memo.py): hand it back with the next snapshot.
+    # What the next cycle may reuse (core/shortcuts/memo.py): hand it back with the next snapshot.
     memo: SearchMemo | None = field(default=None, compare=False, repr=False)
 
     @property

@@ -11,7 +11,7 @@ expected to end any moment (its end is `now`), never "unknown": the estimate is 
 the job's own progress, and a preemptor's deadline still bounds how long anybody waits.
 
 Estimates change only when a job finishes — which the search memo counts already (a running
-job leaving, core/memo.py 2) — so no decision depends on them changing in between.
+job leaving, core/shortcuts/memo.py 2) — so no decision depends on them changing in between.
 """
 
 from __future__ import annotations

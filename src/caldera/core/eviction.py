@@ -17,6 +17,7 @@ import heapq
 from collections.abc import Callable, Mapping, Sequence
 
 from caldera.core.allocate import job_order
+from caldera.core.backoff import back_off_ends
 from caldera.core.context import CycleContext, QueueUsage
 from caldera.core.decisions import Evict, EvictReason, Nominate
 from caldera.core.defrag import packed_plan
@@ -61,8 +62,8 @@ VictimsByQueue = dict[str, dict[int, dict[str, JobView]]]
 SNAPSHOT_MEMOS = ("weights", "victim_units", "undecided pools")
 """The per-cycle memos of `VictimPools` that depend on the snapshot alone (each running job's
 effective weight and victim units at the cycle's time, and the pools built while the cycle
-had decided nothing): another cycle on the same snapshot may start from them (core/quiet.py,
-5)."""
+had decided nothing): another cycle on the same snapshot may start from them
+(core/shortcuts/quiet.py, 5)."""
 
 _CEILING = ("ceiling",)
 """The shared key of the phase's list of borrowers at the ceiling (`VictimPools._ceiling`)."""
@@ -222,7 +223,7 @@ class VictimPools:
         queue = job.spec.queue
         # Both parts are this phase's pools even when the combined one is shared: a phase
         # after a quiet check then holds the same pools, once it has decided something, as
-        # the phases without the check (core/quiet.py, 5).
+        # the phases without the check (core/shortcuts/quiet.py, 5).
         own, borrowers = self.own(job), self.borrowers(job)
 
         def build() -> VictimIndex:
@@ -605,7 +606,7 @@ def give_way(
         if cycle.evicted_gpu > 0 and cycle.eviction_budget <= 0:
             break
         if cycle.until_decided and not cycle.undecided:
-            break  # a quiet check that found a plan: the phases take over (core/quiet.py)
+            break  # a quiet check that found a plan: the phases take over (core/shortcuts/quiet.py)
         if later and (ahead == count or later[0] < heads[ahead]):
             _, number, position = heapq.heappop(later)
         else:
@@ -621,11 +622,11 @@ def give_way(
         if queue not in usage or (may_try is not None and not may_try(job, group[0])):
             continue  # the whole group asks the same of the same queue
         cycle.reached.setdefault(job.id, []).append(phase)
-        failed_at = job.preempt_failed_at
-        if failed_at is not None and priority < CRITICAL_PRIORITY and now - failed_at < backoff:
+        ends = back_off_ends(job.preempt_failed_at, priority, now, backoff)
+        if ends is not None:
             # The group's best job found no victims a moment ago; its group-mates would run
             # the same search. Back off until the timer, unless something else wakes us.
-            wakeups.append(failed_at + backoff)
+            wakeups.append(ends)
             continue
         if position + 1 < len(jobs):
             following: tuple[tuple[int, float, str], int, int] | None = (
@@ -651,7 +652,7 @@ def give_way(
                     cycle.record_failure(key, job)
             elif _wait_for_a_cheaper_plan(cycle, job, plan):
                 # Not a failure: a victim's next checkpoint may make a lossless plan, with
-                # nothing else changing, so this search is not settled (core/memo.py).
+                # nothing else changing, so this search is not settled (core/shortcuts/memo.py).
                 plan = None
         if reserved:  # what its plan does not use stays out of others' reach this cycle
             cycle.reserve(job.id, reserved)

@@ -13,7 +13,7 @@ decide for a group at once instead of job by job.
 releases, or holds a nomination arriving, changing or leaving, and a pending large job leaving
 the pending set (held, cancelled: the room a cycle reserved for it while it starved is free
 for the others). Other pending jobs coming and going do not count: a new competitor can only
-take from the others (core/memo.py relies on this). `token` tells one index from another.
+take from the others (core/shortcuts/memo.py relies on this). `token` tells one index from another.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ _TOKENS = count(1)
 
 
 def _opens_room(job: JobView) -> bool:
-    """Does this view hold room or victims a waiting job could be given (core/memo.py)?"""
+    """Does this view hold room or victims a waiting job could be given (core/shortcuts/memo.py)?"""
     return (
         job.state is JobState.RUNNING
         or job.state is JobState.RELEASING

@@ -19,7 +19,7 @@ that job on: no plan, and nothing uses the reserved room, as before plans existe
 
 Time alone moves a planned start only later and never further from `now` (every expected
 end is max(a fixed time, now)): what may use the room only shrinks as time passes, so a
-cycle that started nothing on it decides the same later on the same state (core/quiet.py).
+cycle that started nothing on it decides the same later on the same state (core/shortcuts/quiet.py).
 """
 
 from __future__ import annotations

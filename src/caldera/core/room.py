@@ -12,7 +12,7 @@ snapshot as it found it (Volcano's Statement, Kueue's undo function).
 
 `version` counts the changes made outside `scratch()` — the runtime's own starts and releases
 — and `token` tells one room from another, so a cycle can tell whether free room changed
-since an earlier cycle without comparing it (core/memo.py).
+since an earlier cycle without comparing it (core/shortcuts/memo.py).
 """
 
 from __future__ import annotations

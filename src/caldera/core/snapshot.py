@@ -16,8 +16,8 @@ from types import MappingProxyType
 
 from caldera.core.config import PolicyConfig
 from caldera.core.jobindex import JobIndex
-from caldera.core.memo import SearchMemo
 from caldera.core.room import Room
+from caldera.core.shortcuts.memo import SearchMemo
 from caldera.core.views import JobView, Nomination, PendingVictim, Throttle
 from caldera.model import JobState, Node, Queue
 
@@ -40,7 +40,8 @@ class Snapshot:
     throttles: Mapping[str, Throttle] = field(default_factory=lambda: MappingProxyType({}))
     room: Room | None = None
     index: JobIndex | None = None
-    # The last cycle's `Decisions.memo`: failed searches nothing has unsettled (core/memo.py).
+    # The last cycle's `Decisions.memo`: failed searches nothing has unsettled
+    # (core/shortcuts/memo.py).
     memo: SearchMemo | None = None
     # Say why each pending job waits (`Decisions.waiting`, for the operator's view). Costs a
     # pass over the pending groups each cycle; a runtime nobody looks at (the simulator)

@@ -77,7 +77,7 @@ class Veto(Protocol):
 
     # Set once it turned a unit away for what was taken from the unit's queue before it:
     # which units join then depends on their order, so a search that fails is not settled
-    # by its failure (core/memo.py).
+    # by its failure (core/shortcuts/memo.py).
     order_mattered: bool
 
     def __call__(self, unit: Unit, taken: Mapping[str, Resources]) -> bool: ...

@@ -31,12 +31,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from caldera.core.backoff import back_off_ends
 from caldera.core.context import CycleContext
 from caldera.core.decisions import Waiting, WaitReason
 from caldera.core.jobindex import GroupKey, group_key
 from caldera.core.planning import plans
 from caldera.core.snapshot import JobView, Nomination
-from caldera.model import CRITICAL_PRIORITY, GPU_MILLI, JobSpec, QueueState, TopologyMode
+from caldera.model import GPU_MILLI, JobSpec, QueueState, TopologyMode
 
 __all__ = ["WaitingReasons", "waiting_reasons"]
 
@@ -138,15 +139,10 @@ def _group_reason(
         )
     if not did_not_fit and job.id not in unplaced:
         return None  # not reached by a job-by-job policy this cycle; nothing to tell
-    searched = job.id in cycle.missed
-    failed_at = job.preempt_failed_at
-    if (
-        not searched
-        and failed_at is not None
-        and spec.priority < CRITICAL_PRIORITY
-        and cycle.now - failed_at < cycle.config.preempt_backoff
-    ):
-        searched = True
+    searched = job.id in cycle.missed or (
+        back_off_ends(job.preempt_failed_at, spec.priority, cycle.now, cycle.config.preempt_backoff)
+        is not None
+    )
     if searched:
         return WaitReason.NO_VICTIMS, (
             f"no room for {_gpus(gang.gpu)} GPUs, and no running job may give way to it "

@@ -10,12 +10,14 @@ releases or waiting-mode changes; the same back-off misses, wake-up, memo entrie
 hits — running only the victim searches the memo does not settle; or it says it cannot
 (None), and the phases run.
 
-What C0 must be (`remember`): the `CALDERA` policy, explaining nothing, no queue with time
-windows, no nominated preemptor with victims still to signal, nothing decided and no note.
+What C0 must be (`remember`): a cycle of a policy that remembers quiet cycles
+(`Policy.remembers_quiet_cycles`: `CALDERA`, whose phases the argument below reads),
+explaining nothing, no queue with time windows, no nominated preemptor with victims still to
+signal, nothing decided and no note.
 
 Why C1 then decides what C0 did, when `replay` answers:
 
-1. The memo's stamp holds (core/memo.py): the same free room, the same running, releasing
+1. The memo's stamp holds (core/shortcuts/memo.py): the same free room, the same running, releasing
    and nominated jobs (hence the same queue usage and victims), settings, queues and nodes;
    and the same waiting modes. The pending groups are the same, and each eligible group's
    first job without a nomination — its head — is the same job; later jobs of a group are
@@ -74,16 +76,17 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from caldera.core.allocate import nomination_stale
+from caldera.core.backoff import back_off_ends
 from caldera.core.config import PolicyConfig
 from caldera.core.context import CycleContext, Handover, starving_from
 from caldera.core.decisions import Decisions
 from caldera.core.eviction import SNAPSHOT_MEMOS, fits_on_free_room
 from caldera.core.jobindex import GroupKey
-from caldera.core.memo import FailedSearch, SearchKey, SearchMemo, Stamp
 from caldera.core.preempt import preempt
 from caldera.core.reclaim import reclaim
 from caldera.core.reservation import LARGE
 from caldera.core.room import TaskPlacement
+from caldera.core.shortcuts.memo import FailedSearch, SearchKey, SearchMemo, Stamp
 from caldera.core.snapshot import JobView, Snapshot, Throttle
 from caldera.core.throttle import may_throttle, waiting_mode_ends
 from caldera.model import CRITICAL_PRIORITY
@@ -283,12 +286,12 @@ def _back_off_checks(
             or (config.throttle and _would_throttle(snapshot, head, jobs))
         ):
             return None
-        failed_at = job.preempt_failed_at
-        if failed_at is not None and priority < CRITICAL_PRIORITY and now - failed_at < backoff:
+        ends = back_off_ends(job.preempt_failed_at, priority, now, backoff)
+        if ends is not None:
             # Backing off: the same in every phase it reaches (most heads of a backlog, every
             # quiet cycle), so one wake-up stands for all of them.
             if head.phases:
-                tally.wakeups.append(failed_at + backoff)
+                tally.wakeups.append(ends)
             continue
         if not _check_head(head, jobs, failed, config, now, tally):
             return None

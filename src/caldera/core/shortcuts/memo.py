@@ -46,7 +46,7 @@ with and without it (a property test runs workloads both ways and compares every
 Pure: the snapshot carries the last cycle's `SearchMemo` in, `Decisions.memo` carries the new
 one out, and the runtime hands it back with the next snapshot. It also carries the record of a
 cycle that decided nothing (`QuietCycle`), from which the next cycle may be answered without
-running the phases when nothing but time and pending arrivals changed (core/quiet.py).
+running the phases when nothing but time and pending arrivals changed (core/shortcuts/quiet.py).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from caldera.core.room import Room
 from caldera.model import Node, Queue
 
 if TYPE_CHECKING:
-    from caldera.core.quiet import QuietCycle
+    from caldera.core.shortcuts.quiet import QuietCycle
 
 __all__ = ["FailedSearch", "SearchKey", "SearchMemo", "Stamp"]
 
@@ -122,7 +122,7 @@ class SearchMemo:
     failed: Mapping[SearchKey, FailedSearch] = field(default_factory=lambda: MappingProxyType({}))
     hits: int = 0  # searches the cycle that made this memo skipped (for benchmarks, tests)
     # The cycle that made this memo decided nothing: what the next one needs to answer the
-    # same without running the phases (core/quiet.py); None when it did decide something.
+    # same without running the phases (core/shortcuts/quiet.py); None when it did decide something.
     quiet: QuietCycle | None = None
     replayed: bool = False  # the cycle that made it was answered from such a record
 
