@@ -89,43 +89,60 @@ class QueueShare:
 
 
 def water_fill(total: Vector, queues: Iterable[QueueShare]) -> None:
-    """Set every queue's `deserved` (BASELINES.md `volcano` point 2, proportion plugin)."""
-    pool = sorted(queues, key=lambda q: q.name)
-    remaining = list(total)
+    """Set every queue's `deserved` (BASELINES.md `volcano` point 2, proportion plugin).
+
+    Runs every cycle, so it is written out per resource, with each queue's weight,
+    capability and guarantee read once; the arithmetic is the same, in the same order."""
+    pool = [
+        (
+            q,
+            q.name,
+            max(q.queue.weight, 0),
+            vector(q.queue.capability, unset=float("inf")),
+            vector(q.queue.guarantee),
+        )
+        for q in sorted(queues, key=lambda q: q.name)
+    ]
+    r0, r1, r2 = total
     met: set[str] = set()
     for _ in range(_MAX_ROUNDS):
-        weight = sum(max(q.queue.weight, 0) for q in pool if q.name not in met)
+        weight = sum(w for _, name, w, _, _ in pool if name not in met)
         if weight <= 0:
             break
-        before = list(remaining)
-        increased = [0.0, 0.0, 0.0]
-        decreased = [0.0, 0.0, 0.0]
-        for q in pool:
-            if q.name in met:
+        b0, b1, b2 = r0, r1, r2  # what is left at the start of the round
+        up0 = up1 = up2 = down0 = down1 = down2 = 0.0
+        for q, name, w, (c0, c1, c2), (f0, f1, f2) in pool:
+            if name in met:
                 continue
-            old = list(q.deserved)
-            fraction = max(q.queue.weight, 0) / weight
-            capability = vector(q.queue.capability, unset=float("inf"))
-            guarantee = vector(q.queue.guarantee)
-            grown = [
-                min(d + r * fraction, c, want)
-                for d, r, c, want in zip(old, before, capability, q.request, strict=True)
-            ]
-            if all(want <= g + EPSILON for want, g in zip(q.request, grown, strict=True)):
-                met.add(q.name)  # it has all it asks for
-            elif all(abs(g - o) <= EPSILON for g, o in zip(grown, old, strict=True)):
-                met.add(q.name)  # its capability stops it
-            q.deserved = [max(g, floor) for g, floor in zip(grown, guarantee, strict=True)]
-            for i in range(3):
-                change = q.deserved[i] - old[i]
-                if change > 0:
-                    increased[i] += change
-                else:
-                    decreased[i] -= change
-        remaining = [
-            r - up + down for r, up, down in zip(remaining, increased, decreased, strict=True)
-        ]
-        if all(r <= EPSILON for r in remaining) or all(
-            abs(r - b) <= EPSILON for r, b in zip(remaining, before, strict=True)
+            o0, o1, o2 = q.deserved
+            w0, w1, w2 = q.request
+            fraction = w / weight
+            g0 = min(o0 + b0 * fraction, c0, w0)
+            g1 = min(o1 + b1 * fraction, c1, w1)
+            g2 = min(o2 + b2 * fraction, c2, w2)
+            if w0 <= g0 + EPSILON and w1 <= g1 + EPSILON and w2 <= g2 + EPSILON:
+                met.add(name)  # it has all it asks for
+            elif abs(g0 - o0) <= EPSILON and abs(g1 - o1) <= EPSILON and abs(g2 - o2) <= EPSILON:
+                met.add(name)  # its capability stops it
+            d0, d1, d2 = max(g0, f0), max(g1, f1), max(g2, f2)
+            q.deserved = [d0, d1, d2]
+            change = d0 - o0
+            if change > 0:
+                up0 += change
+            else:
+                down0 -= change
+            change = d1 - o1
+            if change > 0:
+                up1 += change
+            else:
+                down1 -= change
+            change = d2 - o2
+            if change > 0:
+                up2 += change
+            else:
+                down2 -= change
+        r0, r1, r2 = r0 - up0 + down0, r1 - up1 + down1, r2 - up2 + down2
+        if (r0 <= EPSILON and r1 <= EPSILON and r2 <= EPSILON) or (
+            abs(r0 - b0) <= EPSILON and abs(r1 - b1) <= EPSILON and abs(r2 - b2) <= EPSILON
         ):
             break

@@ -67,20 +67,29 @@ def volcano_allocate(cycle: CycleContext) -> None:
         # next again: keep its turn until a job changes its allocation.
         # A pending job whose shape found no room, or that its queue's deserved does not
         # allow, starves without a try (as `_allocate_job` would find): backlogs are long.
+        # Until a job is placed the share stays as it is: a shape it does not allow is
+        # looked at once (`refused`; a shape fixes the request per task).
         starving = session.starving
+        refused: set[int] = set()
         while jobs:
             job = jobs.pop()
             spec = job.spec
-            if job.state is not JobState.RUNNING and (
-                spec.shape in failed or not share.allows(spec.task_request)
-            ):
-                starving.setdefault((name, spec.priority), []).append(job)
-            elif _allocate_job(session, job, failed):
+            if job.state is not _RUNNING:
+                shape = spec.shape
+                if shape in failed or shape in refused:
+                    starving.setdefault((name, spec.priority), []).append(job)
+                    continue
+                if not share.allows(spec.task_request):
+                    refused.add(shape)
+                    starving.setdefault((name, spec.priority), []).append(job)
+                    continue
+            if _allocate_job(session, job, failed):
                 break
         if jobs:
             heapq.heappush(heap, (share.share, name))
 
 
+_RUNNING = JobState.RUNNING
 _RANK = attrgetter("spec.rank")
 """A pending job's rank orders it as `volcano_job_order` does: priority, submit time, id."""
 
