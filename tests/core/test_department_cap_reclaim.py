@@ -4,7 +4,7 @@ caps that bind). Only the department's own teams' victims free room under the de
 cap, so a team below its share takes from a sibling above its share when, and only when, that
 frees what its gang takes the department beyond its cap (core/reclaim.py, `_cap_enough`); a
 team's own victims free room under both caps, so they must free the larger excess
-(core/eviction.py, `over_capability`).
+(core/pools.py, `over_capability`).
 
 Each case: one node, every earlier job submitted at t = 0, 1, … and running past the case's
 end unless said otherwise; the preemptor arrives at 600 and starts after the 120 s grace

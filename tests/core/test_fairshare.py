@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from caldera.core.context import QueueUsage
 from caldera.core.fairshare import SAVE_EVERY, DecayedRecord, DecayedUsage, lending_key
+from caldera.core.usage import QueueUsage
 from caldera.model import Queue, Resources
 
 HOUR = 3600.0

@@ -1,6 +1,6 @@
 """The quick counts that skip victim searches (issue 12) must never skip one that could succeed.
 
-`victims.never_fits` and `placement.whole_slots` are optimistic counts: when they say "never",
+`domains.never_fits` and `placement.whole_slots` are optimistic counts: when they say "never",
 the full search must agree. Checked on the random worlds of the cycle properties, taking every
 running job that could ever be a victim as a candidate (the largest pool any phase builds).
 """
@@ -14,16 +14,11 @@ from test_cycle_properties import NOW, World, worlds
 
 from caldera.core import PolicyConfig, Snapshot
 from caldera.core.context import CycleContext
-from caldera.core.eviction import VictimPools
+from caldera.core.domains import never_fits
 from caldera.core.placement import place_job, whole_slots
-from caldera.core.victims import (
-    VictimIndex,
-    devices_held,
-    find_plan,
-    is_protected,
-    never_fits,
-    victim_units,
-)
+from caldera.core.plan_search import find_plan
+from caldera.core.pools import VictimPools
+from caldera.core.victims import VictimIndex, devices_held, is_protected, victim_units
 from caldera.model import GPU_MILLI, JobState
 
 

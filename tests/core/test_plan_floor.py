@@ -1,5 +1,5 @@
 """A victim search skips a domain only when every plan there costs more than the best plan
-found (`victims.PlanFloor`, issue 12): the plan it returns is the one the search without
+found (`plan_search.PlanFloor`, issue 12): the plan it returns is the one the search without
 skipping returns, whatever the candidates, the room and the leaves' non-evictable load."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from test_cycle_properties import World, worlds
 from test_never_fits import _candidates
 
 from builders import cluster, job, snapshot
-from caldera.core import CALDERA, run, victims
-from caldera.core.victims import PlanFloor, find_plan
+from caldera.core import CALDERA, plan_search, run
+from caldera.core.plan_search import PlanFloor, find_plan
 from caldera.model import JobState
 
 
@@ -24,7 +24,7 @@ def _search(world: World, job: Any, load: dict[int, int] | None, skip: bool) -> 
     snap = world.snapshot()
     index = _candidates(world, snap.config)
     searched = 0
-    real = victims._plan_in_domain
+    real = plan_search._plan_in_domain
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         nonlocal searched
@@ -32,7 +32,7 @@ def _search(world: World, job: Any, load: dict[int, int] | None, skip: bool) -> 
         return real(*args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(victims, "_plan_in_domain", counted)
+        patch.setattr(plan_search, "_plan_in_domain", counted)
         if not skip:
             patch.setattr(PlanFloor, "above", lambda self, cost: False)
         with snap.free_room.scratch() as room:
@@ -75,14 +75,14 @@ def test_a_critical_job_searches_only_the_leaves_that_could_hold_its_best_plan()
     jobs.append(job("serve2").critical().submitted(3000))
     snap = snapshot(nodes, jobs=jobs, now=3600)
     searched: list[int] = []
-    real = victims._plan_in_domain
+    real = plan_search._plan_in_domain
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         searched.append(1)
         return real(*args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(victims, "_plan_in_domain", counted)
+        patch.setattr(plan_search, "_plan_in_domain", counted)
         decided = run(snap, CALDERA)
         with_floors = len(searched)
         searched.clear()

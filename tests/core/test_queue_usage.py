@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from caldera.core.context import QueueUsage
+from caldera.core.usage import QueueUsage
 from caldera.model import Queue, Resources
 
 amounts = st.integers(0, 64_000)

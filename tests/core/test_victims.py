@@ -24,7 +24,7 @@ from builders import (
     snapshot,
 )
 from caldera.core import CALDERA, PolicyConfig, run
-from caldera.core.eviction import freed_by
+from caldera.core.pools import freed_by
 from caldera.core.victims import victim_units
 
 HOUR = 3600.0

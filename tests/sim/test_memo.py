@@ -174,9 +174,9 @@ def test_pools_shared_while_undecided_are_the_pools_built_afresh(
 ) -> None:
     """A victim pool (or a pool's candidate list) made while the cycle had decided nothing
     is taken by later phases of the cycle, and by the phases after a quiet check, while they
-    too decided nothing (eviction.VictimPools): every time one is taken here, the pool built
+    too decided nothing (pools.VictimPools): every time one is taken here, the pool built
     afresh at that point holds the same units in the same order."""
-    from caldera.core.eviction import VictimPools
+    from caldera.core.pools import VictimPools
     from caldera.core.victims import VictimIndex
 
     taken: list[object] = []

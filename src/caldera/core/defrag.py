@@ -28,8 +28,9 @@ from __future__ import annotations
 from caldera.core.context import CycleContext
 from caldera.core.packing import count_non_evictable, deferred, leaf_load
 from caldera.core.placement import place_job
+from caldera.core.plan_search import find_plan
 from caldera.core.snapshot import JobView
-from caldera.core.victims import Enough, Plan, Veto, VictimIndex, find_plan
+from caldera.core.victims import Enough, Plan, Veto, VictimIndex
 
 __all__ = ["packed_plan", "place_deferred"]
 

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from caldera.core.context import QueueUsage
+    from caldera.core.usage import QueueUsage
 
 __all__ = ["SAVE_EVERY", "DecayedRecord", "DecayedUsage", "lending_key"]
 

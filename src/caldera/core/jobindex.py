@@ -90,7 +90,7 @@ class JobIndex:
         self.victims: dict[str, dict[int, dict[str, JobView]]] = {}
         # The same, by node: queue -> base priority -> node -> GPU devices its tasks use (a
         # device shared by two tasks counts twice). What evicting all of them could free at
-        # most, for a quick "never, even then" before a victim search (core/victims.py).
+        # most, for a quick "never, even then" before a victim search (core/domains.py).
         self.victim_devices: dict[str, dict[int, dict[int, int]]] = {}
         self._devices_version = 0
         self._lower: dict[tuple[str, int], tuple[int, dict[int, int]]] = {}

@@ -14,16 +14,9 @@ from __future__ import annotations
 
 from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
-from caldera.core.eviction import (
-    VictimPools,
-    continue_nominations,
-    frees,
-    give_way,
-    hopeless,
-    over_capability,
-    search,
-)
+from caldera.core.eviction import continue_nominations, give_way, hopeless, search
 from caldera.core.jobindex import GroupKey
+from caldera.core.pools import VictimPools, frees, over_capability
 from caldera.core.reclaim import borrowers_first
 from caldera.core.snapshot import JobView
 from caldera.core.victims import Plan

@@ -32,7 +32,7 @@ cycle (a critical job placed in its own pass) may put its queue above its deserv
 its running jobs become borrowers to reclaim — or leave a starving job's queue unable to
 hold its reservation, whose room is then free (tests/sim/found/memo-*.yaml).
 
-Before a search is even built, a count can settle it in the same cycle: `victims.never_fits`
+Before a search is even built, a count can settle it in the same cycle: `domains.never_fits`
 counts the whole GPUs each node could have if every candidate were gone (from the job
 index's per-node device counts); when even that cannot hold the gang, no victim set can.
 

@@ -80,8 +80,9 @@ from caldera.core.backoff import back_off_ends
 from caldera.core.config import PolicyConfig
 from caldera.core.context import CycleContext, Handover, starving_from
 from caldera.core.decisions import Decisions
-from caldera.core.eviction import SNAPSHOT_MEMOS, fits_on_free_room
+from caldera.core.eviction import fits_on_free_room
 from caldera.core.jobindex import GroupKey
+from caldera.core.pools import SNAPSHOT_MEMOS
 from caldera.core.preempt import preempt
 from caldera.core.reclaim import reclaim
 from caldera.core.reservation import LARGE
