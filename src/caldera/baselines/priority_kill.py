@@ -375,24 +375,24 @@ def _victims_on_node(
     claims: _Claims, preemptor: JobView, node: int, candidates: Sequence[Pod]
 ) -> list[Pod] | None:
     """selectVictimsOnNode: the victims that let the pod fit on `node`, or None. The future
-    room is exactly as before when this returns."""
+    room is exactly as before when this returns: it is a cycle's working copy, so what
+    was given and taken here is rolled back from its journal (no checks to run again)."""
     room = claims.future.room
     spec = preemptor.spec
+    mark = room.mark()
     for job, index in candidates:
         room.give(job.placement[index])
     if fit_on_node(room, node, spec.gpu, spec.cpu, spec.memory) is None:
-        for job, index in candidates:
-            room.take(job.placement[index])
+        room.rollback(mark)
         return None
     victims: list[Pod] = []
     for pod in sorted(candidates, key=_importance):
-        task = pod[0].placement[pod[1]]
-        room.take(task)
+        step = room.mark()
+        room.take(pod[0].placement[pod[1]])
         if fit_on_node(room, node, spec.gpu, spec.cpu, spec.memory) is None:
-            room.give(task)
+            room.rollback(step)
             victims.append(pod)
-    for job, index in victims:
-        room.take(job.placement[index])
+    room.rollback(mark)
     return victims
 
 
