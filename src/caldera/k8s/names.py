@@ -32,6 +32,8 @@ from caldera.trainingjob_api import (
 __all__ = [
     "GROUP_NAME",
     "KUBE_SYSTEM",
+    "POLICY_NAME",
+    "REPORT_POLICY_NAME",
     "RESERVED_KEYS",
     "RESERVED_PREFIXES",
     "STATE_CONFIG_MAP",
@@ -80,6 +82,8 @@ RESERVED_KEYS = frozenset(
 )
 
 # -- objects -------------------------------------------------------------------------------
+POLICY_NAME = "caldera-trainingjobs"  # the ValidatingAdmissionPolicy on TrainingJob creates
+REPORT_POLICY_NAME = "caldera-pod-reports"  # the one on updates of caldera's pods
 STATE_CONFIG_MAP = "caldera-state"  # queue waiting modes (throttles), in the state namespace
 KUBE_SYSTEM = "kube-system"
 

@@ -34,7 +34,6 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from caldera.core import (
     Decisions,
@@ -60,8 +59,10 @@ from caldera.k8s.jobs import KubeJob, KubeTask
 from caldera.k8s.nodes import Blocked, NodeState, foreign_usage, read_nodes
 from caldera.k8s.podapply import apply_pod
 from caldera.k8s.pods import PodWatcher, claim_unlabelled
+from caldera.k8s.rekey import rekey
 from caldera.k8s.settings import KubeSettings
 from caldera.k8s.statemap import read_throttles
+from caldera.k8s.volcano_waits import VolcanoWaits
 from caldera.k8s.waiting import tell_waits
 from caldera.model import GPU_MILLI, JobState, Node, Queue, QueueState
 from caldera.policies import get_policy
@@ -72,8 +73,6 @@ from caldera.trainingjob_api import PLACEMENT
 __all__ = ["KubeRuntime", "KubeStats"]
 
 log = logging.getLogger("caldera.k8s")
-
-_QUEUE_RECHECK = 5.0  # seconds between reads of a Volcano Queue that refused a PodGroup
 
 
 @dataclass
@@ -145,9 +144,8 @@ class KubeRuntime:
         self.orphans: dict[tuple[str, str], TaskPlacement] = {}  # pods no job claims
         self._loaded = False
         # Queues whose Volcano Queue refused a PodGroup (missing or not Open): their jobs
-        # wait as in a Closed queue (running ones carry on) until it reads Open; queue →
-        # when to read it again.
-        self.volcano_waits: dict[str, float] = {}
+        # wait as in a Closed queue (running ones carry on) until it reads Open.
+        self.volcano_waits = VolcanoWaits()
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -177,7 +175,7 @@ class KubeRuntime:
         timer (`SchedulerLoop.next_due`: effective weights move with time), a Volcano queue to
         look at again. Nothing else wakes a quiet cluster's loop — not even node heartbeats,
         which change nothing the controller reads."""
-        times = [t for t in (self.loop.next_due(), *self.volcano_waits.values()) if t is not None]
+        times = [t for t in (self.loop.next_due(), *self.volcano_waits.times()) if t is not None]
         return min(times, default=None)
 
     # -- the loop's turn -------------------------------------------------------------------
@@ -277,29 +275,14 @@ class KubeRuntime:
     # -- Volcano's queues ------------------------------------------------------------------
 
     def queue_not_open(self, queue: str, why: str) -> None:
-        """Volcano refused a PodGroup of `queue`: it has no such Queue, or the Queue is not
-        Open (just created and not yet opened by vc-controller-manager, or closed by an
-        operator). Its pending jobs wait; the Queue is read again in a few seconds."""
-        if queue not in self.volcano_waits:
-            log.warning("queue %s: Volcano takes no PodGroups for it now; its jobs wait", queue)
-        self.volcano_waits[queue] = self.clock() + _QUEUE_RECHECK
+        """Volcano refused a PodGroup of `queue` (`caldera.k8s.volcano_waits`): its pending
+        jobs wait; the Queue is read again in a few seconds."""
+        self.volcano_waits.refused(queue, self.clock())
         self.cycle_needed = True
 
     def _recheck_volcano_queues(self, now: float) -> None:
-        for queue, when in list(self.volcano_waits.items()):
-            if now < when:
-                continue
-            try:
-                found = self.api.read_queue(queue)
-            except ClusterError as error:
-                log.warning("cannot read Volcano queue %s: %s", queue, error)
-                found = None
-            if found is not None and (found.get("status") or {}).get("state") == "Open":
-                log.info("queue %s: Volcano's Queue is Open; its jobs are planned again", queue)
-                del self.volcano_waits[queue]
-                self.cycle_needed = True
-            else:
-                self.volcano_waits[queue] = now + _QUEUE_RECHECK
+        if self.volcano_waits.recheck(self.api, now):
+            self.cycle_needed = True
 
     # -- jobs ------------------------------------------------------------------------------
 
@@ -419,30 +402,7 @@ class KubeRuntime:
         if old == state.nodes:
             self.node_state = state
             return
-        index = state.index
-
-        def moved(task: TaskPlacement) -> TaskPlacement | None:
-            node = index.get(old[task.node].name) if old else None
-            return replace(task, node=node) if node is not None else None
-
-        broken: list[KubeJob] = []
-        for job in self.jobs.values():
-            for task in job.tasks:
-                placement = moved(task.placement)
-                if placement is None:
-                    # Its node is gone: so is the pod, whatever the API still shows.
-                    task.done, task.exit_code = True, None
-                    broken.append(job)
-                else:
-                    task.placement = placement
-            if job.nomination is not None:
-                job.nomination = _renominate(job, moved)
-            job.touch()
-        self.orphans = {
-            key: placement
-            for key, task in self.orphans.items()
-            if (placement := moved(task)) is not None
-        }
+        broken, self.orphans = rekey(self.jobs.values(), self.orphans, old, state.index)
         self.node_state = state
         self.room = Room(state.nodes)
         self.actuator.room = self.room
@@ -532,20 +492,3 @@ class KubeRuntime:
         self, job: KubeJob | None, key: tuple[str, str], grace: int, purpose: Purpose
     ) -> None:
         self.actuator.remove(job, key[0], key[1], grace, purpose)
-
-
-def _renominate(job: KubeJob, moved: Callable[[TaskPlacement], TaskPlacement | None]) -> Any:
-    """The job's reservation with its placements re-keyed; None when a node it names is gone
-    (the cycle then plans again from what exists)."""
-    nomination = job.nomination
-    assert nomination is not None
-    placement = [moved(t) for t in nomination.placement]
-    if any(t is None for t in placement):
-        return None
-    pending = []
-    for victim in nomination.pending:
-        tasks = [moved(t) for t in victim.tasks]
-        if any(t is None for t in tasks):
-            return None
-        pending.append(replace(victim, tasks=tuple(t for t in tasks if t)))
-    return replace(nomination, placement=tuple(t for t in placement if t), pending=tuple(pending))
