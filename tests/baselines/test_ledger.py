@@ -9,16 +9,19 @@ queues that run dry — every cycle of every baseline checked.
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 from hypothesis import given, settings
 from test_baseline_properties import scenarios
 
+import builders
 from caldera.baselines import ledger as ledger_module
 from caldera.baselines.common import missing_tasks
-from caldera.baselines.ledger import ledger_for
+from caldera.baselines.ledger import RunningLedger, ledger_for
 from caldera.baselines.volcano.victims import preempt_rule, reclaim_rule
 from caldera.core.context import CycleContext
+from caldera.core.jobindex import JobIndex
 from caldera.core.room import Room
 from caldera.core.victims import is_protected
 from caldera.model import JobState
@@ -142,3 +145,56 @@ def test_the_baselines_decide_the_same_with_a_ledger_kept_or_rebuilt(data: dict[
     for policy in POLICIES:
         kept = _run(data, policy, lambda cycle: None)
         assert _run(data, policy, _forget_ledger) == kept, policy
+
+
+def _fresh_is(ledger: RunningLedger, snap: SimpleNamespace) -> None:
+    """The ledger counts what one built afresh from the index counts, the very same views."""
+    fresh = RunningLedger(0, snap.nodes)
+    fresh.sync(snap)  # type: ignore[arg-type]
+    running = snap.job_index.by_state[JobState.RUNNING]
+    assert ledger.views.keys() == running.keys()
+    assert all(ledger.views[key] is view for key, view in running.items())
+    assert ledger.held == fresh.held
+    assert ledger.missing.keys() == fresh.missing.keys()
+    assert {n: set(d) for n, d in ledger.on_node.items() if d} == {
+        n: set(d) for n, d in fresh.on_node.items() if d
+    }
+    assert ledger.room.fingerprint() == fresh.room.fingerprint()
+
+
+def test_the_ledger_follows_the_index_however_its_running_jobs_move() -> None:
+    """`sync` walks the index's running jobs in order beside the last sync's: a job gone from
+    the middle, a job put again as a new view, one put again as the very same view (it
+    moves to the end: sets are compared then), more changes than the walk takes on — after
+    each, the ledger is what a fresh one counts."""
+    nodes = builders.cluster().group("n", count=16).build()
+    views = [
+        builders.job(f"j{i}").running().on(i % 16, devices=[i // 16]).view(nodes)
+        for i in range(100)
+    ]
+    index = JobIndex(views)
+    snap = SimpleNamespace(queues={}, job_index=index, nodes=nodes)
+    ledger = RunningLedger(index.token, nodes)
+    ledger.sync(snap)  # type: ignore[arg-type]
+    _fresh_is(ledger, snap)
+
+    index.drop("j3")
+    index.drop("j40")
+    index.put(replace(views[5]))  # a new view of j5, equal in every field
+    ledger.sync(snap)  # type: ignore[arg-type]
+    _fresh_is(ledger, snap)
+
+    index.put(views[7])  # the same view again: it moves to the end, the version stays
+    index.drop("j8")
+    ledger.sync(snap)  # type: ignore[arg-type]
+    _fresh_is(ledger, snap)
+
+    for i in range(10, 90):
+        index.drop(f"j{i}")
+    ledger.sync(snap)  # type: ignore[arg-type]
+    _fresh_is(ledger, snap)
+
+    index.put(views[50])
+    index.put(views[60])
+    ledger.sync(snap)  # type: ignore[arg-type]
+    _fresh_is(ledger, snap)
