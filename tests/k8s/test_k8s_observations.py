@@ -1,0 +1,90 @@
+"""What a runtime reads is said, then applied (issue 35): the pod watcher yields typed
+observations and changes nothing itself; the fractional-GPU rule is one rule that the
+model, the request path and the TrainingJob reader all ask."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from k8s_support import NAMESPACE, SETTINGS, World, training_job
+
+from caldera.errors import RecordError
+from caldera.k8s import read_training_job
+from caldera.k8s.podfacts import TaskEnded, TasksEnded
+from caldera.model import JobSpec, JobType, Queue
+from caldera.model.jobs import breaks_fractional_gpu_rule
+from caldera.runtime.requests import resolve_tasks
+
+# (milli-GPUs per task, tasks): whether the request breaks the rule
+CASES = [
+    (500, 1, False),
+    (500, 2, True),
+    (250, 4, True),
+    (999, 3, True),
+    (1000, 2, False),
+    (2000, 4, False),
+    (0, 3, False),
+]
+
+
+@pytest.mark.parametrize(("gpu", "tasks", "breaks"), CASES)
+def test_the_fractional_gpu_rule_is_asked_the_same_everywhere(
+    gpu: int, tasks: int, breaks: bool
+) -> None:
+    """Before, the rule was written out in each of the three places below."""
+    assert breaks_fractional_gpu_rule(gpu, tasks) is breaks
+    # The model: a JobSpec that breaks it cannot be made.
+    if breaks:
+        with pytest.raises(ValueError, match="fractional GPUs are allowed only for single-task"):
+            JobSpec(
+                id="j", name="j", queue="q", type=JobType.NORMAL, submit=0.0, tasks=tasks, gpu=gpu
+            )
+    else:
+        JobSpec(id="j", name="j", queue="q", type=JobType.NORMAL, submit=0.0, tasks=tasks, gpu=gpu)
+    # The request path of scenarios and REST submissions: one problem, in its words.
+    _, problems = resolve_tasks(tasks, gpu / 1000)
+    fractional = [p for p in problems if p.startswith("fractional gpus need tasks: 1")]
+    assert bool(fractional) is breaks, problems
+    # The TrainingJob reader: one line, in its words.
+    obj = {
+        "metadata": {"name": "j", "namespace": NAMESPACE, "uid": "u"},
+        "spec": training_job(tasks=tasks, gpus=gpu / 1000),
+    }
+    queues = {"team": Queue("team")}
+    if breaks:
+        with pytest.raises(RecordError, match="fractional gpus are allowed only for a single"):
+            read_training_job(obj, SETTINGS, queues, 0.0)
+    else:
+        assert read_training_job(obj, SETTINGS, queues, 0.0).spec.gpu == gpu
+
+
+def test_the_pod_watcher_says_what_it_saw_and_changes_nothing() -> None:
+    """A running task's pod vanishes (its node lost): the watcher says so — the task ended
+    unseen, then the job's tasks ended — and the job is untouched until the runtime applies
+    it. Before, the watcher marked the task done and settled the job itself."""
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("job", tasks=1, gpus=8)
+    world.step(1)
+    world.run_until("job", "Running")
+    world.step(120)  # past the moment a just-created pod may still be unseen
+    runtime = world.rt
+    job = runtime.jobs[f"{NAMESPACE}/job"]
+    task = job.tasks[0]
+    del world.cluster.pods[(NAMESPACE, task.pod)]
+    pods = [p for ns in runtime.settings.namespaces for p in runtime.reads.pods(ns)]
+    seen = list(runtime.pods.observe(pods, world.cluster.clock()))
+    assert seen == [
+        TaskEnded(job, task, (NAMESPACE, task.pod), None, False),
+        TasksEnded(job, ()),
+    ]
+    for observation in seen:
+        assert dataclasses.is_dataclass(observation)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            observation.job = job  # type: ignore[misc]
+    assert not task.done and job.state.value == "Running"  # nothing applied yet
+    attempts = job.attempts
+    world.step()  # the runtime reads and applies it: the gang is requeued and started again
+    assert task.done and task.exit_code is None
+    assert job.attempts == attempts + 1
+    assert world.events("job")[-2:] == ["Requeued", "Started"]
