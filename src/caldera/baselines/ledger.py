@@ -294,8 +294,10 @@ class RunningLedger:
 
     def leaving(self, snapshot: Snapshot, gone: set[str]) -> list[TaskPlacement]:
         """Tasks whose room is on its way to being free: tasks inside their grace period, and
-        the running tasks of the jobs in `gone` (evicted whole earlier in the cycle)."""
-        tasks = [t for job in snapshot.in_state(JobState.RELEASING) for t in job.releasing]
+        the running tasks of the jobs in `gone` (evicted whole earlier in the cycle). Jobs
+        that ended while tasks of theirs were still being released stay in the index, in
+        their final state, until those are gone: their tasks count too."""
+        tasks = [t for state in _LEAVING for job in snapshot.in_state(state) for t in job.releasing]
         for job in self.releasing.values():
             tasks.extend(job.releasing)
         for job_id in gone:
@@ -323,6 +325,9 @@ class RunningLedger:
         if scratch is not None:
             scratch.__exit__(None, None, None)
 
+
+_LEAVING = tuple(s for s in JobState if s not in (JobState.PENDING, JobState.RUNNING))
+"""States whose jobs' releasing tasks the snapshot lists (running jobs' are kept here)."""
 
 _MAX_CHANGES = 64
 """Differences `RunningLedger._changes` walks to before it compares sets instead (each one

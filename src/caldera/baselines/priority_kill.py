@@ -64,7 +64,7 @@ from caldera.core.enqueue import enqueue
 from caldera.core.placement import fit_on_node, place_job
 from caldera.core.policy import Policy
 from caldera.core.snapshot import JobView
-from caldera.model import JobState
+from caldera.model import JobSpec, JobState, Resources
 
 __all__ = ["PRIORITY_KILL", "pk_allocate", "pk_close", "pk_preempt"]
 
@@ -166,6 +166,21 @@ def pk_allocate(cycle: CycleContext) -> None:
     cannot_hold = session.cannot_hold
     for job in sorted(pending_work(cycle), key=_RANK):
         spec = job.spec
+        shape = spec.shape
+        if (
+            job.state is not _RUNNING
+            and shape in failed
+            and (shape in cannot_hold or (session.future is not None and session.future.shared))
+        ):
+            # No room for its shape, none coming: it waits with all its pods, as the
+            # steps below find (a ResourceQuota aside).
+            usage = usages.get(spec.queue)
+            if usage is None:
+                continue
+            if usage.queue.capability is None:
+                waiting.append((job, spec.tasks))
+                unplaced.append(job)
+                continue
         usage = usages.get(spec.queue)
         if usage is None:
             continue
@@ -207,6 +222,7 @@ def pk_allocate(cycle: CycleContext) -> None:
                 unplaced.append(job)
 
 
+_RUNNING = JobState.RUNNING
 _RANK = attrgetter("spec.rank")
 """PK1's order: a job's rank (priority, then submit time, then id)."""
 
@@ -430,6 +446,8 @@ def _pick_node(
             or free.memory + sum(job.spec.memory for job, _ in candidates) < spec.memory
         ):
             continue
+        if best is not None and _cannot_beat(best[0], spec, free, candidates):
+            continue
         victims = _victims_on_node(claims, preemptor, node, candidates)
         if not victims:
             continue
@@ -437,6 +455,30 @@ def _pick_node(
         if best is None or score < best[0]:
             best = (score, node, victims)
     return None if best is None else (best[1], best[2])
+
+
+def _cannot_beat(
+    best: tuple[int, int, int, float, int], spec: JobSpec, free: Resources, candidates: list[Pod]
+) -> bool:
+    """Would this node's victims score worse than `best`, whichever they are? Each victim
+    frees at most its pod's request and none is below the lowest candidate priority, so
+    the pod needs at least `need` of them (what is missing over what one pod frees, per
+    resource; a pod fits only where that much is free, `fit_on_node`): the score is at
+    least (lowest, need x lowest, need, …). Skipping such a node changes no choice."""
+    low = min(job.spec.priority for job, _ in candidates)
+    if low < 0:
+        return False
+    need = 1
+    for missing, most in (
+        (spec.gpu - free.gpu, max(job.spec.gpu for job, _ in candidates)),
+        (spec.cpu - free.cpu, max(job.spec.cpu for job, _ in candidates)),
+        (spec.memory - free.memory, max(job.spec.memory for job, _ in candidates)),
+    ):
+        if missing > 0:
+            if most <= 0:
+                return False  # cannot be met at all: left to the full check
+            need = max(need, -(-missing // most))
+    return (low, need * low, need) > best[:3]
 
 
 PRIORITY_KILL = Policy(
