@@ -198,3 +198,59 @@ def test_the_ledger_follows_the_index_however_its_running_jobs_move() -> None:
     index.put(views[60])
     ledger.sync(snap)  # type: ignore[arg-type]
     _fresh_is(ledger, snap)
+
+
+def test_tasks_of_a_job_that_ended_while_they_were_released_are_leaving() -> None:
+    """A large elastic job succeeds while one of its tasks is inside its grace period: the
+    job stays in the index as Succeeded until that task is gone, and its room is on its way
+    to being free like any releasing task's (found by the property above)."""
+
+    def crit(name: str, submit: int, cancel: int) -> dict[str, Any]:
+        return {
+            "name": name,
+            "queue": "a",
+            "type": "critical",
+            "submit": submit,
+            "duration": 60,
+            "tasks": 1,
+            "gpus_per_task": 0.5,
+            "checkpoint_interval": 600,
+            "cancel_at": cancel,
+            "gpu_model": "H100",
+        }
+
+    data = {
+        "cluster": {
+            "nodes": [
+                {
+                    "prefix": "n",
+                    "count": 2,
+                    "gpus": 8,
+                    "gpu_model": "H100",
+                    "nvlink_island": 4,
+                    "nodes_per_tier1": 2,
+                }
+            ]
+        },
+        "queues": [{"name": q, "weight": 1, "reclaimable": False} for q in ("a", "b", "c")],
+        "jobs": [
+            crit("j0", 0, 0),
+            crit("j1", 0, 0),
+            crit("j2", 283, 284),
+            {
+                "name": "j3",
+                "queue": "a",
+                "type": "large-job",
+                "submit": 0,
+                "duration": 310,
+                "tasks": 2,
+                "gpus_per_task": 8,
+                "checkpoint_interval": 600,
+                "min_available": 1,
+                "gpu_model": "H100",
+            },
+        ],
+        "until": 43200,
+    }
+    for policy in POLICIES:
+        _run(data, policy, _check_ledger)
