@@ -46,3 +46,14 @@ def test_the_cycle_asks_the_policy_not_which_policy_it_is() -> None:
     assert identity == []
     attributes = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     assert "remembers_quiet_cycles" in attributes
+
+
+def test_no_module_of_the_core_is_over_500_lines() -> None:
+    """Each module of the core does one thing a reader can hold at once (issue 35): the
+    victim search, give_way and the cycle context were split by what they do to stay under."""
+    long = {
+        path.relative_to(CORE).as_posix(): lines
+        for path in CORE.rglob("*.py")
+        if (lines := len(path.read_text().splitlines())) > 500
+    }
+    assert long == {}

@@ -151,16 +151,18 @@ def test_searches_of_a_quiet_check_that_found_a_plan_are_handed_to_the_phases(
     """When the quiet check's own search finds a plan, the phases run, and take that check's
     search answers instead of searching again (core/shortcuts/quiet.py, 5): taken at least once
     here, and every such cycle decides what it decides without a record (`ReplayChecked`)."""
-    taken: list[str] = []
-    original = CycleContext.known_search
+    from caldera.core.shortcuts.searches import SearchCache
 
-    def counted(self: CycleContext, job: Any, units: int) -> Any:
-        answer = original(self, job, units)
+    taken: list[str] = []
+    original = SearchCache.known_search
+
+    def counted(self: SearchCache, job: Any, units: int, undecided: bool) -> Any:
+        answer = original(self, job, units, undecided)
         if answer[0]:
             taken.append(job.id)
         return answer
 
-    monkeypatch.setattr(CycleContext, "known_search", counted)
+    monkeypatch.setattr(SearchCache, "known_search", counted)
     burst = {"kind": "burst", "seed": 5, "jobs": 50, "nodes": 3}
     data = {"workload": {"generators": [burst]}}
     cached, _, _ = _simulate(data, memoize=True)
@@ -231,7 +233,7 @@ def test_a_start_in_the_cycle_unsettles_failed_searches() -> None:
     pass, its queue can no longer hold a starving large job's reservation within its
     capability, and the room reserved for that job is free: the search now finds a plan. A
     cycle that has decided something takes no answer from the memo
-    (`CycleContext.known_failure`)."""
+    (`SearchCache.known_failure`)."""
     import yaml
 
     path = Path(__file__).resolve().parent / "found" / "memo-start-frees-reservation.yaml"
@@ -252,7 +254,7 @@ def test_a_search_a_veto_made_order_dependent_is_not_settled() -> None:
     fails because the floor veto turns away a unit once earlier units of its queue took the
     queue down to its share; later, with nothing else changed, the candidates' order has moved
     (lost work, weights) and the same search finds a plan. Such a failure is not settled
-    (`CycleContext.order_mattered`)."""
+    (`SearchCache.order_mattered`)."""
     import yaml
 
     path = Path(__file__).resolve().parent / "found" / "memo-veto-order.yaml"
@@ -271,8 +273,8 @@ def test_a_quiet_check_stops_searching_once_it_found_a_plan(
     the searches before that decision (core/shortcuts/quiet.py, 5): the check runs none after
     it. (This workload's checks ran 117 searches after a plan before they stopped there.)"""
     from caldera.core import preempt, reclaim
-    from caldera.core.context import Handover
     from caldera.core.shortcuts import quiet
+    from caldera.core.shortcuts.searches import Handover
 
     seen = {"in a check": False, "after a decision": 0, "handed over": 0}
     for module in (preempt, reclaim):
@@ -306,7 +308,7 @@ def test_a_window_edge_unsettles_failed_searches() -> None:
     """The case hypothesis found (tests/sim/found/memo-window-reservation.yaml): a queue's
     window closes, its starving large job is held and the room reserved for it is free, so a
     search the memo held as failed now finds a plan. Failed searches last no longer than the
-    next window edge (CycleContext.record_failure)."""
+    next window edge (SearchCache.record_failure)."""
     import yaml
 
     path = Path(__file__).resolve().parent / "found" / "memo-window-reservation.yaml"

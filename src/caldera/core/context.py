@@ -7,15 +7,18 @@ Pending jobs travel through the phases as groups of one queue, priority and shap
 could not place (`waiting`, each from the first job that did not fit), preempt and reclaim
 work through those. `eligible` flattens them for policies that go job by job; such policies
 keep their own list of jobs they could not place in `unplaced`.
+
+Held apart from it, by concern: each queue's quotas and holdings (`usage`, one `QueueUsage`
+per queue, core/usage.py) and the search cache (`searches`, core/shortcuts/searches.py: the
+victim searches the cycle need not run, which decides nothing). What stays here is what the
+cycle decided and the working room those decisions took.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from types import MappingProxyType
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TypeVar, cast
 
 from caldera.core.config import PolicyConfig
 from caldera.core.decisions import (
@@ -32,50 +35,18 @@ from caldera.core.decisions import (
 )
 from caldera.core.jobindex import GroupKey
 from caldera.core.room import Room, TaskPlacement
-from caldera.core.shortcuts.memo import FailedSearch, SearchKey, SearchMemo, Stamp
+from caldera.core.shortcuts.searches import Handover, SearchCache
 from caldera.core.snapshot import JobView, PendingVictim, Snapshot
+from caldera.core.usage import NOTHING, QueueUsage
 from caldera.model import (
     CRITICAL_PRIORITY,
     GPU_MILLI,
-    JobSpec,
     JobState,
-    JobType,
     Resources,
     deserved_shares,
 )
 
-if TYPE_CHECKING:
-    from caldera.core.victims import Plan
-
-from caldera.core.usage import NOTHING, QueueUsage
-
-__all__ = [
-    "DEADLINE_WAKES",
-    "CycleContext",
-    "Handover",
-    "KnownSearch",
-    "PendingGroup",
-]
-
-DEADLINE_WAKES = "deadline wakes"
-"""The cycle memo of reclaim's wake-ups at a preemptor's SLO end: job id -> time
-(reclaim._wake_when_slo_runs_out), kept with a failed search (`FailedSearch.wake`)."""
-
-KnownSearch = tuple[str, int, "Plan | None", bool]
-"""A victim search already run on a cycle's state: (preemptor, its pool's units, the plan,
-whether a failure may depend on the candidates' order: `CycleContext.order_mattered`)."""
-
-
-@dataclass(frozen=True)
-class Handover:
-    """What a quiet check that found a plan hands to the phases, which then run on the same
-    snapshot (core/shortcuts/quiet.py, 5): its victim searches, in order, and its per-cycle values
-    that are functions of the snapshot alone (`memo`, by name: each running job's weight
-    and victim units at the cycle's time)."""
-
-    searches: list[KnownSearch]
-    memo: Mapping[str, object]
-
+__all__ = ["CycleContext", "PendingGroup"]
 
 T = TypeVar("T")
 
@@ -92,18 +63,6 @@ def pending_tasks(victim: JobView, pending: PendingVictim) -> int:
         return len(victim.placement)
     wanted = set(pending.tasks)
     return sum(1 for task in victim.placement if task in wanted)
-
-
-_LARGE_TYPE = JobType.LARGE.value  # an enum's `.value` is a Python-level property
-
-
-def starving_from(spec: JobSpec, config: PolicyConfig) -> float | None:
-    """When a large job starts to starve: a quarter of its start SLO after its submission
-    (core/reservation.py). None: never (not a large job, or no SLO)."""
-    if spec.type is not JobType.LARGE:
-        return None
-    slo = config.slo.get(_LARGE_TYPE)
-    return None if slo is None else spec.submit + slo / 4
 
 
 def _default_deserved(snapshot: Snapshot) -> dict[str, Resources]:
@@ -151,25 +110,11 @@ class CycleContext:
     # (what a record of a quiet cycle needs, core/shortcuts/quiet.py).
     reached: dict[str, list[str]]
     notes: list[str]
-    # The victim searches a quiet check ran on this same state before the phases, in order
-    # (core/shortcuts/quiet.py, 5): the phases take their answers instead of searching again, while
-    # the cycle has decided nothing. `search_log`: where a quiet check keeps its own.
-    known_searches: list[KnownSearch]
-    search_log: list[KnownSearch] | None
-    # A quiet check's searches (core/shortcuts/quiet.py, 5): once one decides something, the phases
-    # run instead and take only the searches before it, so give_way stops there.
-    until_decided: bool
-    # A search since the flag was last cleared failed only after a veto turned a candidate
-    # away for what earlier candidates of its queue took: the candidates' order, which time
-    # alone changes (their lost work and weights), may decide it, so its failure is not
-    # settled in the memo (give_way clears and reads it around each planner call).
-    order_mattered: bool
+    # The victim searches the cycle need not run: the memo's failed ones, a quiet check's
+    # answers (core/shortcuts/searches.py). Decides nothing.
+    searches: SearchCache
     _memo: dict[str, object]
     _usage_memo: dict[str, tuple[int, object]]
-    # Failed victim searches still settled (core/shortcuts/memo.py), and the state they hold for.
-    stamp: Stamp
-    failed: dict[SearchKey, FailedSearch]
-    memo_hits: int
     # Bumped whenever a queue's usage changes (a start, an eviction, a promise): answers that
     # depend only on the usages can be kept until then.
     usage_generation: int
@@ -201,13 +146,8 @@ class CycleContext:
         self.wakeups = []
         self.reached = {}
         self.notes = []
-        self.known_searches = []
-        self.search_log = None
-        self.until_decided = False
-        self.order_mattered = False
         self._memo = {}
         self._usage_memo = {}
-        self.memo_hits = 0
         self.usage_generation = 0
         self._budget = self._whole_budget()
         self.jobs = snapshot.by_id
@@ -246,51 +186,22 @@ class CycleContext:
                     for victim in job.nomination.victims
                     if (v := self.jobs.get(victim)) is not None and v.spec.queue == job.spec.queue
                 )
-        self.stamp = Stamp.of(
-            snapshot.free_room,
-            snapshot.job_index,
-            snapshot.config,
-            snapshot.queues,
-            snapshot.nodes,
-        )
-        memo = snapshot.memo
-        self.failed = {}
-        if memo is not None and memo.stamp.holds_for(self.stamp):
-            now = snapshot.now
-            self.failed = {key: f for key, f in memo.failed.items() if now < f.until}
+        self.searches = SearchCache(snapshot)
 
     @property
     def undecided(self) -> bool:
         """Nothing started, signalled or nominated yet: the state the cycle began with."""
         return not (self.starts or self.evictions or self.nominations)
 
-    def known_search(self, job: JobView, units: int) -> tuple[bool, Plan | None, bool]:
-        """(True, its plan, whether the order mattered) when this search is the next a quiet
-        check ran on this state."""
-        known = self.known_searches
-        if not known or not self.undecided:
-            return False, None, False
-        preemptor, size, plan, order_mattered = known[0]
-        if preemptor != job.id or size != units:  # not the same search: forget them all
-            known.clear()
-            return False, None, False
-        del known[0]
-        return True, plan, order_mattered
-
-    def log_search(self, job: JobView, units: int, plan: Plan | None, order: bool) -> None:
-        """Keep a search run while the cycle has decided nothing (for `known_searches`)."""
-        if self.search_log is not None and self.undecided:
-            self.search_log.append((job.id, units, plan, order))
-
     def hand_over(self, names: tuple[str, ...]) -> Handover:
         """This cycle's searches so far and its memos `names` (those it has), for the phases
         of a cycle on the same snapshot."""
         memo = {name: self._memo[name] for name in names if name in self._memo}
-        return Handover(list(self.search_log or ()), memo)
+        return Handover(list(self.searches.log or ()), memo)
 
     def take_over(self, handover: Handover) -> None:
         """Start from what a quiet check on the same snapshot found (`hand_over`)."""
-        self.known_searches = list(handover.searches)
+        self.searches.known = list(handover.searches)
         self._memo.update(handover.memo)
 
     def memo(self, name: str, build: Callable[[], T]) -> T:
@@ -456,67 +367,6 @@ class CycleContext:
             held.append(part)
         return held
 
-    def known_failure(self, key: SearchKey, head: JobView) -> bool:
-        """Did this search fail in an earlier cycle, with nothing since that could change
-        its answer (core/shortcuts/memo.py)? Never once this cycle has decided something: a start
-        before the search may have freed reserved room or put a queue above its share."""
-        if not self.undecided:
-            return False
-        failed = self.failed.get(key)
-        if failed is not None and failed.head == head.id and self.now < failed.until:
-            self.memo_hits += 1
-            if failed.wake is not None and failed.wake > self.now:
-                self.wakeups.append(failed.wake)
-            return True
-        return False
-
-    def record_failure(self, key: SearchKey, head: JobView) -> None:
-        """Remember a failed search until time could loosen its rules (core/shortcuts/
-        memo.py, 4)."""
-        until = min(
-            self.memo("cooldowns_end", self._next_cooldown_end),
-            self.memo("window_edge", self._next_window_edge),
-        )
-        spec = head.spec
-        if spec.priority >= CRITICAL_PRIORITY:
-            slo = self.config.slo.get(spec.type.value)
-            if slo is not None and spec.submit + slo >= self.now:
-                until = min(until, spec.submit + slo)
-        else:
-            # Its SLO running out: reclaim no longer waits for borrowers at the ceiling.
-            slo = self.config.slo.get(spec.type.value)
-            if slo is not None and spec.submit + slo >= self.now:
-                until = min(until, math.nextafter(spec.submit + slo, math.inf))
-            if self.config.lossy_patience > 0:
-                ends = spec.submit + self.config.lossy_patience
-                if ends > self.now:
-                    until = min(until, ends)
-        starves = starving_from(spec, self.config)  # then it searches with its reserved room
-        if starves is not None and starves > self.now:
-            until = min(until, starves)
-        if until > self.now:
-            wakes: dict[str, float] = self.memo(DEADLINE_WAKES, dict)
-            wake = wakes.get(head.id) if key[0] == "reclaim" else None
-            self.failed[key] = FailedSearch(head.id, until, wake)
-
-    def _next_cooldown_end(self) -> float:
-        """When the next running job leaves its cooldown and may be a victim again."""
-        return self.snapshot.job_index.next_cooldown_end(self.config.cooldown, self.now)
-
-    def _next_window_edge(self) -> float:
-        """When some queue's time window next opens or closes. A window that closes takes
-        its queue's pending jobs out of the cycle — with the room a starving one of them had
-        reserved (reservation.py) — and that room may let a waiting group's search succeed
-        with nothing else changed (the memo property found it: a large job's plan appeared
-        at the edge, still memoised as failed)."""
-        offset = self.config.week_offset
-        edges = [
-            edge - offset
-            for queue in self.snapshot.queues.values()
-            if (edge := queue.next_window_edge(self.now + offset)) is not None
-        ]
-        return min(edges, default=math.inf)
-
     def decisions(self) -> Decisions:
         wakeups = [t for t in self.wakeups if t > self.now]
         return Decisions(
@@ -529,5 +379,5 @@ class CycleContext:
             preempt_misses=tuple(sorted(self.missed - self.blocked.keys() - self.started)),
             wakeup=min(wakeups) if wakeups else None,
             notes=tuple(self.notes),
-            memo=SearchMemo(self.stamp, MappingProxyType(self.failed), self.memo_hits),
+            memo=self.searches.memo(),
         )

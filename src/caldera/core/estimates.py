@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 
 from caldera.core.config import PolicyConfig
 from caldera.core.views import JobView
-from caldera.model import JobSpec
+from caldera.model import JobSpec, JobType
 
 __all__ = [
     "MIN_SAMPLES",
@@ -34,6 +34,7 @@ __all__ = [
     "chance_to_end",
     "expected_end",
     "slo_deadline",
+    "starving_from",
 ]
 
 EstimateKey = tuple[str, str]
@@ -153,3 +154,15 @@ def slo_deadline(spec: JobSpec, config: PolicyConfig) -> float | None:
     """When a job's start SLO runs out (None: its type has none)."""
     slo = config.slo.get(spec.type.value)
     return None if slo is None else spec.submit + slo
+
+
+_LARGE_TYPE = JobType.LARGE.value  # an enum's `.value` is a Python-level property
+
+
+def starving_from(spec: JobSpec, config: PolicyConfig) -> float | None:
+    """When a large job starts to starve: a quarter of its start SLO after its submission
+    (core/reservation.py). None: never (not a large job, or no SLO)."""
+    if spec.type is not JobType.LARGE:
+        return None
+    slo = config.slo.get(_LARGE_TYPE)
+    return None if slo is None else spec.submit + slo / 4

@@ -26,6 +26,7 @@ from caldera.core.placement import place_job
 from caldera.core.plan_search import find_plan
 from caldera.core.pools import VictimPools
 from caldera.core.room import TaskPlacement
+from caldera.core.shortcuts.searches import DEADLINE_WAKES
 from caldera.core.snapshot import JobView, Nomination, PendingVictim
 from caldera.core.timing import next_signal, signal_times
 from caldera.core.victims import (
@@ -113,12 +114,13 @@ def give_way(
     ahead = 0
     pools: VictimPools | None = None  # made at the first search: most heads back off
     started, blocked, usage, wakeups = cycle.started, cycle.blocked, cycle.usage, cycle.wakeups
+    searches = cycle.searches
     now, backoff = cycle.now, cycle.config.preempt_backoff
     count = len(heads)
     while ahead < count or later:
         if cycle.evicted_gpu > 0 and cycle.eviction_budget <= 0:
             break
-        if cycle.until_decided and not cycle.undecided:
+        if searches.until_decided and not cycle.undecided:
             break  # a quiet check that found a plan: the phases take over (core/shortcuts/quiet.py)
         if later and (ahead == count or later[0] < heads[ahead]):
             _, number, position = heapq.heappop(later)
@@ -153,16 +155,16 @@ def give_way(
         if reserved and _start_on_free_room(cycle, job):
             continue
         key = (phase, group[0])
-        if cycle.known_failure(key, job):
+        if searches.known_failure(key, job, cycle.undecided, wakeups):
             plan = None  # failed before, and nothing since could change the answer (memo.py)
         else:
             if pools is None:
                 pools = VictimPools(cycle)
-            cycle.order_mattered = False
+            searches.order_mattered = False
             plan = planner(job, pools)
             if plan is None:
-                if not cycle.order_mattered:  # else time alone may change the answer
-                    cycle.record_failure(key, job)
+                if not searches.order_mattered:  # else time alone may change the answer
+                    searches.record_failure(key, job, cycle.memo(DEADLINE_WAKES, dict))
             elif _wait_for_a_cheaper_plan(cycle, job, plan):
                 # Not a failure: a victim's next checkpoint may make a lossless plan, with
                 # nothing else changing, so this search is not settled (core/shortcuts/memo.py).
@@ -214,7 +216,8 @@ def search(
     if settled:  # `pack_with_victims` (core/defrag.py)
         return packed
     units = len(index.units)
-    known, plan, order_mattered = cycle.known_search(job, units)
+    searches = cycle.searches
+    known, plan, order_mattered = searches.known_search(job, units, cycle.undecided)
     if not known:
         load = packing_load(cycle, job.spec)
         plan = find_plan(
@@ -234,9 +237,9 @@ def search(
                     load,
                 )
         order_mattered = plan is None and allow is not None and allow.order_mattered
-        cycle.log_search(job, units, plan, order_mattered)
+        searches.log_search(job, units, plan, order_mattered, cycle.undecided)
     if order_mattered:
-        cycle.order_mattered = True
+        searches.order_mattered = True
     return plan
 
 

@@ -32,7 +32,7 @@ class FloorVeto:
         self.usage = usage
         self.own = own
         # Turned a unit away for what was taken from its queue before it: which units join
-        # then depends on their order (`CycleContext.order_mattered`).
+        # then depends on their order (`SearchCache.order_mattered`, core/shortcuts/searches.py).
         self.order_mattered = False
         entry = usage.get(own)
         self.home: QueueUsage | None = None if entry is None else entry.top

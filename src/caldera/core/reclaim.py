@@ -24,12 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from caldera.core.context import DEADLINE_WAKES, CycleContext
+from caldera.core.context import CycleContext
 from caldera.core.decisions import EvictReason
 from caldera.core.estimates import slo_deadline
 from caldera.core.eviction import give_way, hopeless, search
 from caldera.core.jobindex import GroupKey, group_key
 from caldera.core.pools import VictimPools, freed_by, frees, over_capability
+from caldera.core.shortcuts.searches import DEADLINE_WAKES
 from caldera.core.snapshot import JobView
 from caldera.core.usage import QueueUsage
 from caldera.core.victims import Enough, Plan, Unit

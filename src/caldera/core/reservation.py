@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from functools import partial
 
-from caldera.core.context import CycleContext, starving_from
+from caldera.core.context import CycleContext
+from caldera.core.estimates import starving_from
 from caldera.core.packing import count_started, non_evictable, pinned_only, place_packed
 from caldera.core.planning import plan_start, plans
 from caldera.core.room import DomainLayout, Room, TaskPlacement

@@ -52,7 +52,7 @@ Why C1 then decides what C0 did, when `replay` answers:
    new memo entries are the phases'; if one finds a plan or fits, the check stops there
    (what follows a decision is not used) and the phases run instead.
    They run the same searches first, on the same state and in the same order, up to the one
-   that found the plan: those searches' answers are handed to them (`known_searches`) and
+   that found the plan: those searches' answers are handed to them (`SearchCache.known`) and
    taken in order while the cycle has decided nothing — each must name the same preemptor
    and pool size, or the rest is dropped. Only `find_plan` is skipped: the phases still
    build the same victim pools at the same points, which later heads read — from the
@@ -78,8 +78,9 @@ from typing import NamedTuple
 from caldera.core.allocate import nomination_stale
 from caldera.core.backoff import back_off_ends
 from caldera.core.config import PolicyConfig
-from caldera.core.context import CycleContext, Handover, starving_from
+from caldera.core.context import CycleContext
 from caldera.core.decisions import Decisions
+from caldera.core.estimates import starving_from
 from caldera.core.eviction import fits_on_free_room
 from caldera.core.jobindex import GroupKey
 from caldera.core.pools import SNAPSHOT_MEMOS
@@ -88,6 +89,7 @@ from caldera.core.reclaim import reclaim
 from caldera.core.reservation import LARGE
 from caldera.core.room import TaskPlacement
 from caldera.core.shortcuts.memo import FailedSearch, SearchKey, SearchMemo, Stamp
+from caldera.core.shortcuts.searches import Handover
 from caldera.core.snapshot import JobView, Snapshot, Throttle
 from caldera.core.throttle import may_throttle, waiting_mode_ends
 from caldera.model import CRITICAL_PRIORITY
@@ -326,7 +328,7 @@ def _check_head(
         if critical:
             wakeups.append(now + backoff)
         if entry.wake is not None and entry.wake > now:
-            wakeups.append(entry.wake)  # as the search asked (context.known_failure)
+            wakeups.append(entry.wake)  # as the search asked (SearchCache.known_failure)
     if hits:
         tally.misses.add(job.id)
     tally.hits += hits
@@ -358,8 +360,8 @@ def _search_unsettled(
         cycle = CycleContext(snapshot, room)
         for job_id, parts in record.blocked:
             cycle.hold_again(job_id, parts, reservation=False)
-        cycle.search_log = []
-        cycle.until_decided = True  # what follows a decision is the phases' to work out
+        cycle.searches.log = []
+        cycle.searches.until_decided = True  # what follows a decision is the phases' to work out
         for critical in (True, False):
             if not critical:
                 for job_id, parts in record.reserved:
