@@ -249,6 +249,26 @@ def test_a_start_in_the_cycle_unsettles_failed_searches() -> None:
     assert [e["t"] for e in evicted_by_j13] == [3000.0, 3000.0]
 
 
+def test_with_pack_with_victims_nothing_is_taken_from_the_memo() -> None:
+    """The case hypothesis found (tests/sim/found/memo-pack-with-victims.yaml): with
+    `pack_with_victims` a critical start deferred to look for victims on the leaves holding
+    critical work depends on which leaves hold it, which the memo's stamps do not record; a
+    settled search or a quiet cycle changed the run (a large job started 30 s later, a normal
+    job missed its SLO). With that rule on the memo is not used (`shortcuts.searches.exact_for`)."""
+    import yaml
+
+    path = Path(__file__).resolve().parent / "found" / "memo-pack-with-victims.yaml"
+    data = yaml.safe_load(path.read_text())
+    assert data["policy"]["pack_with_victims"] is True
+    cached, hits, quiet = _simulate(data, memoize=True)
+    plain, _, _ = _simulate(data, memoize=False)
+    assert (hits, quiet) == (0, 0)
+    assert cached == plain
+    data["policy"]["pack_with_victims"] = False  # the memo still serves the rule off
+    _, hits, quiet = _simulate(data, memoize=True)
+    assert hits + quiet > 0
+
+
 def test_a_search_a_veto_made_order_dependent_is_not_settled() -> None:
     """The case hypothesis found (tests/sim/found/memo-veto-order.yaml): a reclaim search
     fails because the floor veto turns away a unit once earlier units of its queue took the

@@ -410,6 +410,17 @@ def test_a_non_critical_plan_signals_its_pending_victims_after_its_pass_allocate
     assert not any(e["kind"] == "evict" and e["job"] == "j0" and e["t"] == 2880 for e in events)
 
 
+def test_a_timed_victim_whose_weight_grew_past_its_preemptor_is_not_signalled() -> None:
+    """The case hypothesis found (tests/sim/found/timed-eviction-weight-grew.yaml): j20
+    (normal, 100) planned at 1860 to preempt the debug job j31 just after its checkpoint at
+    2100 (core/timing.py); by then j31's age/progress weight had grown to 100 and defended it,
+    yet it was signalled. Now a pending same-queue victim whose W_eff defends it gives the plan
+    up (eviction._no_longer_a_victim) and j20 plans afresh."""
+    events = found_run("timed-eviction-weight-grew.yaml")
+    assert not any(e["kind"] == "evict" and e.get("preemptor") == "j20" for e in events)
+    assert any(e["kind"] == "start" and e["job"] == "j20" for e in events)
+
+
 def found_run(name: str) -> list[dict[str, Any]]:
     """The events of a case hypothesis found (tests/sim/found/NAME), every check passed."""
     import yaml

@@ -26,6 +26,7 @@ from caldera.core.policy import Policy
 from caldera.core.preempt import preempt
 from caldera.core.reclaim import reclaim
 from caldera.core.shortcuts.quiet import remember, replay
+from caldera.core.shortcuts.searches import exact_for
 from caldera.core.snapshot import Snapshot
 from caldera.core.throttle import throttle
 from caldera.core.waiting import waiting_reasons
@@ -40,7 +41,7 @@ def run(snapshot: Snapshot, policy: Policy) -> Decisions:
     this returns. Under a policy that remembers quiet cycles (`CALDERA`), a cycle that can
     only decide what the last one did — nothing — is answered from the last one's record
     without running the phases (core/shortcuts/quiet.py)."""
-    quiet = policy.remembers_quiet_cycles and not snapshot.explain
+    quiet = policy.remembers_quiet_cycles and not snapshot.explain and exact_for(snapshot.config)
     known = None
     if quiet:
         replayed = replay(snapshot)

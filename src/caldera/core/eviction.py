@@ -36,6 +36,7 @@ from caldera.core.victims import (
     VictimIndex,
     is_protected,
 )
+from caldera.core.weight import effective_weight
 from caldera.model import CRITICAL_PRIORITY, JobState, Resources
 
 __all__ = [
@@ -296,6 +297,12 @@ def _no_longer_a_victim(cycle: CycleContext, holder: JobView, pending: PendingVi
     if victim is None or victim.state is not JobState.RUNNING:
         return False
     if is_protected(victim) or victim.id in cycle.evicted:
+        return True
+    if victim.spec.queue == holder.spec.queue and (
+        effective_weight(victim, cycle.config, cycle.now) >= holder.spec.priority
+    ):
+        # Its age/progress weight grew while a timed eviction waited (core/timing.py): it
+        # now defends it against the holder, as the victim search would (VictimPools).
         return True
     last = victim.last_evicted_at
     return (

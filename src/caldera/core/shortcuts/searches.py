@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from caldera.core.config import PolicyConfig
 from caldera.core.estimates import starving_from
 from caldera.core.shortcuts.memo import FailedSearch, SearchKey, SearchMemo, Stamp
 from caldera.core.snapshot import JobView, Snapshot
@@ -33,7 +34,7 @@ from caldera.model import CRITICAL_PRIORITY
 if TYPE_CHECKING:
     from caldera.core.victims import Plan
 
-__all__ = ["DEADLINE_WAKES", "Handover", "KnownSearch", "SearchCache"]
+__all__ = ["DEADLINE_WAKES", "Handover", "KnownSearch", "SearchCache", "exact_for"]
 
 DEADLINE_WAKES = "deadline wakes"
 """The cycle memo of reclaim's wake-ups at a preemptor's SLO end: job id -> time
@@ -53,6 +54,15 @@ class Handover:
 
     searches: list[KnownSearch]
     memo: Mapping[str, object]
+
+
+def exact_for(config: PolicyConfig) -> bool:
+    """Whether the memo's stamps cover everything a search reads under `config`.
+    `pack_with_victims` (core/defrag.py; off by default) defers and steers starts by which
+    leaves hold never-evicted work, which the stamps do not record: with it on no failed
+    search is reused and no quiet cycle is answered from a record (found by
+    tests/sim/test_memo.py: a deferred critical start differed with and without the memo)."""
+    return not config.pack_with_victims
 
 
 @dataclass(slots=True, init=False)
@@ -80,7 +90,7 @@ class SearchCache:
         )
         memo = snapshot.memo
         self.failed = {}
-        if memo is not None and memo.stamp.holds_for(self.stamp):
+        if memo is not None and exact_for(snapshot.config) and memo.stamp.holds_for(self.stamp):
             now = snapshot.now
             self.failed = {key: f for key, f in memo.failed.items() if now < f.until}
         self.hits = 0
