@@ -23,7 +23,7 @@ import kubernetes
 import pytest
 
 from caldera.devcluster import DevCluster
-from caldera.k8s import client as kube_client
+from caldera.k8s import transport as kube_transport
 from caldera.k8s.api import ClusterUnavailable
 from caldera.k8s.client import KubeClusterAPI, load_api_client
 
@@ -185,13 +185,13 @@ def test_a_429_is_waited_out_as_retry_after_says_and_the_call_succeeds(
     bob_starved: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     said: list[float | None] = []  # each 429's Retry-After, as the client read it
-    reader = kube_client._retry_after
+    reader = kube_transport._retry_after
 
     def record(error: Any) -> float | None:
         said.append(reader(error))
         return said[-1]
 
-    monkeypatch.setattr(kube_client, "_retry_after", record)
+    monkeypatch.setattr(kube_transport, "_retry_after", record)
     pauses: list[float] = []
 
     def sleep(seconds: float) -> None:
