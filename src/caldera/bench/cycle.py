@@ -273,7 +273,7 @@ class CycleBenchResult:
     snapshot_build_ms: float = 0.0
     case: str = "busy"
     cold_ms: float = 0.0  # the first cycle, with no memo from an earlier one
-    memo_hits: int = 0  # victim searches the timed cycles skipped (core/memo.py)
+    memo_hits: int = 0  # victim searches the timed cycles skipped (core/shortcuts/memo.py)
 
     def as_dict(self) -> dict[str, Any]:
         ordered = sorted(self.samples_ms)
@@ -314,7 +314,7 @@ def bench_cycle(
     decisions = run(snapshot, CALDERA)
     cold_ms = (time.perf_counter() - began) * 1000
     # A live runtime cycles about once a second and hands each cycle the last one's memo of
-    # failed searches (core/memo.py); nothing is applied between these cycles, so each one
+    # failed searches (core/shortcuts/memo.py); nothing is applied between these cycles, so each one
     # sees the state the last one did, one second later.
     samples: list[float] = []
     hits = 0

@@ -10,7 +10,7 @@ backlog a run's cost is cycles × cost per cycle. Each cycle is classified by
    waiting mode — or nothing (`idle`: it may still have recorded failed searches and timers);
 3. whether the state it saw was unchanged since the previous cycle (the same free room and
    the same running, releasing and nominated work: the search memo's stamp held,
-   core/memo.py) — only pending jobs added and time passed.
+   core/shortcuts/memo.py) — only pending jobs added and time passed.
 
 CPU time is the process time of each `caldera.core.run` call alone: building the snapshot and
 applying the decisions are not in it.

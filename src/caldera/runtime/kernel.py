@@ -135,8 +135,8 @@ class Effects(Protocol[JobC, TaskT]):
 class KernelStats:
     refused_evictions: int = 0  # evictions of jobs that are never victims, refused
     throttle_held_seconds: float = 0.0  # seconds jobs spent Held by a throttle
-    memo_hits: int = 0  # victim searches the memo of failed searches saved (core/memo.py)
-    quiet_cycles: int = 0  # cycles answered from the last one's record (core/quiet.py)
+    memo_hits: int = 0  # victim searches the memo of failed searches saved (core/shortcuts/memo.py)
+    quiet_cycles: int = 0  # cycles answered from the last one's record (core/shortcuts/quiet.py)
 
 
 def cancel_eviction(view: JobView, config: PolicyConfig, now: float) -> Evict:
@@ -167,7 +167,7 @@ class Kernel(Generic[JobT, TaskT]):
     stats: KernelStats = field(default_factory=KernelStats)
     stale: set[str] = field(default_factory=set)  # jobs whose view the next snapshot renews
     index: JobIndex = field(default_factory=JobIndex)  # the live jobs' views, kept current
-    # Each cycle gets the last one's memo of failed victim searches (core/memo.py); False
+    # Each cycle gets the last one's memo of failed victim searches (core/shortcuts/memo.py); False
     # only to check that the memo changes nothing.
     memoize: bool = True
     memo: SearchMemo | None = None

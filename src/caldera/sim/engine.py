@@ -216,13 +216,13 @@ class Simulator:
 
     @property
     def memo_hits(self) -> int:
-        """Victim searches the memo of failed searches saved (core/memo.py)."""
+        """Victim searches the memo of failed searches saved (core/shortcuts/memo.py)."""
         return self.kernel.stats.memo_hits
 
     @property
     def quiet_cycles(self) -> int:
         """Cycles answered from the last one's record without running the phases
-        (core/quiet.py)."""
+        (core/shortcuts/quiet.py)."""
         return self.kernel.stats.quiet_cycles
 
     # -- event queue -----------------------------------------------------------------------
