@@ -11,20 +11,12 @@ from typing import Any
 
 import kubernetes
 from caldera_support import Cluster, training_job
+from hostile_support import event_messages
 from real_support import wait_for
 
 from caldera.k8s import names
-from caldera.trainingjob_api import KIND
 
 k8s: Any = kubernetes
-
-
-def messages(cluster: Cluster, namespace: str, name: str, reason: str) -> list[str]:
-    core = k8s.client.CoreV1Api(cluster.client())
-    found = core.list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={KIND}"
-    ).items
-    return [e.message for e in found if e.reason == reason]
 
 
 def test_a_bound_pod_whose_image_never_pulls_is_given_up_after_ready_timeout(
@@ -46,10 +38,10 @@ def test_a_bound_pod_whose_image_never_pulls_is_given_up_after_ready_timeout(
     wait_for("the first pod in ImagePullBackOff", waiting)
     wait_for(
         "the NotReady event",
-        lambda: messages(clean, "team-a", "nopull", "NotReady"),
+        lambda: event_messages(clean, "team-a", "nopull", "NotReady"),
         timeout=120,
     )
-    (said, *_) = messages(clean, "team-a", "nopull", "NotReady")
+    (said, *_) = event_messages(clean, "team-a", "nopull", "NotReady")
     assert f"pod {first} not running 20 s after its start (ImagePullBackOff)" in said, said
     wait_for(
         "the first pod gone",
@@ -78,9 +70,9 @@ def test_a_same_named_pod_the_controller_does_not_own_is_left_alone(clean: Clust
         assert clean.apply("bob", "team-a", training_job("taken")).returncode == 0
         wait_for(
             "the CreateRefused event",
-            lambda: messages(clean, "team-a", "taken", "CreateRefused"),
+            lambda: event_messages(clean, "team-a", "taken", "CreateRefused"),
         )
-        (said, *_) = messages(clean, "team-a", "taken", "CreateRefused")
+        (said, *_) = event_messages(clean, "team-a", "taken", "CreateRefused")
         assert f"pod {squatter} already exists and is not this job's" in said, said
         clean.wait("team-a", "taken", "Running", timeout=90)
         status = clean.status("team-a", "taken")
