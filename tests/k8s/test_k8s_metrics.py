@@ -112,7 +112,6 @@ def test_a_standby_serves_its_leader_gauge_before_it_leads_then_the_runtime_join
     world = World().hypernode("a", "n", count=1).start()
     leading[0] = True
     metrics.attach(world.rt)
-    world.rt.observer = metrics.observe_cycle
     world.submit("small0")
     world.step()
     seen = scrape(metrics)

@@ -218,7 +218,6 @@ def _run(
         )
         if metrics is not None:
             metrics.attach(runtime)
-            runtime.observer = metrics.observe_cycle
         if dry_run or once:
             runtime.step()
     except (ClusterError, NotFound) as error:

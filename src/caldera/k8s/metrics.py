@@ -120,8 +120,10 @@ class ControllerMetrics:
         self.registry.register(_Collector(self))
 
     def attach(self, runtime: KubeRuntime) -> None:
-        """This replica leads: its runtime's figures join what /metrics serves."""
+        """This replica leads: its runtime's figures join what /metrics serves, and its
+        cycles are observed."""
         self.runtime = runtime
+        runtime.observer = self.observe_cycle
 
     def observe_cycle(self, seconds: float, decisions: Decisions, now: float) -> None:
         """One cycle ran for `seconds` (wall time) at `now` and decided `decisions`."""
