@@ -1,9 +1,9 @@
 """The runtime kernel: what the simulator, the service and the Kubernetes controller share.
 
 - `job`        `TrackedJob` (a job as a runtime tracks it, and its `JobView`), `refresh_index`
-- `kernel`     `Kernel.apply(decisions)` and `Kernel.settle(job)` through `Effects`, the small
-               protocol each runtime implements (make, launch, signal, stop tasks; persist;
-               record)
+- `kernel`     `Kernel.apply(decisions)` and `Kernel.settle(job)` through `Effects`
+- `effects`    `Effects`, the small protocol each runtime implements (make, launch, signal,
+               stop tasks; persist; record), and the `EventKind`s it records
 - `loop`       `SchedulerLoop`: the one scheduling loop (repeat until quiet, the timer and
                wake-ups) every runtime drives with its clock, snapshot and apply
 - `lifecycle`  the pure "tasks ended → outcome" function
@@ -15,8 +15,9 @@ It sits above the core and the configuration and below the runtimes, which impor
 never each other.
 """
 
+from caldera.runtime.effects import Effects, EventKind
 from caldera.runtime.job import TrackedJob, TrackedTask, refresh_index
-from caldera.runtime.kernel import Effects, EventKind, Kernel, KernelStats, cancel_eviction
+from caldera.runtime.kernel import Kernel, KernelStats, cancel_eviction
 from caldera.runtime.lifecycle import Ended, Outcome, TaskEnd, outcome
 from caldera.runtime.loop import MAX_CYCLES_AT_ONCE, TIMER, SchedulerLoop, run_again
 

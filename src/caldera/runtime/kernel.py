@@ -33,8 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from caldera.core import (
     Decisions,
@@ -56,79 +55,15 @@ from caldera.core.estimates import DurationEstimates
 from caldera.core.fairshare import DecayedRecord, DecayedUsage
 from caldera.model import JobState, Node, Queue, check_transition
 from caldera.model.lifecycle import TERMINAL
+from caldera.runtime.effects import Effects, EventKind
 from caldera.runtime.job import TaskT, TrackedJob, refresh_index
 from caldera.runtime.lifecycle import Outcome, TaskEnd, outcome
 
-__all__ = ["Effects", "EventKind", "Kernel", "KernelStats", "cancel_eviction"]
+__all__ = ["Kernel", "KernelStats", "cancel_eviction"]
 
 log = logging.getLogger("caldera.runtime")
 
 JobT = TypeVar("JobT", bound=TrackedJob[Any])
-JobC = TypeVar("JobC", bound=TrackedJob[Any], contravariant=True)
-
-
-class EventKind(StrEnum):
-    """What the kernel reports to a runtime's record (the §6 event kinds, and `requeue`)."""
-
-    SUBMIT = "submit"
-    REJECT = "reject"
-    HOLD = "hold"
-    RELEASE = "release"
-    START = "start"
-    EVICT = "evict"
-    CHECKPOINT = "checkpoint"
-    REQUEUE = "requeue"
-    FINISH = "finish"
-    FAIL = "fail"
-    CANCEL = "cancel"
-    THROTTLE_ON = "throttle_on"
-    THROTTLE_OFF = "throttle_off"
-
-
-class Effects(Protocol[JobC, TaskT]):
-    """What a runtime does to the world; the kernel decides when."""
-
-    def make_tasks(
-        self,
-        job: JobC,
-        placement: tuple[TaskPlacement, ...],
-        attempt: int,
-        first_rank: int,
-        started_under: Nomination | None,
-    ) -> list[TaskT] | None:
-        """The task objects of a start, their room taken (nothing runs yet). None: this
-        start cannot be made (room already taken, or the runtime failed the job and said
-        why); nothing was taken. `started_under`: the reservation it starts in, as the
-        cycle saw it (for audits)."""
-
-    def give(self, job: JobC, tasks: Sequence[TaskT]) -> None:
-        """Give the room of tasks that are gone back."""
-
-    def launch(self, job: JobC, tasks: Sequence[TaskT], grow: bool, now: float) -> None:
-        """Run the tasks of a start (spawn processes, create pods, schedule the finish)."""
-
-    def signal(
-        self, job: JobC, tasks: Sequence[TaskT], evict: Evict, now: float, detail: Mapping[str, Any]
-    ) -> None:
-        """Ask leaving tasks to go (SIGTERM, delete with the grace period, schedule the
-        release); their room stays taken until they are done. `detail`: the runtime's own
-        words about why (a sick GPU)."""
-
-    def stop(self, job: JobC, tasks: Sequence[TaskT], now: float) -> None:
-        """Stop the rest of a gang that cannot run whole (their `kill_at` is set)."""
-
-    def progressing(self, job: JobC, gpu: int, now: float) -> None:
-        """The milli-GPUs of gangs making progress change by `gpu` (a gang starts running
-        whole: +, stops: −)."""
-
-    def persist(self, job: JobC) -> None:
-        """The job changed: keep it (a row, a record annotation) before acting on it."""
-
-    def record(self, kind: EventKind, job: JobC | None, now: float, **data: Any) -> None:
-        """An event for the runtime's history (the simulator's log, the service's table)."""
-
-    def retired(self, job: JobC) -> None:
-        """The job ended and holds nothing: it left the live set (clean up what it left)."""
 
 
 @dataclass
