@@ -52,8 +52,8 @@ def test_a_burst_of_starts_goes_out_at_once_statuses_first_each_jobs_objects_in_
     assert made("gang") == ["service", "podgroup", "pod", "pod"]
     assert all(made(name) == ["podgroup", "pod"] for name in singles)
     assert {world.state(name) for name in [*singles, "gang"]} == {"Running"}
-    # one Event per job for its admission and start (issue 40: it was two)
-    assert all(world.events(name) == ["Started"] for name in singles)
+    # no Event for a first start: its conditions say it (issue 40: it was two, then one)
+    assert all(world.events(name) == [] for name in singles)
 
 
 class CutAfter:
@@ -119,11 +119,12 @@ def test_training_jobs_are_kept_without_what_only_their_writers_read() -> None:
     assert "managedFields" in job["metadata"]  # the original is left as it was
 
 
-def test_a_single_pod_start_behind_kube_scheduler_writes_status_pod_event_then_running() -> None:
+def test_a_single_pod_start_behind_kube_scheduler_writes_status_pod_then_running() -> None:
     """Issue 40: the controller's writes per started single-pod job, as the API server counts
     them. Behind kube-scheduler (which reads no PodGroup) a start is its status (admitted and
-    started at once), its pod and one Event; once the pod runs, one status write for the
-    Running condition. It was six: a PodGroup nobody read and an Admitted Event besides."""
+    started at once) and its pod; once the pod runs, one status write for the
+    Running condition. It was six: a PodGroup nobody read and an Admitted Event besides;
+    then four, with the Started Event its conditions already said."""
     settings = replace(SETTINGS, scheduler_name="default-scheduler")
     world = World(settings=settings).hypernode("a", "n", count=2).start()
     for i in range(4):
@@ -132,7 +133,7 @@ def test_a_single_pod_start_behind_kube_scheduler_writes_status_pod_event_then_r
     world.rt.step()  # admitted and started in one step
     started = Counter((verb, kind) for verb, kind, _ in world.cluster.actions[mark:])
     assert started == {("patch", "trainingjob/status"): 4, ("create", "pod"): 4}
-    assert [e["reason"] for e in world.cluster.events[said:]] == ["Started"] * 4
+    assert world.cluster.events[said:] == []  # the conditions say it: no Event
     world.cluster.settle()  # the fake binds and runs the pods
     mark, said = len(world.cluster.actions), len(world.cluster.events)
     world.step()
@@ -212,4 +213,4 @@ def test_a_burst_is_written_in_rounds_and_newcomers_are_admitted_between_them(
     assert world.events("late") == []  # its Admitted Event waits for its start
     world.step()
     assert world.state("late") == "Running"
-    assert world.events("late") == ["Started"]  # one Event: admitted, then started
+    assert world.events("late") == []  # a first start: its conditions say it all

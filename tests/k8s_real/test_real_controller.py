@@ -38,7 +38,10 @@ def test_a_gang_applied_with_kubectl_runs_on_the_nodes_caldera_chose_then_succee
         decided = json.loads(pod.metadata.annotations[PLACEMENT])["node"]
         assert pod.spec.node_name == decided  # bound where caldera decided, nowhere else
     assert len({p.spec.node_name for p in pods}) == 2  # 8 GPUs each: one node each
-    assert clean.events("team-a", "train") == ["Started"]  # admitted and started: one Event
+    # admitted and started: no Event, the conditions say where it runs (issue 40)
+    assert clean.events("team-a", "train") == []
+    running = clean.condition("team-a", "train", "Running")
+    assert running is not None and running[2].startswith("attempt 1 on "), running
     clean.wait("team-a", "train", "Succeeded")
     status = clean.status("team-a", "train")
     assert (status["state"], status["exitCode"], status["attempts"]) == ("Succeeded", 0, 1)
@@ -88,9 +91,11 @@ def test_a_large_job_preempts_a_normal_gang_which_gets_its_grace_period_then_res
     status = clean.status("team-a", "filler")
     assert (status["evictions"], status["attempts"]) == (1, 2)
     events = clean.events("team-a", "filler")
-    # "Admitted" is its own Event only when the start came in a later step
-    assert [e for e in events if e != "Admitted"][:3] == ["Started", "Preempted", "Requeued"]
-    assert "Resumed" in events[4:]
+    # "Admitted" is its own Event only when the start came in a later step; a first start
+    # has none (its conditions say it)
+    said = [e for e in events if e != "Admitted"]
+    assert said[:2] == ["Preempted", "Requeued"], events
+    assert "Resumed" in said[2:], events
 
 
 def test_a_critical_job_starts_within_its_slo_and_is_never_a_victim(clean: Cluster) -> None:

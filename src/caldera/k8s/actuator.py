@@ -9,9 +9,9 @@ happen (`pending`).
 
 Writes per start (issue 40): a status identical to the one this controller last wrote is not
 sent again; a start behind a scheduler that reads no PodGroup (`NO_POD_GROUPS`:
-kube-scheduler) creates none; a job admitted and started in one step gets one Event
-(`caldera.k8s.events.merge_per_job`). A single-pod start is then its status, its pod and one
-Event, and the status once more when the pod runs (the Running condition).
+kube-scheduler) creates none; a job's first start has no Event, its conditions say it
+(`caldera.k8s.events.merge_per_job`). A single-pod start is then its status and its pod, and
+the status once more when the pod runs (the Running condition): three writes.
 
 With `writers` > 1 (what `caldera k8s run` uses) each phase sends up to that many requests
 at once: the statuses of different jobs, the intents of different jobs (one job's intents in
@@ -285,8 +285,11 @@ class KubeActuator(IntentCarrier):
         if kind is EventKind.REQUEUE:
             self._cleanup_attempt(job)
         if said is not None:
-            reason, message = said
-            self.events.append(JobEvent(job.namespace, job.name, job.uid, reason, message, now))
+            self.events.append(
+                JobEvent(
+                    job.namespace, job.name, job.uid, said.reason, said.message, now, said.quiet
+                )
+            )
         self.dirty[job.id] = job
 
     def retired(self, job: KubeJob) -> None:
