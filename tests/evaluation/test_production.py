@@ -11,7 +11,9 @@ import pytest
 
 from caldera.model import JobType, TopologyMode
 from caldera.sim import Scenario, ScenarioError, parse_scenario
-from caldera.sim.production import ProductionModel, load_runtimes, offered_load
+from caldera.sim.production import offered_load
+from caldera.sim.production_model import ProductionModel
+from caldera.sim.shared_traces import load_runtimes
 
 DAY = 86_400
 

@@ -30,7 +30,7 @@ from caldera.bench.cycles import ObservedSimulator
 from caldera.bench.floor import RecordsDecisions, replay_floor
 from caldera.compiled import status
 from caldera.sim import Scenario, Simulator, parse_scenario
-from caldera.sim.production import find_shared_file
+from caldera.sim.shared_traces import find_shared_file
 
 __all__ = [
     "SimBenchResult",

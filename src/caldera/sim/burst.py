@@ -46,7 +46,7 @@ from caldera.model import (
     TopologySpec,
 )
 from caldera.sim.generators import register_generator
-from caldera.sim.production import PHILLY_RUNTIMES, find_shared_file, load_runtimes
+from caldera.sim.shared_traces import load_runtimes, runtimes_path
 from caldera.sim.workload import Workload
 
 __all__ = ["BurstModel", "generate_burst"]
@@ -100,15 +100,7 @@ class BurstModel(BaseModel):
 
 
 def _runtime_path(model: BurstModel, base: Path) -> Path:
-    if model.runtimes is not None:
-        return base / model.runtimes
-    found = find_shared_file(PHILLY_RUNTIMES, [base, Path.cwd(), Path(__file__).parent])
-    if found is None:
-        raise ValueError(
-            "burst.runtimes: philly_runtime.csv not found in ../shared/traces/philly; give "
-            "runtimes: PATH or set CALDERA_SHARED"
-        )
-    return found
+    return runtimes_path(model.runtimes, base, "burst.runtimes", "runtimes")
 
 
 def _draw_sizes(

@@ -43,21 +43,21 @@ reclaimable), `serving` (inference; deserved 18.75 %, guarantee 12.5 %, capabili
 reclaimable), `research` (deserved 7.8 %, may borrow the whole pool, reclaimable) and `dev`
 (debug; deserved and capability 4.7 %, the seeds' small dev-test queue). Other queue names get
 a plain queue.
+
+The parameters' models live in `caldera.sim.production_model`; the Philly run times are read
+by `caldera.sim.shared_traces`, which the burst generator shares.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 import zlib
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ValidationError
 
 from caldera.config import Submission
 from caldera.model import (
@@ -70,261 +70,22 @@ from caldera.model import (
     TopologyMode,
     TopologySpec,
     parse_memory_mib,
-    parse_profile,
     slice_milli,
 )
 from caldera.sim.generators import register_generator
-from caldera.sim.scenario import MigModel, mig_layouts
+from caldera.sim.production_model import KindModel, ProductionModel, ResearchModel
+from caldera.sim.scenario import mig_layouts
+from caldera.sim.shared_traces import load_runtimes, runtimes_path
 from caldera.sim.workload import Workload
 
-__all__ = [
-    "PHILLY_RUNTIMES",
-    "ProductionModel",
-    "find_shared_file",
-    "generate_production",
-    "load_runtimes",
-    "offered_load",
-]
-
-PHILLY_RUNTIMES = Path("traces") / "philly" / "philly_runtime.csv"
-"""Where the Philly run times live inside ../shared."""
+__all__ = ["generate_production", "offered_load"]
 
 _DAY = 86_400.0
 _HOUR = 3_600.0
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-Share = Annotated[float, Field(ge=0, le=1)]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class KindModel(_Strict):
-    """One kind of work: arrival rate, sizes, durations, checkpointing."""
-
-    queue: str
-    per_day: Annotated[float, Field(ge=0)]
-    gpus: list[Positive]
-    weights: list[Annotated[float, Field(ge=0)]]
-    amplitude: Share = 0.5
-    peak_hour: Annotated[float, Field(ge=0, lt=24)] = 15.0
-    weekend_factor: Annotated[float, Field(ge=0)] = 1.0
-    median_hours: Positive = 1.0
-    sigma: Annotated[float, Field(ge=0)] = 0.8
-    min_hours: Annotated[float, Field(ge=0)] = 0.0
-    max_hours: Positive = 72.0
-    checkpoint_share: Share = 0.0
-    checkpoint_interval: Positive | None = None
-    checkpoint_cost: Annotated[float, Field(ge=0)] = 0.0
-    checkpoint_on_sigterm: bool = False
-    gpus_per_task: Positive | None = None  # gangs: GPUs per task (the rest makes the tasks)
-    topology: Literal["hard", "soft", "none"] = "none"  # gangs that fit one tier-1 leaf
-    wide_topology: Literal["hard", "soft", "none"] = "soft"  # larger gangs, within a spine
-    checkpoint_after_hours: Positive | None = None  # jobs at least this long always checkpoint
-    expected_duration: bool = False  # tell the scheduler the job's length (progress weight)
-    profile_share: Share = 0.0  # jobs asking for one MIG slice instead (docs/gpus.md)
-    profiles: list[str] = Field(default_factory=list)  # drawn uniformly for those jobs
-
-    @model_validator(mode="after")
-    def _check(self) -> KindModel:
-        for profile in self.profiles:
-            parse_profile(profile)
-        if self.profile_share > 0 and not self.profiles:
-            raise ValueError("profile_share needs profiles")
-        if len(self.gpus) != len(self.weights) or not self.gpus:
-            raise ValueError("gpus and weights must be non-empty lists of the same length")
-        if sum(self.weights) <= 0:
-            raise ValueError("weights must not all be zero")
-        if self.min_hours > self.max_hours:
-            raise ValueError("min_hours exceeds max_hours")
-        return self
-
-
-class ResearchModel(KindModel):
-    runtimes: str | None = None  # Philly run times; default ../shared/traces/philly/…
-    min_seconds: Annotated[float, Field(ge=0)] = 60.0
-
-
-def _production() -> KindModel:
-    return KindModel(
-        queue="prod",
-        per_day=8.0,
-        gpus=[32, 64, 128, 256],
-        weights=[0.45, 0.3, 0.17, 0.08],
-        amplitude=0.3,
-        peak_hour=11.0,
-        median_hours=6.0,
-        sigma=0.7,
-        min_hours=1.0,
-        max_hours=48.0,
-        checkpoint_share=1.0,
-        checkpoint_interval=3600.0,
-        checkpoint_cost=90.0,
-        checkpoint_on_sigterm=True,
-        gpus_per_task=8,
-        topology="soft",
-        expected_duration=True,
-    )
-
-
-def _research() -> ResearchModel:
-    return ResearchModel(
-        queue="research",
-        per_day=900.0,
-        gpus=[1, 2, 4, 8],
-        weights=[0.5, 0.2, 0.15, 0.15],
-        amplitude=0.5,
-        peak_hour=15.0,
-        weekend_factor=0.7,
-        max_hours=72.0,
-        checkpoint_share=0.8,
-        checkpoint_after_hours=4.0,
-        checkpoint_interval=1800.0,
-        checkpoint_cost=30.0,
-        checkpoint_on_sigterm=True,
-    )
-
-
-def _debug() -> KindModel:
-    return KindModel(
-        queue="dev",
-        per_day=200.0,
-        gpus=[0.5, 1],
-        weights=[0.5, 0.5],
-        amplitude=0.7,
-        peak_hour=15.0,
-        weekend_factor=0.3,
-        median_hours=0.6,
-        sigma=0.8,
-        min_hours=5 / 60,
-        max_hours=4.0,
-    )
-
-
-def _inference() -> KindModel:
-    return KindModel(
-        queue="serving",
-        per_day=75.0,
-        gpus=[1, 2, 4, 8],
-        weights=[0.4, 0.3, 0.2, 0.1],
-        amplitude=0.5,
-        peak_hour=13.0,
-        median_hours=4.0,
-        sigma=0.8,
-        min_hours=0.5,
-        max_hours=48.0,
-        checkpoint_on_sigterm=True,  # stateless: a replica stops at once on SIGTERM
-    )
-
-
-class ProductionModel(_Strict):
-    """Parameters of `kind: production` (every one optional)."""
-
-    kind: Literal["production"] = "production"
-    seed: int = 7
-    days: Positive = 14.0
-    scale: Annotated[float, Field(ge=0)] = 1.0
-    prefix: str = ""  # job-name prefix, to combine two generators in one scenario
-    # The pool.
-    nodes: Annotated[int, Field(ge=1)] = 64
-    gpus_per_node: Annotated[int, Field(ge=1)] = 8
-    gpu_model: str = "H100"
-    nvlink_island: Annotated[int, Field(ge=0)] = 8
-    nodes_per_tier1: Annotated[int, Field(ge=0)] = 8
-    tier1_per_tier2: Annotated[int, Field(ge=0)] = 4
-    cpu: Annotated[int, Field(ge=1)] = 128
-    memory: str | int = "2048Gi"
-    mig_nodes: Annotated[int, Field(ge=0)] = 0  # nodes of the pool with GPUs in MIG mode
-    mig: list[MigModel] = Field(default_factory=list)  # their layout (the scenario's key)
-    # The work.
-    production: KindModel = Field(default_factory=_production)
-    research: ResearchModel = Field(default_factory=_research)
-    debug: KindModel = Field(default_factory=_debug)
-    inference: KindModel = Field(default_factory=_inference)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _merge_kinds(cls, data: Any) -> Any:
-        """A kind given partly in the file keeps the defaults for what it leaves out."""
-        if not isinstance(data, dict):
-            return data
-        defaults = {
-            "production": _production,
-            "research": _research,
-            "debug": _debug,
-            "inference": _inference,
-        }
-        merged = dict(data)
-        for name, factory in defaults.items():
-            given = merged.get(name)
-            if isinstance(given, dict):
-                merged[name] = {**factory().model_dump(), **given}
-        return merged
-
-    @model_validator(mode="after")
-    def _check_mig(self) -> ProductionModel:
-        if self.mig_nodes > self.nodes:
-            raise ValueError("mig_nodes exceeds nodes")
-        if self.mig_nodes and not self.mig:
-            raise ValueError("mig_nodes needs a mig layout")
-        return self
-
-    @property
-    def gpus(self) -> int:
-        return self.nodes * self.gpus_per_node
-
-    def kinds(self) -> dict[str, tuple[KindModel, JobType]]:
-        return {
-            "production": (self.production, JobType.LARGE),
-            "research": (self.research, JobType.NORMAL),
-            "debug": (self.debug, JobType.DEBUG),
-            "inference": (self.inference, JobType.CRITICAL),
-        }
-
-
-# -- the Philly run times -------------------------------------------------------------------
-
-
-def find_shared_file(relative: Path, bases: Sequence[Path]) -> Path | None:
-    """`shared/<relative>` beside any of `bases` or their parents (the repo sits beside
-    ../shared), or under $CALDERA_SHARED."""
-    env = os.environ.get("CALDERA_SHARED")
-    if env and (Path(env) / relative).is_file():
-        return Path(env) / relative
-    for base in bases:
-        for folder in (base.resolve(), *base.resolve().parents):
-            candidate = folder / "shared" / relative
-            if candidate.is_file():
-                return candidate
-    return None
-
-
-@functools.lru_cache(maxsize=4)
-def load_runtimes(path: Path) -> np.ndarray:
-    """The `runtime` column (seconds) as a float array."""
-    try:
-        with path.open(encoding="utf-8") as handle:
-            header = handle.readline().strip()
-            if header != "runtime":
-                raise ValueError(f"{path.name}: expected a single 'runtime' column")
-            values = np.loadtxt(handle, dtype=float, ndmin=1)
-    except FileNotFoundError:
-        raise ValueError(f"research.runtimes: {path}: no such file") from None
-    if values.size == 0:
-        raise ValueError(f"{path.name}: no run times")
-    return values
-
-
-def _runtime_path(model: ResearchModel, base: Path) -> Path:
-    if model.runtimes is not None:
-        return base / model.runtimes
-    found = find_shared_file(PHILLY_RUNTIMES, [base, Path.cwd(), Path(__file__).parent])
-    if found is None:
-        raise ValueError(
-            "research.runtimes: philly_runtime.csv not found in ../shared/traces/philly; give "
-            "research.runtimes: PATH or set CALDERA_SHARED"
-        )
-    return found
+def _research_runtimes(kind: ResearchModel, base: Path) -> Path:
+    return runtimes_path(kind.runtimes, base, "research.runtimes", "research.runtimes")
 
 
 # -- drawing --------------------------------------------------------------------------------
@@ -499,7 +260,7 @@ def offered_load(model: ProductionModel, base: Path) -> dict[str, float]:
             slices = sum(slice_milli(p) for p in kind.profiles) / len(kind.profiles) / 1000
             mean_gpus += kind.profile_share * (slices - mean_gpus)
         if isinstance(kind, ResearchModel):
-            runtimes = load_runtimes(_runtime_path(kind, base))
+            runtimes = load_runtimes(_research_runtimes(kind, base))
             hours = float(
                 np.clip(runtimes, kind.min_seconds, kind.max_hours * _HOUR).mean() / _HOUR
             )
@@ -529,7 +290,9 @@ def generate_production(params: dict[str, Any], base: Path) -> Workload:
     submissions: list[Submission] = []
     for name, (kind, job_type) in model.kinds().items():
         runtimes = (
-            load_runtimes(_runtime_path(kind, base)) if isinstance(kind, ResearchModel) else None
+            load_runtimes(_research_runtimes(kind, base))
+            if isinstance(kind, ResearchModel)
+            else None
         )
         count = 0
         for day in range(math.ceil(model.days)):
