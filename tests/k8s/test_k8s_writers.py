@@ -6,6 +6,7 @@ trip at a time)."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import replace
 from typing import Any
@@ -209,8 +210,82 @@ def test_a_burst_is_written_in_rounds_and_newcomers_are_admitted_between_them(
     assert set(pod_at) == {f"{NAMESPACE}/{name}" for name in singles}
     assert all(status_at[job] < at for job, at in pod_at.items())  # status first, each job
     assert min(pod_at.values()) < max(status_at[f"{NAMESPACE}/{n}"] for n in singles)
+    # its status went at the next round's start, ahead of the backlog (it went after it)
+    second_round = sorted(status_at[f"{NAMESPACE}/{n}"] for n in singles)[4]
+    assert status_at[f"{NAMESPACE}/late"] < second_round
     assert world.state("late") == "Pending"  # admitted during the step, its start to come
     assert world.events("late") == []  # its Admitted Event waits for its start
     world.step()
     assert world.state("late") == "Running"
     assert world.events("late") == []  # a first start: its conditions say it all
+
+
+class SlowPods:
+    """The API for the writers: each pod create waits `seconds` (a busy API server) outside
+    the fake's lock; the first one applies the TrainingJob `late` first, as a user would
+    during a burst."""
+
+    def __init__(self, world: World, seconds: float) -> None:
+        self.world = world
+        self.api = world.rt.actuator.api
+        self.seconds = seconds
+        self.sent = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.api, name)
+
+    def create_pod(self, namespace: str, body: Any) -> Any:
+        with self.api.lock:
+            if not self.sent:
+                self.sent = True
+                self.world.submit("late", gpus=1)
+        time.sleep(self.seconds)
+        return self.api.create_pod(namespace, body)
+
+
+def _flush_with_a_late_submission(world: World) -> list[tuple[str, str, str]]:
+    for i in range(8):
+        world.submit(f"one{i}", gpus=1)
+    world.rt.actuator.api = SlowPods(world, seconds=0.3)
+    mark = len(world.cluster.actions)
+    world.rt.step()
+    return world.cluster.actions[mark:]
+
+
+def test_a_trainingjob_sent_during_a_flush_is_admitted_while_its_writes_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 40, intake on its own path: while a flush waits on its writers (a busy API
+    server), the TrainingJobs that came meanwhile are admitted every `ADMIT_EVERY` seconds
+    and their status written on writers of their own, not behind the starts; their own
+    start is the next step's cycle's. Before, a flush of one round admitted nobody, and a
+    longer one only between its rounds of `ROUND` jobs (12–37 s at scale)."""
+    monkeypatch.setattr(actuator, "ADMIT_EVERY", 0.05)
+    world = World().hypernode("a", "n", count=2).start(writers=WRITERS)
+    actions = _flush_with_a_late_submission(world)
+    late = [
+        i
+        for i, (_, kind, key) in enumerate(actions)
+        if (kind, key) == ("trainingjob/status", f"{NAMESPACE}/late")
+    ]
+    pods = [i for i, (verb, kind, _) in enumerate(actions) if (verb, kind) == ("create", "pod")]
+    assert len(pods) == 8 and len(late) == 1 and late[0] < min(pods)
+    assert world.state("late") == "Pending"  # admitted; not started by the flush
+    assert not any(k.startswith(f"{NAMESPACE}/late-") for _, _, k in actions)
+    world.rt.actuator.api = world.rt.actuator.api.api
+    world.step()
+    assert world.state("late") == "Running"
+    assert world.events("late") == []  # a first start: its conditions say it
+
+
+def test_a_replica_that_no_longer_leads_admits_nobody_during_its_flush(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(actuator, "ADMIT_EVERY", 0.05)
+    world = World().hypernode("a", "n", count=2).start(writers=WRITERS)
+    world.rt.actuator.leading = lambda: False  # its Lease lapsed mid-flush
+    actions = _flush_with_a_late_submission(world)
+    assert not any(
+        key.startswith(f"{NAMESPACE}/late") for _, kind, key in actions if kind != "trainingjob"
+    )
+    assert not world.job("late").get("status")

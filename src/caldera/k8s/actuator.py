@@ -33,9 +33,10 @@ import json
 import logging
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -61,6 +62,7 @@ from caldera.runtime import EventKind
 from caldera.runtime.wire import ByName, nomination_to_wire
 
 __all__ = [
+    "ADMIT_EVERY",
     "NO_POD_GROUPS",
     "ROUND",
     "WRITERS",
@@ -80,6 +82,12 @@ WRITERS = 8
 # Jobs' statuses written per round of a flush (see `flush`): a round of starts is about three
 # times as many requests, a few seconds on a busy API server.
 ROUND = 100
+# Seconds a flush waits on its writers before it admits the TrainingJobs that came meanwhile
+# and writes their status on its own path (`KubeActuator._admit_meanwhile`), and between two
+# such admissions: a TrainingJob sent during a long burst of starts is admitted within about
+# this long (issue 40: it waited for the round, 12–37 s). A flush shorter than this admits
+# none: the next step admits and starts them in one status write.
+ADMIT_EVERY = 1.0
 
 
 _T = TypeVar("_T")
@@ -104,9 +112,12 @@ class KubeActuator(IntentCarrier):
     # Volcano refused a start's PodGroup because its queue is missing or not Open (queue,
     # the server's words): the runtime keeps that queue's jobs waiting until it is Open.
     queue_not_open: Callable[[str, str], None] = field(default=lambda queue, why: None)
-    # Between two rounds of a long flush: the runtime admits the TrainingJobs that came
-    # meanwhile (`KubeRuntime.admit_new`).
-    between: Callable[[], None] = field(default=lambda: None)
+    # During a long flush: the runtime admits the TrainingJobs that came meanwhile and
+    # returns the jobs it admitted (`KubeRuntime.admit_new`).
+    between: Callable[[], Sequence[KubeJob]] = field(default=lambda: ())
+    # Whether this controller may write now (leader election: the Lease is still held). A
+    # flush under way finishes what it began; admitting newcomers meanwhile waits for it.
+    leading: Callable[[], bool] = field(default=lambda: True)
     instance: str = field(default_factory=socket.gethostname)
     dirty: dict[str, KubeJob] = field(default_factory=dict)
     rejections: list[tuple[str, str, Object]] = field(default_factory=list)
@@ -120,6 +131,10 @@ class KubeActuator(IntentCarrier):
     _starts: dict[str, list[Object]] = field(default_factory=dict)
     _sequence: int = 0
     _pool: ThreadPoolExecutor | None = None
+    # The admission path's own writers: a newcomer's status never queues behind the backlog.
+    _intake_pool: ThreadPoolExecutor | None = None
+    # When this flush last admitted (time.monotonic); None: not in a flush, or admitting now.
+    _admitted_at: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _keys: ByName | None = None
     _inflight: list[deque[tuple[int, Intent]]] = field(default_factory=list)
@@ -333,37 +348,83 @@ class KubeActuator(IntentCarrier):
 
         In rounds of at most `ROUND` jobs' statuses: a job's objects go once its status is
         written, the rest wait for their round (so a burst of thousands of starts has pods
-        bound while the later statuses are still being written, not after all of them);
-        between two rounds of the backlog the flush began with, the Events said so far go
-        and `between` admits the TrainingJobs that came meanwhile (their status is written
-        in the next round, not after the whole burst: issue 40)."""
-        rounds = -(-len(self.dirty) // ROUND) - 1  # `between` calls: the backlog's rounds
-        while self.dirty or self.throttles_dirty or self.pending or self.rejections:
-            self._write_statuses(ROUND)
-            if self.throttles_dirty:
-                self._write_throttles()
-                self.throttles_dirty = False
-            if self.pending:
-                self._carry_out_pending()
-            if rounds > 0 and self.dirty:
-                rounds -= 1
-                self._send_events()
-                said = len(self.events)
-                self.between()
-                # Admitted between rounds, started at the next step: its Admitted Event waits
-                # for that step, to go as one with its Started Event (`merge_per_job`).
-                fresh = self.events[said:]
-                self._held += [e for e in fresh if e.reason is Reason.ADMITTED]
-                self.events[said:] = [e for e in fresh if e.reason is not Reason.ADMITTED]
-        self._send_events()
+        bound while the later statuses are still being written, not after all of them).
+        Intake has its own path (issue 40): between two rounds of the backlog the flush
+        began with, and every `ADMIT_EVERY` seconds while it waits on its writers, the
+        TrainingJobs that came meanwhile are admitted and their status written at once, on
+        writers of their own, ahead of the backlog (`_admit_meanwhile`)."""
+        rounds = -(-len(self.dirty) // ROUND) - 1  # the backlog's rounds
+        self._admitted_at = time.monotonic()
+        try:
+            while self.dirty or self.throttles_dirty or self.pending or self.rejections:
+                self._write_statuses(ROUND)
+                if self.throttles_dirty:
+                    self._write_throttles()
+                    self.throttles_dirty = False
+                if self.pending:
+                    self._carry_out_pending()
+                if rounds > 0 and self.dirty:
+                    rounds -= 1
+                    self._send_events()
+                    self._admit_meanwhile()
+            self._send_events()
+        finally:
+            self._admitted_at = None
         self._carried, self._held = self._held, []  # to the next flush (one step at most)
         if len(self._written) > len(self.jobs):
             live = {job.uid for job in self.jobs.values()}
             self._written = {uid: said for uid, said in self._written.items() if uid in live}
 
-    def _each(self, send: Callable[[_T], object], items: Sequence[_T]) -> list[Exception | None]:
+    def _admit_meanwhile(self) -> None:
+        """Admit the TrainingJobs that came since the flush began (`between`) and write their
+        status now — the admission's own, Pending or Held, or Rejected — rather than after
+        the backlog of starts. Their starts are the next step's: the cycle decides them, as
+        every start. Nothing when this controller no longer leads: a standby writes nothing.
+        A status not written here (the API server failing) stays queued for its round."""
+        if self._admitted_at is None:
+            return
+        self._admitted_at = None  # no admission inside this one
+        if not self.leading():
+            self._admitted_at = time.monotonic()
+            return
+        try:
+            with self._lock:  # the writers' callbacks change jobs too: one at a time
+                said, refused = len(self.events), len(self.rejections)
+                admitted = list(self.between())
+                # Started at the next step: its Admitted Event waits for that step, to go
+                # as one with its Started one (`merge_per_job`).
+                fresh = self.events[said:]
+                self._held += [e for e in fresh if e.reason is Reason.ADMITTED]
+                self.events[said:] = [e for e in fresh if e.reason is not Reason.ADMITTED]
+                rejections = self.rejections[refused:]
+                del self.rejections[refused:]
+            written = self._each(
+                lambda r: self._patch_status(f"{r[0]}/{r[1]}", *r), rejections, intake=True
+            )
+            self.rejections += [
+                r for r, e in zip(rejections, written, strict=True) if e is not None
+            ]
+            jobs = [job for job in admitted if self.dirty.get(job.id) is job]
+            raised = self._each(self._write_status, jobs, intake=True)
+            with self._lock:
+                for job, error in zip(jobs, raised, strict=True):
+                    if error is None and self.dirty.get(job.id) is job:
+                        del self.dirty[job.id]
+            for error in (*written, *raised):
+                if error is not None and not isinstance(error, ClusterUnavailable):
+                    log.error("admission status not written: %r", error)
+            if admitted or rejections:
+                log.info("admitted %d, rejected %d during a flush", len(jobs), len(rejections))
+        finally:
+            self._admitted_at = time.monotonic()
+
+    def _each(
+        self, send: Callable[[_T], object], items: Sequence[_T], intake: bool = False
+    ) -> list[Exception | None]:
         """`send` each item, up to `writers` at once; what each raised (None: done). One at a
-        time, an unreachable server stops the rest (they count as not sent)."""
+        time, an unreachable server stops the rest (they count as not sent). `intake`: on
+        the admission path's own writers. While it waits on the others, a flush admits the
+        TrainingJobs that came meanwhile every `ADMIT_EVERY` seconds."""
         if self.writers <= 1 or len(items) <= 1:
             raised: list[Exception | None] = []
             for item in items:
@@ -376,9 +437,19 @@ class KubeActuator(IntentCarrier):
                 except Exception as error:
                     raised.append(error)
             return raised
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.writers, thread_name_prefix="caldera-writer")
-        futures = [self._pool.submit(send, item) for item in items]
+        if intake:
+            if self._intake_pool is None:
+                self._intake_pool = ThreadPoolExecutor(
+                    self.writers, thread_name_prefix="caldera-intake"
+                )
+            pool = self._intake_pool
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.writers, thread_name_prefix="caldera-writer")
+            pool = self._pool
+        futures = [pool.submit(send, item) for item in items]
+        if not intake:
+            self._wait_admitting(futures)
         done: list[Exception | None] = []
         for future in futures:  # every one has ended before the caller goes on
             failure = future.exception()
@@ -386,6 +457,18 @@ class KubeActuator(IntentCarrier):
                 raise failure
             done.append(failure)
         return done
+
+    def _wait_admitting(self, futures: Sequence[Future[object]]) -> None:
+        """Wait for `futures`; each `ADMIT_EVERY` seconds meanwhile, admit newcomers."""
+        while True:
+            since = self._admitted_at
+            if since is None:
+                wait(futures)
+                return
+            timeout = max(since + ADMIT_EVERY - time.monotonic(), 0.0)
+            if not wait(futures, timeout=timeout).not_done:
+                return
+            self._admit_meanwhile()
 
     @staticmethod
     def _raise_failure(raised: Sequence[Exception | None]) -> None:

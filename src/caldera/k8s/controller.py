@@ -233,6 +233,8 @@ class Controller:
     ) -> None:
         """Step until `stop`. `leading` (leader election): steps only while it says so — a
         replica that could not renew its Lease in time acts no more."""
+        if leading is not None:  # a flush admits newcomers only while this replica leads
+            self.runtime.actuator.leading = leading
         reads = self.runtime.reads
         if isinstance(reads, InformerCache):
             # The informers are the watches: their changes wake the loop.

@@ -222,12 +222,14 @@ class KubeRuntime:
         self._block(running)
         self._recheck_volcano_queues(now)
 
-    def admit_new(self) -> None:
-        """Between two rounds of a long flush (a burst of starts): admit the TrainingJobs
-        that came meanwhile, so that their status says so within a round, not after the
-        whole burst is written (issue 40). New ones only; the rest waits for the next step."""
+    def admit_new(self) -> list[KubeJob]:
+        """During a long flush (a burst of starts): admit the TrainingJobs that came
+        meanwhile, so that their status says so within seconds, not after the whole burst
+        is written (issue 40); the actuator writes it on its own path. New ones only; the
+        rest waits for the next step. Returns the jobs admitted (the rejected are queued)."""
         now = self.clock()
         settled = self.actuator.settled
+        admitted: list[KubeJob] = []
         for namespace in self.settings.namespaces:
             for obj in self.reads.jobs(namespace):
                 metadata = obj.get("metadata") or {}
@@ -241,8 +243,13 @@ class KubeRuntime:
                 try:
                     self.intake.admit(obj, now)
                 except Exception:  # the next step's intake takes it in, or says why not
-                    log.exception("%s could not be admitted between rounds", job_id)
+                    log.exception("%s could not be admitted during a flush", job_id)
                     self.jobs.pop(job_id, None)
+                    continue
+                job = self.jobs.get(job_id)
+                if job is not None:
+                    admitted.append(job)
+        return admitted
 
     def cycle(self) -> Decisions:
         """Run the cycle until it stops releasing held jobs; apply each result."""
