@@ -213,6 +213,10 @@ def test_a_burst_is_written_in_rounds_and_newcomers_are_admitted_between_them(
     # its status went at the next round's start, ahead of the backlog (it went after it)
     second_round = sorted(status_at[f"{NAMESPACE}/{n}"] for n in singles)[4]
     assert status_at[f"{NAMESPACE}/late"] < second_round
+    # and with it the first statuses of the backlog, up to a round's worth (4 here): before
+    # the second round's pods, 4 + (late + 3) + 4 statuses, not 4 + 4
+    fifth_pod = sorted(pod_at.values())[4]
+    assert sum(1 for at in status_at.values() if at < fifth_pod) == 12
     assert world.state("late") == "Pending"  # admitted during the step, its start to come
     assert world.events("late") == []  # its Admitted Event waits for its start
     world.step()

@@ -135,6 +135,8 @@ class KubeActuator(IntentCarrier):
     _intake_pool: ThreadPoolExecutor | None = None
     # When this flush last admitted (time.monotonic); None: not in a flush, or admitting now.
     _admitted_at: float | None = None
+    # The jobs whose statuses the flush's round is writing now (the admission path leaves them).
+    _round: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _keys: ByName | None = None
     _inflight: list[deque[tuple[int, Intent]]] = field(default_factory=list)
@@ -379,8 +381,13 @@ class KubeActuator(IntentCarrier):
         """Admit the TrainingJobs that came since the flush began (`between`) and write their
         status now — the admission's own, Pending or Held, or Rejected — rather than after
         the backlog of starts. Their starts are the next step's: the cycle decides them, as
-        every start. Nothing when this controller no longer leads: a standby writes nothing.
-        A status not written here (the API server failing) stays queued for its round."""
+        every start. With them go the first statuses of the backlog's jobs this controller
+        has not written yet (admitted at the step's start, their start waiting for its
+        round), up to `ROUND` in all, oldest first: the same status written earlier, so
+        each job's admission is said within seconds; their objects still wait for it, as
+        always, and the rounds' pods are not held up behind thousands of statuses. Nothing when this
+        controller no longer leads: a standby writes nothing. A status not written here
+        (the API server failing) stays queued for its round."""
         if self._admitted_at is None:
             return
         self._admitted_at = None  # no admission inside this one
@@ -404,7 +411,17 @@ class KubeActuator(IntentCarrier):
             self.rejections += [
                 r for r, e in zip(rejections, written, strict=True) if e is not None
             ]
-            jobs = [job for job in admitted if self.dirty.get(job.id) is job]
+            with self._lock:
+                jobs = [job for job in admitted if self.dirty.get(job.id) is job]
+                new = {job.id for job in jobs}
+                backlog = (
+                    job
+                    for job in self.dirty.values()
+                    if job.uid not in self._written
+                    and job.id not in self._round
+                    and job.id not in new
+                )
+                jobs += itertools.islice(backlog, max(ROUND - len(jobs), 0))
             raised = self._each(self._write_status, jobs, intake=True)
             with self._lock:
                 for job, error in zip(jobs, raised, strict=True):
@@ -413,8 +430,13 @@ class KubeActuator(IntentCarrier):
             for error in (*written, *raised):
                 if error is not None and not isinstance(error, ClusterUnavailable):
                     log.error("admission status not written: %r", error)
-            if admitted or rejections:
-                log.info("admitted %d, rejected %d during a flush", len(jobs), len(rejections))
+            if jobs or rejections:
+                log.info(
+                    "during a flush: %d admitted, %d rejected, %d first statuses written",
+                    len(new),
+                    len(rejections),
+                    len(jobs),
+                )
         finally:
             self._admitted_at = time.monotonic()
 
@@ -486,10 +508,15 @@ class KubeActuator(IntentCarrier):
         change first)."""
         rejections = list(self.rejections)
         raised = self._each(lambda r: self._patch_status(f"{r[0]}/{r[1]}", *r), rejections)
-        self.rejections = [r for r, e in zip(rejections, raised, strict=True) if e is not None]
+        failed = [r for r, e in zip(rejections, raised, strict=True) if e is not None]
+        self.rejections = failed + self.rejections[len(rejections) :]  # + those of meanwhile
         self._raise_failure(raised)
         dirty = list(itertools.islice(self.dirty.values(), most))
-        raised = self._each(self._write_status, dirty)
+        self._round = {job.id for job in dirty}
+        try:
+            raised = self._each(self._write_status, dirty)
+        finally:
+            self._round = set()
         for job, error in zip(dirty, raised, strict=True):
             if error is None and self.dirty.get(job.id) is job:
                 del self.dirty[job.id]
