@@ -1,21 +1,32 @@
-"""One request → `JobSpec` path for scenario jobs and REST submissions.
+"""One request path: what a job asks for, as one typed record with one wire form.
 
-Two ways of asking for a job come through here, each with its own key names: a scenario's
-job (`caldera.sim.scenario`) and a REST submission (`caldera.service.api.schemas` checks its
-shape with `task_shape`, `caldera.service.jobs.spec_from_request` builds its spec). Both
-resolve their resources here (`resolve_tasks`: GPU fractions, CPU and memory quantities, the
-gang size, the fractional-GPU rule as `caldera.model.jobs` defines it) and build the spec
-here (`job_spec`), so one request means the same job to the simulator and the service.
+Every way of asking for a job ends in a `RequestRecord`: a REST submission
+(`caldera.service.api.schemas.JobRequest.record`, which the CLI's `submit` sends), a scenario's
+job (`caldera.sim.scenario.job_spec_from_model`) and a Kubernetes TrainingJob
+(`caldera.k8s.trainingjob`). Each front end keeps its own key names — they are contracts:
+the REST body says `gpus`, a scenario `gpus_per_task`, a TrainingJob `minAvailable` — and
+resolves them into the record's units (milli-GPUs, millicores and MiB per task). From there
+on a request is one thing:
 
-A Kubernetes TrainingJob does not: `caldera.k8s.trainingjob` reads its pod templates the
-Kubernetes way (quantities as Kubernetes parses them, the GPU resource's limit) and builds
-its `JobSpec` itself; it asks the same fractional-GPU rule (`breaks_fractional_gpu_rule`).
+- its wire form is `to_wire()` / `from_wire()`: the JSON the service stores with each job
+  (`jobs.request`) and rebuilds a restarted job from, keys as the service has always stored
+  them (extended, never renamed; a key an older row lacks takes its default);
+- `RequestRecord.spec(id, submit, user)` is the one place a request becomes the cycle's
+  `JobSpec`, in the simulator, the service and the controller alike.
+
+The REST body and a scenario job share their resolution too (`resolve_tasks`: GPU fractions,
+CPU and memory quantities, the gang size, the fractional-GPU rule as `caldera.model.jobs`
+defines it). A TrainingJob reads its pod templates the Kubernetes way (quantities as
+Kubernetes parses them, the GPU resource's limit) and asks the same fractional-GPU rule
+(`breaks_fractional_gpu_rule`) before it builds its record.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
 
 from caldera.errors import RequestError
 from caldera.model import (
@@ -32,9 +43,174 @@ from caldera.model import (
 )
 from caldera.model.jobs import breaks_fractional_gpu_rule
 
-__all__ = ["TaskShape", "job_spec", "resolve_tasks", "task_shape", "topology_spec"]
+__all__ = [
+    "RequestRecord",
+    "TaskShape",
+    "resolve_tasks",
+    "task_shape",
+    "topology_spec",
+]
 
 Quantity = float | int | str
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """What a job asks for, resolved: per task `gpu` milli-GPUs (or one `gpu_profile` MIG
+    slice), `cpu` millicores and `memory` MiB; a gang of `tasks`, `min_available` of them
+    needed to start (0: all). Who asked, the job's id and its submit time are not part of
+    it: `spec` takes them.
+
+    `time_shared` N: each task is one of N sharing a GPU (a time-sharing queue's doing,
+    `caldera.model.time_share`, kept so that a restart rebuilds the same spec). `command`,
+    `env`, `workdir` and `trust_progress` are the service's (what a task runs; whether the
+    job's own progress claims defend it); `duration` the simulator's (the useful work)."""
+
+    name: str
+    queue: str
+    type: JobType = JobType.NORMAL
+    tasks: int = 1
+    gpu: int = GPU_MILLI
+    cpu: int = 0
+    memory: int = 0
+    min_available: int = 0
+    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    namespace: str = "default"
+    priority_class_name: str = ""
+    checkpoint: Checkpointing = field(default_factory=Checkpointing)
+    expected_duration: float | None = None
+    topology: TopologySpec | None = None
+    gpu_models: tuple[str, ...] | None = None
+    max_retries: int = 0
+    time_shared: int = 0
+    gpu_profile: str | None = None
+    duration: float | None = None
+    command: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    workdir: str | None = None
+    trust_progress: bool = False
+
+    def __post_init__(self) -> None:
+        # Frozen all the way down: a record is shared by a job's spec, its row and its tasks.
+        for name in ("labels", "env"):
+            value = getattr(self, name)
+            if not isinstance(value, MappingProxyType):
+                object.__setattr__(self, name, MappingProxyType(dict(value)))
+        if not isinstance(self.command, tuple):
+            object.__setattr__(self, "command", tuple(self.command))
+        if self.gpu_models is not None and not isinstance(self.gpu_models, tuple):
+            object.__setattr__(self, "gpu_models", tuple(self.gpu_models))
+
+    def spec(self, id: str, submit: float, user: str = "") -> JobSpec:
+        """The cycle's view of this request, accepted as job `id` at `submit` for `user`:
+        the one conversion every runtime uses. ValueError if `JobSpec` refuses it."""
+        return JobSpec(
+            id=id,
+            name=self.name,
+            queue=self.queue,
+            type=self.type,
+            submit=submit,
+            tasks=self.tasks,
+            gpu=self.gpu,
+            cpu=self.cpu,
+            memory=self.memory,
+            min_available=self.min_available,
+            labels=self.labels,
+            namespace=self.namespace,
+            priority_class_name=self.priority_class_name,
+            checkpoint=self.checkpoint,
+            expected_duration=self.expected_duration,
+            topology=self.topology,
+            gpu_models=frozenset(self.gpu_models) if self.gpu_models else None,
+            duration=self.duration,
+            max_retries=self.max_retries,
+            user=user,
+            time_shared=self.time_shared,
+            gpu_profile=self.gpu_profile,
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The record as JSON-able data: the one wire form (the service's stored request)."""
+        checkpoint = self.checkpoint
+        topology = self.topology
+        return {
+            "name": self.name,
+            "queue": self.queue,
+            "type": self.type.value,
+            "tasks": self.tasks,
+            "gpu": self.gpu,
+            "cpu": self.cpu,
+            "memory": self.memory,
+            "min_available": self.min_available,
+            "command": list(self.command),
+            "env": dict(self.env),
+            "workdir": self.workdir,
+            "labels": dict(self.labels),
+            "topology": (
+                {"mode": topology.mode.value, "highest_tier": topology.highest_tier}
+                if topology is not None
+                else None
+            ),
+            "expected_duration": self.expected_duration,
+            "checkpoint": {
+                "interval": checkpoint.interval,
+                "cost": checkpoint.cost,
+                "on_sigterm": checkpoint.on_sigterm,
+            },
+            "max_retries": self.max_retries,
+            "gpu_model": list(self.gpu_models) if self.gpu_models is not None else None,
+            "gpu_profile": self.gpu_profile,
+            "time_shared": self.time_shared,
+            "trust_progress": self.trust_progress,
+            "namespace": self.namespace,
+            "priority_class_name": self.priority_class_name,
+            "duration": self.duration,
+        }
+
+    @classmethod
+    def from_wire(cls, data: Mapping[str, Any]) -> RequestRecord:
+        """A record from its wire form. `name`, `queue`, `type`, `tasks` and `gpu` are
+        required; every other key may be missing (rows stored before it existed)."""
+        checkpoint = data.get("checkpoint") or {}
+        tasks = int(data["tasks"])
+        models = data.get("gpu_model")
+        return cls(
+            name=str(data["name"]),
+            queue=str(data["queue"]),
+            type=JobType(data["type"]),
+            tasks=tasks,
+            gpu=int(data["gpu"]),
+            cpu=int(data.get("cpu") or 0),
+            memory=int(data.get("memory") or 0),
+            min_available=int(data.get("min_available") or 0),
+            labels=data.get("labels") or {},
+            namespace=str(data.get("namespace") or "default"),
+            priority_class_name=str(data.get("priority_class_name") or ""),
+            checkpoint=Checkpointing(
+                checkpoint.get("interval"),
+                float(checkpoint.get("cost", 0.0)),
+                bool(checkpoint.get("on_sigterm", True)),
+            ),
+            expected_duration=data.get("expected_duration"),
+            topology=topology_spec(data.get("topology")),
+            gpu_models=tuple([models] if isinstance(models, str) else models) if models else None,
+            max_retries=int(data.get("max_retries", 0)),
+            time_shared=int(data.get("time_shared", 0)),
+            gpu_profile=data.get("gpu_profile"),
+            duration=data.get("duration"),
+            command=tuple(data.get("command") or ()),
+            env=data.get("env") or {},
+            workdir=data.get("workdir"),
+            trust_progress=bool(data.get("trust_progress", False)),
+        )
+
+    def shared_as(self, spec: JobSpec) -> RequestRecord:
+        """This record as `spec` took it up after a time-sharing queue made it 1/N of a GPU
+        (`caldera.model.time_share`): kept in the record, a restart rebuilds the same spec."""
+        if spec.gpu == self.gpu and spec.time_shared == self.time_shared:
+            return self
+        return replace(self, gpu=spec.gpu, time_shared=spec.time_shared)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,52 +291,3 @@ def topology_spec(topology: Mapping[str, object] | None) -> TopologySpec | None:
     if not topology:
         return None
     return TopologySpec(TopologyMode(str(topology["mode"])), int(str(topology["highest_tier"])))
-
-
-def job_spec(
-    *,
-    id: str,
-    name: str,
-    queue: str,
-    type: JobType,
-    submit: float,
-    shape: TaskShape,
-    checkpoint: Checkpointing,
-    labels: Mapping[str, str] | None = None,
-    namespace: str = "default",
-    priority_class_name: str = "",
-    expected_duration: float | None = None,
-    topology: TopologySpec | None = None,
-    gpu_model: str | list[str] | None = None,
-    duration: float | None = None,
-    max_retries: int = 0,
-    user: str = "",
-    time_shared: int = 0,
-    gpu_profile: str | None = None,
-) -> JobSpec:
-    """The cycle's view of a request whose shape is resolved."""
-    models = [gpu_model] if isinstance(gpu_model, str) else gpu_model
-    return JobSpec(
-        id=id,
-        name=name,
-        queue=queue,
-        type=type,
-        submit=submit,
-        tasks=shape.tasks,
-        gpu=shape.gpu,
-        cpu=shape.cpu,
-        memory=shape.memory,
-        min_available=shape.min_available,
-        labels=dict(labels or {}),
-        namespace=namespace,
-        priority_class_name=priority_class_name,
-        checkpoint=checkpoint,
-        expected_duration=expected_duration,
-        topology=topology,
-        gpu_models=frozenset(models) if models else None,
-        duration=duration,
-        max_retries=max_retries,
-        user=user,
-        time_shared=time_shared,
-        gpu_profile=gpu_profile,
-    )

@@ -220,10 +220,10 @@ class Actuator:
             job=job.id,
             rank=task.rank,
             attempt=task.attempt,
-            command=tuple(request["command"]),
+            command=request.command,
             # Only what the request and caldera set: nothing of the server's environment.
-            env=environment(dict(request.get("env") or {}), caldera_env),
-            cwd=Path(request.get("workdir") or files.work),
+            env=environment(dict(request.env), caldera_env),
+            cwd=Path(request.workdir or files.work),
             files=files,
             user=job.spec.user,
             queue=job.spec.queue,

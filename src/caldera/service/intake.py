@@ -16,10 +16,12 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
+
+from caldera.runtime.requests import RequestRecord
 
 __all__ = ["GroupWorker", "Submission"]
 
@@ -30,17 +32,22 @@ T = TypeVar("T")
 
 @dataclass
 class Submission:
-    """A normalised request waiting to be admitted and committed.
+    """A request waiting to be admitted and committed (given as its record, or as the
+    record's wire form: `RequestRecord.from_wire`).
 
     `admit()`: the per-user limits (raises LimitError), asked when its group is taken;
     `audit(row)`: the audit row to commit with the job's row. `future` is given the job's row,
     or the exception that refused or failed it."""
 
-    request: dict[str, Any]
+    request: RequestRecord
     user: str
     admit: Callable[[], None] | None = None
     audit: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     future: Future[dict[str, Any]] = field(default_factory=Future)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.request, Mapping):  # the wire form (a stored or scripted request)
+            self.request = RequestRecord.from_wire(self.request)
 
 
 class GroupWorker(Generic[T]):

@@ -1,4 +1,5 @@
-"""A job as the service keeps it: the request, its tasks (processes) and the kernel's tracked
+"""A job as the service keeps it: the request (`caldera.runtime.requests.RequestRecord`, stored
+in its wire form), its tasks (processes) and the kernel's tracked
 facts, with conversions to and from database rows (`caldera.runtime.wire`: the one record
 format; placements key their node by index — the service's one host may change its name).
 
@@ -13,52 +14,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from caldera.core import JobView, TaskPlacement
-from caldera.model import (
-    Checkpointing,
-    JobSpec,
-    JobState,
-    JobType,
-)
+from caldera.model import JobState
 from caldera.runtime import wire
 from caldera.runtime.job import TrackedJob
-from caldera.runtime.requests import TaskShape, job_spec, topology_spec
+from caldera.runtime.requests import RequestRecord
 
-__all__ = ["NODE_KEYS", "LiveJob", "TaskRun", "spec_from_request"]
+__all__ = ["NODE_KEYS", "LiveJob", "TaskRun"]
 
 NODE_KEYS = wire.ByIndex()
-
-
-def spec_from_request(job_id: str, request: dict[str, Any], submit: float, user: str) -> JobSpec:
-    """The cycle's view of a stored, normalised request (`api.JobRequest.normalised`)."""
-    checkpoint = request.get("checkpoint") or {}
-    tasks = int(request["tasks"])
-    return job_spec(
-        id=job_id,
-        name=request["name"],
-        queue=request["queue"],
-        type=JobType(request["type"]),
-        submit=submit,
-        shape=TaskShape(
-            tasks,
-            int(request["gpu"]),
-            int(request.get("cpu", 0)),
-            int(request.get("memory", 0)),
-            int(request.get("min_available") or tasks),
-        ),
-        labels=request.get("labels"),
-        checkpoint=Checkpointing(
-            checkpoint.get("interval"),
-            float(checkpoint.get("cost", 0.0)),
-            bool(checkpoint.get("on_sigterm", True)),
-        ),
-        expected_duration=request.get("expected_duration"),
-        topology=topology_spec(request.get("topology")),
-        gpu_model=request.get("gpu_model"),
-        max_retries=int(request.get("max_retries", 0)),
-        user=user,
-        time_shared=int(request.get("time_shared", 0)),
-        gpu_profile=request.get("gpu_profile"),
-    )
 
 
 @dataclass
@@ -116,7 +79,7 @@ class LiveJob(TrackedJob[TaskRun]):
     """A job of the service: the kernel's facts, the submitted request and the status files
     read from its tasks."""
 
-    request: dict[str, Any]
+    request: RequestRecord
     checkpoint_step: int | None = None
     control_seen: dict[str, float] = field(default_factory=dict)  # status file -> mtime read
 
@@ -126,7 +89,7 @@ class LiveJob(TrackedJob[TaskRun]):
         `trust_progress`; otherwise only the time it has run defends it (DESIGN §4.2's
         α·ln(1 + T_run) term; docs/service.md "Security model")."""
         view = super().view()
-        if not self.request.get("trust_progress") and view.reported_progress != 0.0:
+        if not self.request.trust_progress and view.reported_progress != 0.0:
             view = replace(view, reported_progress=0.0)
             self._view = view
         return view
@@ -150,7 +113,7 @@ class LiveJob(TrackedJob[TaskRun]):
             "type": spec.type.value,
             "state": self.state.value,
             "submit_time": spec.submit,
-            "request": self.request,
+            "request": self.request.to_wire(),
             "tasks": [t.to_dict() for t in self.tasks],
             "nomination": wire.nomination_to_wire(self.nomination, NODE_KEYS),
             "checkpoint_step": self.checkpoint_step,
@@ -159,8 +122,8 @@ class LiveJob(TrackedJob[TaskRun]):
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> LiveJob:
-        request = dict(row["request"])
-        spec = spec_from_request(row["id"], request, float(row["submit_time"]), row["user"])
+        request = RequestRecord.from_wire(row["request"])
+        spec = request.spec(row["id"], float(row["submit_time"]), row["user"])
         job = cls(
             spec=spec,
             request=request,

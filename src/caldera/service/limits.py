@@ -11,11 +11,11 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from caldera.errors import RequestError
+from caldera.runtime.requests import RequestRecord
 
 __all__ = ["Admission", "LimitError", "Limits", "RateLimiter", "check_sizes"]
 
@@ -109,19 +109,19 @@ class LimitError(RequestError):
         self.retry_after = retry_after
 
 
-def check_sizes(limits: Limits, request: dict[str, Any]) -> None:
-    """The configured size limits of a normalised request. Raises LimitError (400)."""
+def check_sizes(limits: Limits, request: RequestRecord) -> None:
+    """The configured size limits of a request. Raises LimitError (400)."""
 
     def over(message: str) -> LimitError:
         return LimitError(400, message)
 
-    if request["tasks"] > limits.tasks_per_job:
+    if request.tasks > limits.tasks_per_job:
         raise over(f"tasks: at most {limits.tasks_per_job} per job (limits.tasks_per_job)")
-    if request["gpu"] > limits.gpus_per_task * 1000:
+    if request.gpu > limits.gpus_per_task * 1000:
         raise over(f"gpus: at most {limits.gpus_per_task} per task (limits.gpus_per_task)")
-    if len(request["name"]) > limits.name_length:
+    if len(request.name) > limits.name_length:
         raise over(f"name: at most {limits.name_length} characters (limits.name_length)")
-    labels: dict[str, str] = request["labels"]
+    labels = request.labels
     if len(labels) > limits.labels:
         raise over(f"labels: at most {limits.labels} (limits.labels)")
     for key, value in labels.items():
@@ -129,12 +129,12 @@ def check_sizes(limits: Limits, request: dict[str, Any]) -> None:
             raise over(f"labels: a key is longer than {limits.label_key_length} characters")
         if len(value) > limits.label_value_length:
             raise over(f"labels.{key}: longer than {limits.label_value_length} characters")
-    env: dict[str, str] = request["env"]
+    env = request.env
     if len(env) > limits.env_vars:
         raise over(f"env: at most {limits.env_vars} variables (limits.env_vars)")
     if sum(len(k.encode()) + len(v.encode()) + 2 for k, v in env.items()) > limits.env_bytes:
         raise over(f"env: more than {limits.env_bytes} bytes (limits.env_bytes)")
-    if sum(len(a.encode()) + 1 for a in request["command"]) > limits.command_bytes:
+    if sum(len(a.encode()) + 1 for a in request.command) > limits.command_bytes:
         raise over(f"command: more than {limits.command_bytes} bytes (limits.command_bytes)")
 
 

@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import logging
 import math
-import secrets
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,14 +45,15 @@ from caldera.core import (
     Throttle,
     Waiting,
     WaitingReasons,
-    admit,
     run,
 )
 from caldera.core.fairshare import DecayedUsage
-from caldera.errors import Conflict, NotFound, Rejected
-from caldera.model import JobState, Node, Queue, QueueState, shares_time, time_share
+from caldera.errors import Conflict, NotFound
+from caldera.model import Node, Queue, QueueState
 from caldera.policies import get_policy
 from caldera.runtime import Kernel, SchedulerLoop
+from caldera.runtime.requests import RequestRecord
+from caldera.service import polling
 from caldera.service.actuator import Actuator
 from caldera.service.config import ServiceConfig
 from caldera.service.gpus import HostGPUs
@@ -61,12 +61,12 @@ from caldera.service.gpus.health import Finding, Recovered
 from caldera.service.gpus.watch import Drain, GpuWatch
 from caldera.service.health import KillNow, drain_intents
 from caldera.service.intake import GroupWorker, Submission
-from caldera.service.jobs import LiveJob, TaskRun, spec_from_request
+from caldera.service.jobs import LiveJob, TaskRun
 from caldera.service.launcher import Launcher, ProcessLauncher
-from caldera.service.observe import Exited, KillDue, Reported, observe
 from caldera.service.recovery import recover
 from caldera.service.spawner import Spawner
 from caldera.service.store import Store
+from caldera.service.submissions import accept
 from caldera.service.usage import RuntimeStats
 from caldera.service.views import (
     ClusterView,
@@ -77,17 +77,6 @@ from caldera.service.views import (
 )
 
 __all__ = ["Runtime", "RuntimeStats"]
-
-
-@dataclass
-class _Accepted:
-    """A submission admitted in a group: its job, row, events and audit row."""
-
-    submission: Submission
-    job: LiveJob
-    row: dict[str, Any]
-    events: list[dict[str, Any]]
-    audit: list[dict[str, Any]] = field(default_factory=list)
 
 
 log = logging.getLogger("caldera.service")
@@ -214,7 +203,7 @@ class Runtime:
         health = self.gpu_watch.read(now) if poll and self.gpu_watch is not None else None
         with self.lock:
             if poll:
-                self._poll(now)
+                polling.poll(self, now)
             if health is not None:
                 self._gpu_health(health, now)
             self.actuator.flush()
@@ -277,55 +266,6 @@ class Runtime:
             log.warning("decayed usage not kept: %s", first)
 
     # -- processes -------------------------------------------------------------------------
-
-    def _poll(self, now: float) -> None:
-        """Exits, SIGKILL deadlines and the jobs' reports (caller holds the lock)."""
-        self._integrate(now)
-        busy = list(self.actuator.holding.values())
-        ended: dict[str, LiveJob] = {}
-        out_of_memory: set[str] = set()
-        for seen in observe(busy, self.launcher, self.data_dir, now):
-            job = seen.job
-            if isinstance(seen, Exited):
-                seen.task.done = True
-                seen.task.exit_code = seen.exit_code
-                ended[job.id] = job
-                if seen.reason is not None:  # the job fails for this reason, or is retried
-                    job.reason = seen.reason
-                    out_of_memory.add(job.id)
-                    self.actuator.note(now, "oom", job.id, task=seen.task.rank, reason=seen.reason)
-            elif isinstance(seen, KillDue):
-                seen.task.killed = True
-                self.actuator.send(seen.task, signal.SIGKILL)
-            else:
-                self._reported(seen, now)
-            self.kernel.mark(job)
-        for job in ended.values():
-            self.settle(job, now)
-            if job.id in out_of_memory and job.state is JobState.PENDING:
-                job.reason = None  # retried: the oom event keeps what happened to that attempt
-                self.kernel.mark(job)
-
-    def _integrate(self, now: float) -> None:
-        """Allocated and gang-hang GPU time since the last look (for /metrics)."""
-        allocated = self.room.capacity_milli - sum(sum(f) for f in self.room.free)
-        if self.gpu_watch is not None:
-            allocated -= self.gpu_watch.held_milli  # drained, not allocated
-        self.stats.integrate(now, allocated, self.actuator.holding.values())
-
-    def _reported(self, seen: Reported, now: float) -> None:
-        """Progress and checkpoints a job reported through `caldera.sdk.preemption`."""
-        job = seen.job
-        if seen.progress is not None and seen.progress != job.reported_progress:
-            job.reported_progress = seen.progress
-        at = seen.checkpoint_at
-        if at is None or at <= (job.checkpoint_seen or 0.0):
-            return
-        job.checkpoint_seen = at
-        job.checkpoint_step = seen.step if seen.step is not None else job.checkpoint_step
-        job.saved_work = max(job.saved_work, job.work_done(min(at, now)))
-        kind = "sigterm" if job.state is JobState.RELEASING else "periodic"
-        self.actuator.note(now, "checkpoint", job.id, reason=kind, step=job.checkpoint_step)
 
     def settle(self, job: LiveJob, now: float) -> None:
         """Tasks of `job` ended: the kernel moves it on (caller holds the lock)."""
@@ -435,13 +375,16 @@ class Runtime:
 
     def submit(
         self,
-        request: dict[str, Any],
+        request: RequestRecord | dict[str, Any],
         user: str,
         audit: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """Admit and record a normalised request, in the caller's thread; raises Rejected or
-        ValueError. `audit(row)`: the audit log's row for this acceptance, committed with the
-        job's (both are, or neither). The API uses `enqueue`."""
+        """Admit and record a request (its record or the record's wire form), in the
+        caller's thread; raises Rejected or ValueError. `audit(row)`: the audit log's row
+        for this acceptance, committed with the job's (both are, or neither). The API uses
+        `enqueue`."""
+        if not isinstance(request, RequestRecord):
+            request = RequestRecord.from_wire(request)
         submission = Submission(request, user, audit=audit)
         self._accept([submission])
         return submission.future.result()
@@ -457,117 +400,8 @@ class Runtime:
         return submission.future
 
     def _accept(self, group: list[Submission]) -> None:
-        """Admit each submission, commit the admitted ones in one transaction (job rows,
-        events, audit rows), then let them join the live set. A row is committed before its
-        job joins (so nothing can start or change it first) and outside the runtime lock (a
-        cycle never waits for the commit, nor a commit for a cycle). If the group's
-        transaction fails, each is tried alone, so one bad submission fails only itself.
-        Whatever happens, every caller gets an answer."""
-        try:
-            self._accept_group(group)
-        except Exception as error:
-            for submission in group:
-                if not submission.future.done():
-                    submission.future.set_exception(error)
-            raise
-
-    def _accept_group(self, group: list[Submission]) -> None:
-        limited: list[Submission] = []
-        for submission in group:
-            if not submission.future.set_running_or_notify_cancel():
-                continue  # its caller gave up before it was taken: nothing was stored
-            try:
-                if submission.admit is not None:
-                    submission.admit()  # per-user limits: may ask the database, so no lock
-            except Exception as error:
-                submission.future.set_exception(error)
-                continue
-            limited.append(submission)
-        admitted: list[_Accepted] = []
-        with self.lock:
-            for submission in limited:
-                try:
-                    job, events = self._admit(submission.request, submission.user)
-                except Exception as error:  # Rejected, ValueError
-                    submission.future.set_exception(error)
-                    continue
-                admitted.append(_Accepted(submission, job, job.row(), events))
-        ready: list[_Accepted] = []
-        for one in admitted:
-            try:
-                if one.submission.audit is not None:
-                    one.audit.append(one.submission.audit(one.row))
-            except Exception as error:
-                one.submission.future.set_exception(error)
-                continue
-            ready.append(one)
-        committed = self._commit_each(ready)
-        if not committed:
-            return
-        with self.lock:
-            for one in committed:
-                self.jobs[one.job.id] = one.job
-                self.kernel.stale.add(one.job.id)
-            asleep = not self.loop.needed  # else the loop wakes for the cycle already
-            self.loop.needed = True
-        if asleep:
-            self.wake.set()
-        for one in committed:
-            one.submission.future.set_result(one.row)
-
-    def _commit_each(self, group: list[_Accepted]) -> list[_Accepted]:
-        """Commit the group in one transaction; if that fails, each alone. What committed."""
-        if not group:
-            return []
-        try:
-            self._commit(group)
-            return group
-        except Exception as error:
-            if len(group) == 1:
-                group[0].submission.future.set_exception(error)
-                return []
-        committed = []
-        for one in group:
-            try:
-                self._commit([one])
-            except Exception as error:
-                one.submission.future.set_exception(error)
-                continue
-            committed.append(one)
-        return committed
-
-    def _commit(self, group: list[_Accepted]) -> None:
-        """One transaction: the jobs' rows, their events and their audit rows."""
-        self.store.append(
-            [one.row for one in group],
-            [event for one in group for event in one.events],
-            [row for one in group for row in one.audit],
-        )
-
-    def _admit(self, request: dict[str, Any], user: str) -> tuple[LiveJob, list[dict[str, Any]]]:
-        """The new job and its events, or Rejected / ValueError (caller holds the lock)."""
-        now = self.clock()
-        job_id = "j-" + secrets.token_hex(6)
-        spec = spec_from_request(job_id, request, now, user)
-        queue = self.queues.get(spec.queue)
-        if shares_time(spec, queue):  # kept in the request: a restart rebuilds the same spec
-            spec = time_share(spec, queue)
-            request = {**request, "gpu": spec.gpu, "time_shared": spec.time_shared}
-        admission = admit(
-            spec, self.queues, self.throttles, now, self.nodes, self.policy_config.week_offset
-        )
-        if admission.state is JobState.REJECTED:
-            closed = queue is not None and queue.state is not QueueState.OPEN
-            raise Rejected(admission.reason, closed)
-        job = LiveJob(spec=spec, request=request, state=admission.state)
-        events = [{"t": now, "kind": "submit", "job": job_id, "data": {"user": user}}]
-        if admission.state is JobState.HELD:
-            job.hold_reason = admission.reason
-            job.hold_since = now
-            events.append(
-                {"t": now, "kind": "hold", "job": job_id, "data": {"reason": admission.reason}}
-            )
-        return job, events
+        """Admit, commit and take live a group of submissions (`caldera.service.submissions`)."""
+        accept(self, group)
 
     def cancel(self, job_id: str) -> dict[str, Any]:
         with self.lock:

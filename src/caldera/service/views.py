@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from caldera.config import Principal
 from caldera.core import Waiting
 from caldera.model import GPU_MILLI, JobState, Node, Queue, QueueState
+from caldera.runtime.requests import RequestRecord
 from caldera.service.intake import Submission
 from caldera.service.store import Store
 
@@ -123,7 +124,7 @@ class ServiceRuntime(Protocol):
 
     def submit(
         self,
-        request: dict[str, Any],
+        request: RequestRecord | dict[str, Any],
         user: str,
         audit: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> dict[str, Any]: ...

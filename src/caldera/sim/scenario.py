@@ -41,7 +41,7 @@ from caldera.model import (
     time_share,
 )
 from caldera.model.queues import departments, tree_problem
-from caldera.runtime.requests import job_spec, resolve_tasks, topology_spec
+from caldera.runtime.requests import RequestRecord, resolve_tasks, topology_spec
 
 __all__ = [
     "JobModel",
@@ -52,6 +52,7 @@ __all__ = [
     "load_scenario",
     "mig_layouts",
     "parse_scenario",
+    "request_record",
 ]
 
 
@@ -238,6 +239,16 @@ class ScenarioModel(StrictModel):
 
 def job_spec_from_model(model: JobModel | StreamModel, name: str, submit: float) -> Submission:
     """Build the spec; a request that cannot be accepted keeps its reasons in `invalid`."""
+    record, problems = request_record(model, name)
+    cancel = getattr(model, "cancel_at", None)
+    spec = record.spec(name, submit, getattr(model, "user", ""))
+    return Submission(spec, "; ".join(problems) or None, cancel)
+
+
+def request_record(model: JobModel | StreamModel, name: str) -> tuple[RequestRecord, list[str]]:
+    """A scenario job's request (`caldera.runtime.requests.RequestRecord`, the record every
+    front end builds) and what is wrong with it: the file's keys (`gpus_per_task`,
+    `cpu_per_task`, `checkpoint_interval`, …) resolved as a REST submission's are."""
     profile = getattr(model, "gpu_profile", None)
     shape, problems = resolve_tasks(
         model.tasks,
@@ -249,13 +260,16 @@ def job_spec_from_model(model: JobModel | StreamModel, name: str, submit: float)
         gpus_given="gpus_per_task" in model.model_fields_set,
         gpus_key="gpus_per_task",
     )
-    spec = job_spec(
-        id=name,
+    models = model.gpu_model
+    record = RequestRecord(
         name=name,
         queue=model.queue,
         type=model.type,
-        submit=submit,
-        shape=shape,
+        tasks=shape.tasks,
+        gpu=shape.gpu,
+        cpu=shape.cpu,
+        memory=shape.memory,
+        min_available=shape.min_available,
         labels=model.labels,
         namespace=model.namespace,
         priority_class_name=getattr(model, "priority_class", ""),
@@ -264,14 +278,12 @@ def job_spec_from_model(model: JobModel | StreamModel, name: str, submit: float)
         ),
         expected_duration=model.expected_duration,
         topology=topology_spec(model.topology.model_dump() if model.topology else None),
-        gpu_model=model.gpu_model,
+        gpu_models=(models,) if isinstance(models, str) else (tuple(models) if models else None),
         duration=model.duration,
         max_retries=getattr(model, "max_retries", 0),
-        user=getattr(model, "user", ""),
         gpu_profile=profile,
     )
-    cancel = getattr(model, "cancel_at", None)
-    return Submission(spec, "; ".join(problems) or None, cancel)
+    return record, problems
 
 
 def _expand_stream(model: StreamModel) -> Iterable[Submission]:

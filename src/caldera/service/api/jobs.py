@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -73,19 +74,19 @@ async def submit(body: JobRequest, who: Caller, request: Request) -> Response:
     limits: Limits = request.app.state.limits
     admission: Admission = request.app.state.admission
     try:
-        normalised = body.normalised()
-        check_sizes(limits, normalised)
+        record = body.record()
+        check_sizes(limits, record)
     except LimitError as error:
         raise _limit_error(error) from None
     except ValueError as error:
         raise HTTPException(400, str(error)) from None
     isolation: Isolation | None = request.app.state.isolation
-    if isolation is not None and normalised["workdir"] is not None:
-        problem = isolation.workdir_problem(who.user, normalised["workdir"])
+    if isolation is not None and record.workdir is not None:
+        problem = isolation.workdir_problem(who.user, record.workdir)
         if problem is not None:
             raise HTTPException(400, problem)
     # Whether the job's own progress claims may defend it (DESIGN §4.2; docs/service.md).
-    normalised["trust_progress"] = who.trust_progress
+    record = replace(record, trust_progress=who.trust_progress)
     names = _node_names(runtime)
     entry = audit_entry(request.scope)
     answer: list[JobOut] = []
@@ -99,7 +100,7 @@ async def submit(body: JobRequest, who: Caller, request: Request) -> Response:
             return entry.accepted(201, out.model_dump(include={"id", *_AUDITED}))
 
     submission = Submission(
-        normalised, who.user, admit=lambda: admission.admit(who.user), audit=audited
+        record, who.user, admit=lambda: admission.admit(who.user), audit=audited
     )
     try:
         row = await asyncio.wrap_future(runtime.enqueue(submission))

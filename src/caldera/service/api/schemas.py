@@ -17,10 +17,11 @@ from caldera.config import CheckpointModel, TopologyModel
 from caldera.errors import RequestError
 from caldera.model import (
     GPU_MILLI,
+    Checkpointing,
     JobType,
     priority_class,
 )
-from caldera.runtime.requests import task_shape
+from caldera.runtime.requests import RequestRecord, task_shape, topology_spec
 
 __all__ = [
     "AuditOut",
@@ -173,8 +174,9 @@ class JobRequest(BaseModel):
             raise ValueError("holds a NUL character")
         return value
 
-    def normalised(self) -> dict[str, Any]:
-        """The stored request: units resolved, defaults filled. Raises RequestError."""
+    def record(self) -> RequestRecord:
+        """The request as the service keeps it (`caldera.runtime.requests.RequestRecord`):
+        units resolved, defaults filled. Raises RequestError."""
         try:
             shape = task_shape(
                 self.tasks,
@@ -194,26 +196,31 @@ class JobRequest(BaseModel):
         if self.workdir is not None and not Path(self.workdir).is_absolute():
             raise RequestError("workdir must be an absolute path")
         checkpoint = self.checkpoint or CheckpointIn()
-        return {
-            "name": self.name or _default_name(self.command[0]),
-            "queue": self.queue,
-            "type": self.type.value,
-            "tasks": shape.tasks,
-            "gpu": shape.gpu,
-            "cpu": shape.cpu,
-            "memory": shape.memory,
-            "min_available": shape.min_available,
-            "command": list(self.command),
-            "env": dict(self.env),
-            "workdir": self.workdir,
-            "labels": dict(self.labels),
-            "topology": self.topology.model_dump() if self.topology else None,
-            "expected_duration": self.expected_duration,
-            "checkpoint": checkpoint.model_dump(),
-            "max_retries": self.max_retries,
-            "gpu_model": self.gpu_model,
-            "gpu_profile": self.gpu_profile,
-        }
+        topology = self.topology
+        return RequestRecord(
+            name=self.name or _default_name(self.command[0]),
+            queue=self.queue,
+            type=self.type,
+            tasks=shape.tasks,
+            gpu=shape.gpu,
+            cpu=shape.cpu,
+            memory=shape.memory,
+            min_available=shape.min_available,
+            command=tuple(self.command),
+            env=self.env,
+            workdir=self.workdir,
+            labels=self.labels,
+            topology=topology_spec(topology.model_dump()) if topology else None,
+            expected_duration=self.expected_duration,
+            checkpoint=Checkpointing(checkpoint.interval, checkpoint.cost, checkpoint.on_sigterm),
+            max_retries=self.max_retries,
+            gpu_models=tuple(self.gpu_model) if self.gpu_model is not None else None,
+            gpu_profile=self.gpu_profile,
+        )
+
+    def normalised(self) -> dict[str, Any]:
+        """The stored request: `record()`'s wire form. Raises RequestError."""
+        return self.record().to_wire()
 
 
 def _default_name(program: str) -> str:
