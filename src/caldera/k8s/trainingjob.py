@@ -1,5 +1,8 @@
 """A `TrainingJob` read as caldera's request: one `JobSpec` and the pod templates of its tasks.
 
+The TrainingJob's keys resolve into the request record every front end builds
+(`caldera.runtime.requests.RequestRecord`), whose `spec` is the one conversion to a `JobSpec`.
+
 The API server has already checked the object's shape (the CRD's OpenAPI schema and CEL
 rules) and, where caldera's ValidatingAdmissionPolicy is installed, who may submit what.
 This module checks again what the controller relies on, so a cluster without the policy
@@ -54,6 +57,7 @@ from caldera.model import (
     time_share,
 )
 from caldera.model.jobs import breaks_fractional_gpu_rule
+from caldera.runtime.requests import RequestRecord
 
 __all__ = [
     "ADDABLE_CAPABILITY",
@@ -392,12 +396,10 @@ def _read(
         _number(spec["expectedDuration"], "spec.expectedDuration", 0, MAX_SECONDS)
     _number(spec.get("maxRetries", 0), "spec.maxRetries", 0, 100, True)
     try:
-        job = JobSpec(
-            id=names.job_id(namespace, name),
+        request = RequestRecord(
             name=name,
             queue=queue,
             type=job_type,
-            submit=submit,
             tasks=tasks,
             gpu=gpu,
             cpu=cpu,
@@ -418,11 +420,12 @@ def _read(
                 if topology
                 else None
             ),
-            gpu_models=frozenset(str(m) for m in models) if models else None,
+            gpu_models=tuple(str(m) for m in models) if models else None,
             max_retries=int(spec.get("maxRetries") or 0),
-            user=namespace,
             gpu_profile=profile,
         )
+        # The one request -> JobSpec conversion; a TrainingJob's user is its namespace.
+        job = request.spec(names.job_id(namespace, name), submit, user=namespace)
     except ValueError as error:
         raise RecordError(f"spec: {error}") from None
     job = time_share(job, queues.get(queue))
