@@ -6,6 +6,7 @@
 - `jobs`     a live job: request, tasks, work accounting, its `JobView`
 - `launcher`, `runner`, `procs`  processes: spawn through the runner, identity, signals
 - `runtime`  the loop that runs `caldera.core.run` and applies its decisions
+- `submissions`, `polling`  a group of submissions taken live; a poll of the processes applied
 - `api`, `metrics`, `server`     REST API, /metrics, wiring under uvicorn
 
 Kept import-light: every task's runner imports this package.

@@ -21,6 +21,11 @@ the job is requeued with its original submit time and resumes from its last chec
 The API's threads call `submit`, `cancel` and `set_queue_state` and read through the views of
 `caldera.service.views`; all of it under one lock, which the loop holds only while it
 decides (spawning happens after).
+
+This module is the loop and the calls; two concerns live beside it, each a function of the
+runtime under the same lock: `caldera.service.submissions` (a group of submissions admitted
+— their `JobSpec` from the request record — committed together, then live) and
+`caldera.service.polling` (what `observe` saw, applied).
 """
 
 from __future__ import annotations
