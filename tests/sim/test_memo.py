@@ -385,3 +385,43 @@ def test_quiet_cycles_follow_the_policys_property_not_its_identity() -> None:
     (on, document), (copied, copy_document), (off, off_document) = outputs.values()
     assert on > 0 and copied == on and off == 0
     assert copy_document == document and off_document == document
+
+
+def test_quiet_cycles_while_a_timed_eviction_waits() -> None:
+    """A nominated preemptor waiting for victims timed to their checkpoints (core/timing.py)
+    does not keep the cycles around it from being recorded: the back-off wake-ups and arrivals
+    that decide nothing while it waits are answered from the record — each checked against
+    the phases (`ReplayChecked`), with the waiting nomination's next signal as their wake-up —
+    and a record is never answered once a victim it waits for is due (quiet.py, 2). (Before,
+    a cycle with such a nomination was never recorded: none was answered.)"""
+    from caldera.core.shortcuts.quiet import replay
+    from caldera.core.timing import next_signal
+
+    class Watched(ReplayChecked):
+        answered = 0
+        refused_when_due = 0
+
+        def _apply(self, decisions: Decisions, snapshot: Snapshot) -> None:
+            memo = decisions.memo
+            if memo is not None and memo.replayed and memo.quiet and memo.quiet.signalling:
+                self.answered += 1
+                nominated = snapshot.job_index.nominated
+                for holder in memo.quiet.signalling:
+                    nomination = nominated[holder].nomination
+                    assert nomination is not None and nomination.pending
+                    signal = next_signal(nomination.pending, snapshot.now)
+                    assert signal > snapshot.now
+                    assert decisions.wakeup is not None and decisions.wakeup <= signal
+                    due = replace(snapshot, now=signal, memo=memo)
+                    assert replay(due) is None
+                    self.refused_when_due += 1
+            super()._apply(decisions, snapshot)
+
+    burst = {"kind": "burst", "seed": 3, "jobs": 300, "nodes": 40}
+    data = {"workload": {"generators": [burst]}}
+    simulator = Watched(parse_scenario(data, Path.cwd(), "memo"), memoize=True)
+    simulator.run()
+    assert simulator.differences == []
+    assert simulator.answered >= 100 and simulator.refused_when_due >= 100
+    plain, _, _ = _simulate(data, memoize=False)
+    assert simulator.result() == plain

@@ -415,7 +415,7 @@ def test_a_timed_victim_whose_weight_grew_past_its_preemptor_is_not_signalled() 
     (normal, 100) planned at 1860 to preempt the debug job j31 just after its checkpoint at
     2100 (core/timing.py); by then j31's age/progress weight had grown to 100 and defended it,
     yet it was signalled. Now a pending same-queue victim whose W_eff defends it gives the plan
-    up (eviction._no_longer_a_victim) and j20 plans afresh."""
+    up (eviction.no_longer_a_victim) and j20 plans afresh."""
     events = found_run("timed-eviction-weight-grew.yaml")
     assert not any(e["kind"] == "evict" and e.get("preemptor") == "j20" for e in events)
     assert any(e["kind"] == "start" and e["job"] == "j20" for e in events)

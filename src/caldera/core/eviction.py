@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from caldera.core.allocate import job_order
 from caldera.core.backoff import back_off_ends
+from caldera.core.config import PolicyConfig
 from caldera.core.context import CycleContext
 from caldera.core.decisions import Evict, EvictReason, Nominate
 from caldera.core.defrag import packed_plan
@@ -40,12 +41,17 @@ from caldera.core.weight import effective_weight
 from caldera.model import CRITICAL_PRIORITY, JobState, Resources
 
 __all__ = [
+    "NOMINATIONS_CONTINUED",
     "Planner",
     "continue_nominations",
     "fits_on_free_room",
     "give_way",
     "hopeless",
+    "no_longer_a_victim",
 ]
+
+NOMINATIONS_CONTINUED = "nominations continued"
+"""The cycle memo of the holders `continue_nominations` went on with (read by quiet.py)."""
 
 
 Planner = Callable[[JobView, "VictimPools"], Plan | None]
@@ -292,24 +298,25 @@ def _execute(cycle: CycleContext, job: JobView, plan: Plan) -> None:
         cycle.wakeups.append(next_signal(pending, cycle.now))
 
 
-def _no_longer_a_victim(cycle: CycleContext, holder: JobView, pending: PendingVictim) -> bool:
-    victim = cycle.jobs.get(pending.job)
+def no_longer_a_victim(
+    victim: JobView | None, holder: JobView, config: PolicyConfig, now: float, evicted: set[str]
+) -> bool:
+    """Has a pending victim of `holder`'s plan stopped being one at `now` (protected, evicted
+    this cycle, defending itself by its weight, back in its cooldown)? Gone or not running is
+    not this: it ended by itself."""
     if victim is None or victim.state is not JobState.RUNNING:
         return False
-    if is_protected(victim) or victim.id in cycle.evicted:
+    if is_protected(victim) or victim.id in evicted:
         return True
     if victim.spec.queue == holder.spec.queue and (
-        effective_weight(victim, cycle.config, cycle.now) >= holder.spec.priority
+        effective_weight(victim, config, now) >= holder.spec.priority
     ):
         # Its age/progress weight grew while a timed eviction waited (core/timing.py): it
         # now defends it against the holder, as the victim search would (VictimPools).
         return True
     last = victim.last_evicted_at
-    return (
-        last is not None
-        and cycle.now - last < cycle.config.cooldown
-        and holder.spec.priority < CRITICAL_PRIORITY
-    )
+    cooling = last is not None and now - last < config.cooldown
+    return cooling and holder.spec.priority < CRITICAL_PRIORITY
 
 
 def _below_the_floor(
@@ -385,7 +392,7 @@ def continue_nominations(cycle: CycleContext) -> None:
     in its holder's pass: a non-critical plan's after the non-critical allocate, so that what
     that pass started in the holder's queue counts when its share is checked (B19). Each
     nomination goes on once a cycle."""
-    continued: set[str] = cycle.memo("nominations continued", set)
+    continued: set[str] = cycle.memo(NOMINATIONS_CONTINUED, set)
     eligible = {key[0] for key, _ in cycle.eligible_groups}
     nominated = [
         job
@@ -404,7 +411,12 @@ def continue_nominations(cycle: CycleContext) -> None:
         still: list[PendingVictim] = []
         ended = False  # a pending victim ended by itself (core/timing.py: waited for)
         if (
-            any(_no_longer_a_victim(cycle, job, pending) for pending in nomination.pending)
+            any(
+                no_longer_a_victim(
+                    cycle.jobs.get(p.job), job, cycle.config, cycle.now, cycle.evicted
+                )
+                for p in nomination.pending
+            )
             or _below_the_floor(cycle, job, nomination.pending)
             or _over_its_share(cycle, job, nomination.pending)
         ):

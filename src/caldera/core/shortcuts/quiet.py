@@ -12,8 +12,9 @@ hits — running only the victim searches the memo does not settle; or it says i
 
 What C0 must be (`remember`): a cycle of a policy that remembers quiet cycles
 (`Policy.remembers_quiet_cycles`: `CALDERA`, whose phases the argument below reads),
-explaining nothing, no queue with time windows, no nominated preemptor with victims still to
-signal, nothing decided and no note.
+explaining nothing, no queue with time windows, nothing decided and no note. A nominated
+preemptor may still wait for victims timed to their checkpoints (core/timing.py): C0 signalled
+none of them, and the record keeps which it went on with (`signalling`).
 
 Why C1 then decides what C0 did, when `replay` answers:
 
@@ -26,8 +27,13 @@ Why C1 then decides what C0 did, when `replay` answers:
 2. Time alone changes a phase's answer only at these points, and none lies in (t0, t1]: a
    nomination going stale (`nomination_timeout`, allocate.py; checked for every nomination),
    a large head starting to starve (`starving_from`, reservation.py), a waiting mode's timeout
-   (throttle.py), a memo entry's `until`. Back-offs are worked out at t1 (4). Nothing else in
-   enqueue, allocate, backfill or throttle reads the clock.
+   (throttle.py), a memo entry's `until`, a pending victim's timed signal (`PendingVictim.at`,
+   continue_nominations), a pending victim of the holder's own queue whose effective weight
+   reaches the holder's priority (`no_longer_a_victim`; its cooldown only ends with time, and
+   C0 found none cooling). Back-offs are worked out at t1 (4). Nothing else in enqueue,
+   allocate, backfill or throttle reads the clock, and a nomination still waiting changes
+   nothing else: its victims are committed alike on the same state, its floor and share
+   checks read the queues' usage alone, and its next signal is the same wake-up.
 3. The room evolves alike. allocate blocks the free part of the nominations' room (`blocked`),
    reserves room for the same starving heads (the same set, on the same room: `reserved`)
    and starts nothing — every head failed on that room in C0. In preempt and reclaim a head
@@ -81,7 +87,7 @@ from caldera.core.config import PolicyConfig
 from caldera.core.context import CycleContext
 from caldera.core.decisions import Decisions
 from caldera.core.estimates import starving_from
-from caldera.core.eviction import fits_on_free_room
+from caldera.core.eviction import NOMINATIONS_CONTINUED, fits_on_free_room, no_longer_a_victim
 from caldera.core.jobindex import GroupKey
 from caldera.core.pools import SNAPSHOT_MEMOS
 from caldera.core.preempt import preempt
@@ -92,7 +98,8 @@ from caldera.core.shortcuts.memo import FailedSearch, SearchKey, SearchMemo, Sta
 from caldera.core.shortcuts.searches import Handover
 from caldera.core.snapshot import JobView, Snapshot, Throttle
 from caldera.core.throttle import may_throttle, waiting_mode_ends
-from caldera.model import CRITICAL_PRIORITY
+from caldera.core.timing import next_signal
+from caldera.model import CRITICAL_PRIORITY, JobState
 
 __all__ = ["QuietCycle", "QuietHead", "remember", "replay"]
 
@@ -124,11 +131,20 @@ class QuietCycle:
     throttles: Mapping[str, Throttle]
     blocked: Held  # the free part of nominations' room, blocked by allocate
     reserved: Held  # the room reserved for starving large jobs
+    signalling: tuple[str, ...] = ()  # nominated preemptors whose timed victims it waited for
 
     def moved_to(self, now: float) -> QuietCycle:
         """The same record at `now`, for the next cycle of a quiet chain (made directly:
         `dataclasses.replace` costs several times more, once per quiet cycle)."""
-        return QuietCycle(now, self.groups, self.heads, self.throttles, self.blocked, self.reserved)
+        return QuietCycle(
+            now,
+            self.groups,
+            self.heads,
+            self.throttles,
+            self.blocked,
+            self.reserved,
+            self.signalling,
+        )
 
 
 def remember(cycle: CycleContext, decisions: Decisions) -> Decisions:
@@ -143,6 +159,8 @@ def remember(cycle: CycleContext, decisions: Decisions) -> Decisions:
         _head(cycle, key, jobs, waiting.get(key, len(jobs))) for key, jobs in cycle.eligible_groups
     )
     snapshot = cycle.snapshot
+    nominated = snapshot.job_index.nominated
+    continued: set[str] = cycle.memo(NOMINATIONS_CONTINUED, set)
     record = QuietCycle(
         cycle.now,
         frozenset(snapshot.job_index.pending),
@@ -150,19 +168,20 @@ def remember(cycle: CycleContext, decisions: Decisions) -> Decisions:
         MappingProxyType(dict(snapshot.throttles)),
         tuple((job, tuple(parts)) for job, parts in cycle.blocked.items()),
         tuple((job, tuple(parts)) for job, parts in cycle.reservations.items()),
+        tuple(
+            job
+            for job in sorted(continued)
+            if (view := nominated.get(job)) is not None
+            and view.nomination is not None
+            and view.nomination.pending
+        ),
     )
     return replace(decisions, memo=replace(memo, quiet=record))
 
 
 def _may_remember(cycle: CycleContext) -> bool:
-    """No time windows (their edges hold and release jobs); no plan still signalling."""
-    snapshot = cycle.snapshot
-    if any(queue.time_windows for queue in snapshot.queues.values()):
-        return False
-    return not any(
-        job.nomination is not None and job.nomination.pending
-        for job in snapshot.job_index.nominated.values()
-    )
+    """No time windows (their edges hold and release jobs)."""
+    return not any(queue.time_windows for queue in cycle.snapshot.queues.values())
 
 
 def _head(cycle: CycleContext, key: GroupKey, jobs: Sequence[JobView], position: int) -> QuietHead:
@@ -212,7 +231,11 @@ def replay(snapshot: Snapshot) -> Decisions | Handover | None:
     if not memo.stamp.holds_for(stamp) or snapshot.job_index.pending.keys() != record.groups:
         return None
     wakeups = _waiting_modes_hold(snapshot, record)
-    if wakeups is None or not _nominations_hold(snapshot):
+    if (
+        wakeups is None
+        or not _nominations_hold(snapshot)
+        or not _signals_wait(snapshot, record, wakeups)
+    ):
         return None
     now = snapshot.now
     failed = {key: entry for key, entry in memo.failed.items() if now < entry.until}
@@ -252,6 +275,28 @@ def _nominations_hold(snapshot: Snapshot) -> bool:
         job.nomination is not None and nomination_stale(job.nomination, config, now)
         for job in snapshot.job_index.nominated.values()
     )
+
+
+def _signals_wait(snapshot: Snapshot, record: QuietCycle, wakeups: list[float]) -> bool:
+    """No victim the record's nominations wait for is due or no longer a victim (module
+    docstring, 2): their next signals as wake-ups, as continue_nominations asks."""
+    views, config, now = snapshot.job_index.views, snapshot.config, snapshot.now
+    nominated = snapshot.job_index.nominated
+    for job_id in record.signalling:
+        holder = nominated.get(job_id)
+        nomination = holder.nomination if holder is not None else None
+        if holder is None or nomination is None or not nomination.pending:
+            return False
+        for pending in nomination.pending:
+            victim = views.get(pending.job)
+            if pending.at is None or pending.at <= now:
+                return False  # due now
+            if victim is None or victim.state is not JobState.RUNNING:
+                return False  # ended (C0 saw every one running, and the stamp holds)
+            if no_longer_a_victim(victim, holder, config, now, set()):
+                return False
+        wakeups.append(next_signal(nomination.pending, now))
+    return True
 
 
 def _first_waiting(jobs: Sequence[JobView]) -> int:
