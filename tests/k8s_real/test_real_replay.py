@@ -15,7 +15,8 @@ import pytest
 
 from caldera.devcluster.volcano import VolcanoBins
 from caldera.replay.fidelity import compare, predict
-from caldera.replay.kube import MODES, KubeRun, replay
+from caldera.replay.kube import KubeRun, replay
+from caldera.replay.modes import MODES
 from caldera.sim import load_scenario
 
 SCENARIO = Path(__file__).resolve().parents[1] / "replay" / "replay-small.yaml"

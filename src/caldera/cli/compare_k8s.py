@@ -35,7 +35,8 @@ from caldera.devcluster.volcano import VolcanoBins, find_volcano
 from caldera.errors import ScenarioError
 from caldera.replay.compress import compress
 from caldera.replay.fidelity import Fidelity, Prediction, compare, predict
-from caldera.replay.kube import MODES, KubeRun, Mode, replay
+from caldera.replay.kube import KubeRun, replay
+from caldera.replay.modes import MODES, Mode
 from caldera.report import PolicyRun, comparison_document
 
 __all__ = ["run_k8s_comparison"]
