@@ -1,6 +1,6 @@
-"""What a runtime reads is said, then applied (issue 35): the pod watcher yields typed
-observations and changes nothing itself; the fractional-GPU rule is one rule that the
-model, the request path and the TrainingJob reader all ask."""
+"""What a runtime reads is said, then applied (issue 35): the pod watcher and the TrainingJob
+intake yield typed observations and change nothing themselves; the fractional-GPU rule is one
+rule that the model, the request path and the TrainingJob reader all ask."""
 
 from __future__ import annotations
 
@@ -11,8 +11,19 @@ from k8s_support import NAMESPACE, SETTINGS, World, training_job
 
 from caldera.errors import RecordError
 from caldera.k8s import read_training_job
+from caldera.k8s import runtime as k8s_runtime
+from caldera.k8s.intakeapply import apply_intake
+from caldera.k8s.intakefacts import (
+    IntakeObservation,
+    JobAdmitted,
+    JobGone,
+    JobRefused,
+    JobTakenBack,
+    SettledThere,
+)
 from caldera.k8s.podfacts import TaskEnded, TasksEnded
-from caldera.model import JobSpec, JobType, Queue
+from caldera.k8s.runtime import KubeRuntime
+from caldera.model import GPU_MILLI, JobSpec, JobType, Queue
 from caldera.model.jobs import breaks_fractional_gpu_rule
 from caldera.runtime.requests import resolve_tasks
 
@@ -88,3 +99,63 @@ def test_the_pod_watcher_says_what_it_saw_and_changes_nothing() -> None:
     assert task.done and task.exit_code is None
     assert job.attempts == attempts + 1
     assert world.events("job")[-2:] == ["Requeued", "Started"]
+
+
+def test_the_intake_says_what_the_training_jobs_show_and_changes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 35: the TrainingJob intake reached into the runtime about forty times (jobs,
+    kernel, actuator, room). It now says what it found — a job admitted, one refused, one
+    gone, one taken back after a restart with its pods — and the runtime applies each."""
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("old", gpus=8)
+    world.step(1)
+    world.run_until("old", "Running")
+    runtime = world.rt
+    old = runtime.jobs[f"{NAMESPACE}/old"]
+    world.cluster.delete_job(NAMESPACE, "old")
+    world.submit("new", gpus=1)
+    world.submit("bad", gpus=1, queue="nowhere")
+    now = world.cluster.clock()
+    objects = [o for ns in runtime.settings.namespaces for o in runtime.reads.jobs(ns)]
+    pods = [p for ns in runtime.settings.namespaces for p in runtime.reads.pods(ns)]
+    seen = list(runtime.intake.reconcile(objects, pods, now))
+    kinds = [type(s) for s in seen]
+    assert kinds.count(JobAdmitted) == 1 and kinds.count(JobRefused) == 1
+    assert JobGone(old) in seen and isinstance(seen[-1], SettledThere)
+    admitted = next(s for s in seen if isinstance(s, JobAdmitted))
+    assert admitted.job.name == "new" and admitted.held is None
+    refused = next(s for s in seen if isinstance(s, JobRefused))
+    assert refused.obj["metadata"]["name"] == "bad" and "nowhere" in refused.reason
+    # nothing applied yet: the runtime knows what it knew
+    assert set(runtime.jobs) == {f"{NAMESPACE}/old"} and old.tasks
+    assert runtime.actuator.dirty == {} and runtime.actuator.rejections == []
+    for observation in seen:
+        apply_intake(runtime, observation, now)
+    assert set(runtime.jobs) == {f"{NAMESPACE}/new"} and not old.tasks
+    assert [r[1] for r in runtime.actuator.rejections] == ["bad"]
+
+    # A restarted controller: the intake rebuilds the running job from its status and pod;
+    # the job is the runtime's, and its pod's room counted, only once that is applied.
+    world.step()
+    world.run_until("new", "Running")
+    collected: list[IntakeObservation] = []
+    monkeypatch.setattr(k8s_runtime, "apply_intake", lambda rt, s, now: collected.append(s))
+    fresh = KubeRuntime(
+        world.cluster,
+        world.config.queues,
+        world.config.policy,
+        world.settings,
+        clock=world.cluster.clock,
+    )
+    fresh.observe(world.cluster.clock())
+    back = [s for s in collected if isinstance(s, JobTakenBack)]
+    assert [s.job.name for s in back] == ["new"] and back[0].job.state.value == "Running"
+    task = back[0].job.tasks[0]
+    assert fresh.jobs == {} and not task.counted and back[0].job.lost_tasks == 0
+    monkeypatch.undo()
+    for key in list(fresh.orphans):  # the pod watcher held the unclaimed pod's room meanwhile
+        fresh.release_orphan(key)
+    apply_intake(fresh, back[0], world.cluster.clock())
+    assert set(fresh.jobs) == {f"{NAMESPACE}/new"} and task.counted
+    assert fresh.room.free_milli(0) == 7 * GPU_MILLI

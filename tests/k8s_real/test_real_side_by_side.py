@@ -3,13 +3,13 @@ and two gangs of 8–16 — through kube-scheduler, Volcano, caldera and caldera
 its own fresh dev cluster of four KWOK nodes; every mode binds every pod, caldera's API
 requests per started pod stay within a bound of the runtime it stands in front of, and its
 admission and decision → bind times are measured. Then single-pod jobs alone through
-kube-scheduler and caldera: caldera's writes per started job stay at four.
+kube-scheduler and caldera: caldera's writes per started job stay at three.
 
 The bound, `CALDERA_EXTRA` = 7 requests per pod above that runtime measured in the same run:
 the pod's own requests (create, binding, status, the scheduler's and KWOK's events: about 5,
 what kube-scheduler alone measures) are there in both; caldera adds per job the TrainingJob
-(the user's create), its two status writes (started, running), one Event, and for a gang its
-Service (and its PodGroup behind Volcano) — about 4 per single-pod job. A controller that
+(the user's create), its two status writes (started, running), and for a gang its Service
+(and its PodGroup behind Volcano) — about 3 per single-pod job. A controller that
 wrote per cycle instead of per change, or re-listed in a loop, would add hundreds per pod
 and fail here.
 """
@@ -82,12 +82,14 @@ def test_every_mode_binds_the_same_pods_and_caldera_stays_within_its_request_bou
 SINGLES = 40
 # The controller's writes per started single-pod job: its status once admitted and started
 # (one patch, before the pod exists: a restarted controller finds what its pods are), the
-# pod, one Event (admitted and started, one write), and the status again when the pod runs
-# (the Running condition `kubectl wait` reads). Four; the margin is for the Events of the
-# scheduler and KWOK, which the bound counts as the difference with kube-scheduler alone.
-# It was about six (a PodGroup kube-scheduler never reads, an Admitted Event beside the
-# Started one, a status patch when the pod was seen bound): docs/benchmarks.md.
-WRITES_PER_START = 4.25
+# pod, and the status again when the pod runs (the Running condition `kubectl wait` reads);
+# no Event, the conditions say it. Three; the margin is for the Events of the scheduler and
+# KWOK, which the bound counts as the difference with kube-scheduler alone, and for a job
+# applied while a flush of more than `ADMIT_EVERY` seconds was under way, admitted (its
+# status written) at once and started at the next step. It was about six (a PodGroup
+# kube-scheduler never reads, an Admitted Event beside the Started one, a status patch when
+# the pod was seen bound), then four (a Started Event): docs/benchmarks.md.
+WRITES_PER_START = 3.25
 
 
 @pytest.mark.timeout(600)
@@ -108,5 +110,6 @@ def test_caldera_writes_per_started_single_pod_job_behind_kube_scheduler(
     caldera = by_mode["caldera"]
     writes = caldera["controller_writes"]
     assert writes.get("POST pods") == SINGLES and "POST podgroups" not in writes, writes
-    assert writes.get("PATCH trainingjobs/status") == 2 * SINGLES, writes
+    assert writes.get("PATCH trainingjobs/status", 0) >= 2 * SINGLES, writes  # start, running
+    assert writes.get("POST events", 0) <= SINGLES / 4, writes  # no Event per start
     assert caldera["controller_writes_per_job"] <= WRITES_PER_START, writes

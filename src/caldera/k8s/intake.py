@@ -16,13 +16,17 @@
   Elsewhere it is Rejected, naming the reference (issue 34).
 - A job whose TrainingJob is gone was cancelled by its owner: its pods (owned by the
   TrainingJob) are deleted by the garbage collector; their room stays taken until they are.
+
+The intake only reads — the TrainingJobs, their pods and what the runtime knows — and says
+what it found as typed observations (`caldera.k8s.intakefacts`); the runtime applies each
+(`caldera.k8s.intakeapply`) before the next is made, as with the pod watcher's.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from caldera.core import admit
@@ -30,14 +34,20 @@ from caldera.errors import ClusterUnavailable, Forbidden, RecordError, RenderErr
 from caldera.k8s import names
 from caldera.k8s.admission import POLICY_NAME, policy_problem
 from caldera.k8s.api import Object, from_rfc3339
-from caldera.k8s.events import Reason
-from caldera.k8s.guard import Purpose
+from caldera.k8s.intakefacts import (
+    IntakeObservation,
+    JobAdmitted,
+    JobGone,
+    JobRefused,
+    JobTakenBack,
+    SettledSeen,
+    SettledThere,
+)
 from caldera.k8s.jobs import KubeJob, task_from_pod
 from caldera.k8s.status import restore, submit_time
 from caldera.k8s.trainingjob import read_training_job
 from caldera.model import JobState
 from caldera.model.lifecycle import TERMINAL
-from caldera.runtime import EventKind
 from caldera.trainingjob_api import JOB
 
 if TYPE_CHECKING:
@@ -68,7 +78,12 @@ class Intake:
         # (when read, policy, binding): caldera's admission policy as last read.
         self._policy: tuple[float, Any, Any] | None = None
 
-    def reconcile(self, objects: Iterable[Object], pods: Iterable[Object], now: float) -> None:
+    def reconcile(
+        self, objects: Iterable[Object], pods: Iterable[Object], now: float
+    ) -> Iterator[IntakeObservation]:
+        """What the TrainingJobs show, one observation at a time; the caller applies each
+        before asking for the next (a job deleted and re-created between two looks is
+        forgotten, then taken in)."""
         runtime = self.runtime
         by_job: dict[tuple[str, str], list[Object]] = {}
         for pod in pods:
@@ -89,45 +104,50 @@ class Intake:
             if known is not None:
                 if known.uid == uid:
                     continue
-                self.forget(known)  # deleted and re-created between two looks
+                yield JobGone(known)  # deleted and re-created between two looks
             try:
-                self._take(obj, job_id, by_job.get((namespace, name), []), now)
+                found = self._take(obj, job_id, by_job.get((namespace, name), []), now)
             except Exception as error:  # one tenant's object never stops the rest (issue 34)
                 log.exception("%s could not be taken in", job_id)
-                runtime.jobs.pop(job_id, None)
                 if (obj.get("status") or {}).get("state"):
                     self.unreadable.add((namespace, name))
                 else:
-                    self.reject(obj, f"cannot be read: {_one_line(error)}", now)
+                    yield JobRefused(obj, f"cannot be read: {_one_line(error)}")
+                continue
+            if found is not None:
+                yield found
         for job_id, job in list(runtime.jobs.items()):
             if job_id not in present:
-                self.forget(job)
-        runtime.actuator.settled &= uids  # deleted ones are gone for good
+                yield JobGone(job)
+        yield SettledThere(frozenset(uids))  # deleted ones are gone for good
 
-    def _take(self, obj: Object, job_id: str, pods: list[Object], now: float) -> None:
+    def _take(
+        self, obj: Object, job_id: str, pods: list[Object], now: float
+    ) -> IntakeObservation | None:
         """Admit a new TrainingJob or take back one a previous controller ran."""
         metadata = obj["metadata"]
         namespace, name, uid = metadata["namespace"], metadata["name"], metadata["uid"]
         status = obj.get("status") or {}
-        settled = self.runtime.actuator.settled
-        if uid in settled:
+        if uid in self.runtime.actuator.settled:
             if status.get("state") in _FINAL:
-                settled.discard(uid)  # the cache caught up with what was written
-            return
+                return SettledSeen(uid)  # the cache caught up with what was written
+            return None
         if not status.get("state"):
-            self.admit(obj, now)
-            return
+            return self.admit(obj, now)
         try:
             state = JobState(status["state"])
         except ValueError:
             log.error("%s has an unreadable status.state %r", job_id, status["state"])
             self.unreadable.add((namespace, name))
-            return
+            return None
         if state not in TERMINAL:
-            self.load(obj, status, state, pods, now)
+            return self.load(obj, status, state, pods, now)
+        return None
 
-    def admit(self, obj: Object, now: float) -> None:
-        """The platform layer (DESIGN §7): accept, hold or reject a new TrainingJob."""
+    def admit(self, obj: Object, now: float) -> JobAdmitted | JobRefused | None:
+        """The platform layer (DESIGN §7): accept, hold or reject a new TrainingJob. None:
+        it cannot be told now (the admission policy unreadable), asked again at the next
+        look."""
         runtime = self.runtime
         created = obj["metadata"].get("creationTimestamp")
         # Submitted when it was created, not when a controller first saw it: a job applied
@@ -137,17 +157,15 @@ class Intake:
             accepted = read_training_job(obj, runtime.settings, runtime.queues, submit)
             accepted.workload.check(runtime.settings)
         except (RecordError, RenderError) as error:
-            self.reject(obj, str(error), now)
-            return
+            return JobRefused(obj, str(error))
         if accepted.references:
             try:
                 unchecked = self._unchecked(accepted.references[0], submit, now)
             except ClusterUnavailable as error:  # asked again at the next look
                 log.warning("cannot read the admission policy: %s", error)
-                return
+                return None
             if unchecked:
-                self.reject(obj, unchecked, now)
-                return
+                return JobRefused(obj, unchecked)
         spec = accepted.spec
         admission = admit(
             spec,
@@ -158,18 +176,10 @@ class Intake:
             runtime.policy_config.week_offset,
         )
         if admission.state is JobState.REJECTED:
-            self.reject(obj, admission.reason, now)
-            return
+            return JobRefused(obj, admission.reason)
         job = self._job(obj, accepted.spec, accepted.workload, admission.state)
-        if admission.state is JobState.HELD:
-            job.hold_reason = admission.reason
-            job.hold_since = now
-        runtime.jobs[job.id] = job
         held = admission.reason if admission.state is JobState.HELD else None
-        runtime.actuator.record(EventKind.SUBMIT, job, now, held=held)
-        runtime.kernel.mark(job)
-        runtime.cycle_needed = True
-        log.info("admitted %s (%s, %s): %s", job.id, spec.type.value, spec.queue, job.state.value)
+        return JobAdmitted(job, held)
 
     def _unchecked(self, reference: str, created: float, now: float) -> str | None:
         """Why a template's `reference` was not checked against its submitter's rights, as a
@@ -189,16 +199,11 @@ class Intake:
             "(install caldera's admission policy, or use no Secret, ConfigMap or PVC)"
         )
 
-    def reject(self, obj: Object, reason: str, now: float) -> None:
-        """Refused before it became a job: Rejected, with the one-line reason."""
-        metadata = obj["metadata"]
-        log.info("rejected %s/%s: %s", metadata["namespace"], metadata["name"], reason)
-        self.runtime.actuator.reject(obj, reason, now)
-
     def load(
         self, obj: Object, status: dict[str, Any], state: JobState, pods: list[Object], now: float
-    ) -> None:
-        """Take back a job a previous controller was running (restart, fail-over)."""
+    ) -> JobTakenBack | None:
+        """Rebuild a job a previous controller was running (restart, fail-over): its spec as
+        admitted, its status, its current attempt's tasks from their pods."""
         runtime = self.runtime
         metadata = obj["metadata"]
         namespace, name = metadata["namespace"], metadata["name"]
@@ -211,60 +216,21 @@ class Intake:
         except RecordError as error:
             log.error("%s/%s can no longer be read: %s", namespace, name, error)
             self.unreadable.add((namespace, name))
-            return
+            return None
         job = self._job(obj, accepted.spec, accepted.workload, state)
         restore(job, status, runtime.keys)
         leaving = set((status.get("controller") or {}).get("leaving") or [])
-        found = 0
         for pod in pods:
             task = task_from_pod(pod, runtime.keys)
             if task is None or task.attempt != job.attempts:
                 continue  # another attempt's, or its node is gone: the pod watcher sees it
-            found += 1
             task.leaving = state is JobState.RELEASING or task.rank in leaving
             if task.leaving and task.kill_at is None:
                 task.kill_at = now + runtime.policy_config.grace_period
             job.tasks.append(task)
-            runtime.take(job, task)
         job.tasks.sort(key=lambda t: t.rank)
-        job.lost_tasks = max(job.expected_tasks - found, 0)
-        runtime.jobs[job.id] = job
-        runtime.kernel.stale.add(job.id)
-        runtime.cycle_needed = True
-        log.info(
-            "took back %s (%s, attempt %d, %d task(s) found, %d lost)",
-            job.id,
-            state.value,
-            job.attempts,
-            found,
-            job.lost_tasks,
-        )
-        if job.lost_tasks and state is JobState.RUNNING:
-            runtime.actuator.note(
-                Reason.NOT_READY, job, now, f"{job.lost_tasks} pod(s) vanished while away"
-            )
-            runtime.settle(job)
-        elif state in (JobState.RUNNING, JobState.RELEASING) and not job.tasks:
-            runtime.settle(job)
-
-    def forget(self, job: KubeJob) -> None:
-        """The TrainingJob is gone (its owner deleted it): stop the pods (the garbage
-        collector does too), keep their room until they are gone, drop the job."""
-        runtime = self.runtime
-        log.info("%s was deleted: stopping its pods", job.id)
-        for task in job.tasks:
-            if task.done:
-                runtime.actuator.give(job, [task])
-                continue
-            if task.counted:  # its room stays taken until the pod is gone
-                runtime.orphans[(job.namespace, task.pod)] = task.placement
-                task.counted = False
-            runtime.actuator.remove(None, job.namespace, task.pod, runtime.grace, Purpose.CLEANUP)
-        job.tasks = []
-        del runtime.jobs[job.id]
-        runtime.actuator.dirty.pop(job.id, None)
-        runtime.kernel.stale.add(job.id)
-        runtime.cycle_needed = True
+        job.lost_tasks = max(job.expected_tasks - len(job.tasks), 0)
+        return JobTakenBack(job)
 
     def _job(self, obj: Object, spec: Any, workload: Any, state: JobState) -> KubeJob:
         metadata = obj["metadata"]

@@ -55,6 +55,8 @@ from caldera.k8s.events import Reason
 from caldera.k8s.fairshare_store import read_decayed_usage, write_decayed_usage
 from caldera.k8s.guard import Purpose
 from caldera.k8s.intake import Intake
+from caldera.k8s.intakeapply import apply_intake
+from caldera.k8s.intakefacts import JobAdmitted
 from caldera.k8s.jobs import KubeJob, KubeTask
 from caldera.k8s.nodes import Blocked, NodeState, foreign_usage, read_nodes
 from caldera.k8s.podapply import apply_pod
@@ -216,7 +218,8 @@ class KubeRuntime:
         running = reads.running()
         claimed, running = claim_unlabelled(running, ours, objects, served)  # by owner uid
         ours += claimed
-        self.intake.reconcile(objects, ours, now)
+        for taken in self.intake.reconcile(objects, ours, now):  # each applied before the next
+            apply_intake(self, taken, now)
         for seen in self.pods.observe(ours, now):  # each applied before the next is made
             apply_pod(self, seen, now)
         self._block(running)
@@ -241,14 +244,14 @@ class KubeRuntime:
                 ):
                     continue
                 try:
-                    self.intake.admit(obj, now)
+                    taken = self.intake.admit(obj, now)
                 except Exception:  # the next step's intake takes it in, or says why not
                     log.exception("%s could not be admitted during a flush", job_id)
-                    self.jobs.pop(job_id, None)
                     continue
-                job = self.jobs.get(job_id)
-                if job is not None:
-                    admitted.append(job)
+                if taken is not None:
+                    apply_intake(self, taken, now)
+                if isinstance(taken, JobAdmitted):
+                    admitted.append(taken.job)
         return admitted
 
     def cycle(self) -> Decisions:
