@@ -33,7 +33,7 @@ from caldera.core.decisions import (
     ThrottleOn,
     release_timing,
 )
-from caldera.core.jobindex import GroupKey
+from caldera.core.jobindex import GroupKey, JobIndex
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.shortcuts.searches import Handover, SearchCache
 from caldera.core.snapshot import JobView, PendingVictim, Snapshot
@@ -69,6 +69,55 @@ def _default_deserved(snapshot: Snapshot) -> dict[str, Resources]:
     """What each queue deserves (`caldera.model.deserved_shares`, of the cluster's GPUs and
     MIG slices, mig.py)."""
     return deserved_shares(snapshot.queues, snapshot.free_room.capacity_milli)
+
+
+@dataclass(frozen=True, slots=True)
+class _Commitments:
+    """What the nominations' plans hold at a cycle's start: the victims they have yet to
+    signal (`claimed`), what those still running will give back (`committed_by`, by victim;
+    `totals`, by queue: `CycleContext.commit` for each, in the same order) and the own-queue
+    victims of non-critical reclaimers (`made_way`). A function of the jobs that run or hold a
+    nomination and of the queues' names, so kept with the job index until its `version`
+    moves (`JobIndex.at_version`): a backlog's many timed evictions waiting would otherwise
+    be committed again, victim by victim, in every cycle. Never changed: a cycle copies it."""
+
+    claimed: frozenset[str]
+    committed_by: Mapping[str, tuple[str, Resources]]
+    totals: Mapping[str, Resources]
+    made_way: frozenset[str]
+
+    @classmethod
+    def of(cls, index: JobIndex, queues: tuple[str, ...]) -> _Commitments:
+        jobs = index.views
+        claimed: set[str] = set()
+        committed_by: dict[str, tuple[str, Resources]] = {}
+        totals: dict[str, Resources] = {}
+        made_way: set[str] = set()
+        for job in index.nominated.values():
+            nomination = job.nomination
+            assert nomination is not None
+            claimed.update(victim.job for victim in nomination.pending)
+            for pending in nomination.pending:
+                victim = jobs.get(pending.job)
+                if victim is None or victim.state is not JobState.RUNNING:
+                    continue
+                count = pending_tasks(victim, pending)
+                queue = victim.spec.queue
+                if count == 0 or queue not in queues or victim.id in committed_by:
+                    continue
+                resources = victim.spec.task_request.scaled(count)
+                committed_by[victim.id] = (queue, resources)
+                totals[queue] = totals.get(queue, NOTHING) + resources
+            if (
+                nomination.reason == EvictReason.RECLAIM.value
+                and job.spec.priority < CRITICAL_PRIORITY
+            ):
+                made_way.update(
+                    victim
+                    for victim in nomination.victims
+                    if (v := jobs.get(victim)) is not None and v.spec.queue == job.spec.queue
+                )
+        return cls(frozenset(claimed), committed_by, totals, frozenset(made_way))
 
 
 @dataclass(slots=True, init=False)
@@ -169,23 +218,20 @@ class CycleContext:
             if department is not None:
                 usage.parent = department
                 department.children = (*department.children, usage)
-        for job in snapshot.job_index.nominated.values():
+        index = snapshot.job_index
+        for job in index.nominated.values():
             self.promise(job, 1)
-            assert job.nomination is not None
-            self.claimed.update(victim.job for victim in job.nomination.pending)
-            for pending in job.nomination.pending:
-                victim = self.jobs.get(pending.job)
-                if victim is not None and victim.state is JobState.RUNNING:
-                    self.commit(victim, pending)
-            if (
-                job.nomination.reason == EvictReason.RECLAIM.value
-                and job.spec.priority < CRITICAL_PRIORITY
-            ):
-                self.made_way.update(
-                    victim
-                    for victim in job.nomination.victims
-                    if (v := self.jobs.get(victim)) is not None and v.spec.queue == job.spec.queue
-                )
+        names = tuple(self.usage)
+        commitments = index.at_version(
+            ("commitments", names), lambda: _Commitments.of(index, names)
+        )
+        self.claimed = set(commitments.claimed)
+        self.committed_by = dict(commitments.committed_by)
+        for name, total in commitments.totals.items():
+            usage = self.usage[name]
+            usage.committed = usage.committed + total
+        self.usage_generation += len(commitments.committed_by)
+        self.made_way = set(commitments.made_way)
         self.searches = SearchCache(snapshot)
 
     @property

@@ -37,7 +37,7 @@ from caldera.core.victims import (
     VictimIndex,
     is_protected,
 )
-from caldera.core.weight import effective_weight
+from caldera.core.weight import defends_against
 from caldera.model import CRITICAL_PRIORITY, JobState, Resources
 
 __all__ = [
@@ -306,13 +306,7 @@ def no_longer_a_victim(
     not this: it ended by itself."""
     if victim is None or victim.state is not JobState.RUNNING:
         return False
-    if is_protected(victim) or victim.id in evicted:
-        return True
-    if victim.spec.queue == holder.spec.queue and (
-        effective_weight(victim, config, now) >= holder.spec.priority
-    ):
-        # Its age/progress weight grew while a timed eviction waited (core/timing.py): it
-        # now defends it against the holder, as the victim search would (VictimPools).
+    if is_protected(victim) or victim.id in evicted or defends_against(victim, holder, config, now):
         return True
     last = victim.last_evicted_at
     cooling = last is not None and now - last < config.cooldown
@@ -453,9 +447,10 @@ def continue_nominations(cycle: CycleContext) -> None:
                 cycle.evict(Evict(victim.id, _reason(job, victim), job.id, tasks, gpu), victim)
             else:
                 still.append(pending)
-        for pending in nomination.pending:
-            if pending not in still:
-                cycle.uncommit(pending.job)  # signalled, gone by itself, or left out
+        if len(still) != len(nomination.pending):  # (else `still` is every one of them)
+            for pending in nomination.pending:
+                if pending not in still:
+                    cycle.uncommit(pending.job)  # signalled, gone by itself, or left out
         if tuple(still) != nomination.pending:
             updated = Nomination(
                 nomination.placement,

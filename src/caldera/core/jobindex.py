@@ -98,6 +98,7 @@ class JobIndex:
         self.pinned: dict[int, int] = {}
         self._pinned_version = 0
         self._pinned_derived: dict[Hashable, tuple[int, object]] = {}
+        self._derived: dict[Hashable, tuple[int, object]] = {}
         # Possible victims evicted before (now running again) -> when: their cooldowns; and
         # the same as (when, id) in order, for the next cooldown to end.
         self.evicted_before: dict[str, float] = {}
@@ -234,6 +235,17 @@ class JobIndex:
             return cast(T, cached[1])
         value = build(self.pinned)
         self._pinned_derived[key] = (self._pinned_version, value)
+        return value
+
+    def at_version(self, key: Hashable, build: Callable[[], T]) -> T:
+        """`build()`, kept under `key` while `version` holds: for what is derived from the
+        jobs that run, release or hold a nomination alone (the nominations' commitments,
+        core/context.py). The caller must not change what it gets."""
+        cached = self._derived.get(key)
+        if cached is not None and cached[0] == self.version:
+            return cast(T, cached[1])
+        value = build()
+        self._derived[key] = (self.version, value)
         return value
 
     def _pin(self, job: JobView, sign: int) -> None:

@@ -14,7 +14,7 @@ from caldera.core.config import PolicyConfig
 from caldera.core.snapshot import JobView
 from caldera.model import CRITICAL_PRIORITY
 
-__all__ = ["effective_weight"]
+__all__ = ["defends_against", "effective_weight"]
 
 
 def effective_weight(job: JobView, config: PolicyConfig, now: float) -> float:
@@ -34,3 +34,13 @@ def effective_weight(job: JobView, config: PolicyConfig, now: float) -> float:
         progress = min(work / expected, 1.0) if expected and expected > 0 else 0.0
     weight = base + config.alpha * math.log1p(max(work, 0.0) / 3600) + config.beta * progress**2
     return min(weight, float(max(config.ceiling, base)))
+
+
+def defends_against(victim: JobView, holder: JobView, config: PolicyConfig, now: float) -> bool:
+    """Has a pending victim of its holder's own queue grown to the holder's priority while a
+    timed eviction waited (core/timing.py)? It then defends itself, as the victim search
+    would (VictimPools): the plan no longer holds (eviction.no_longer_a_victim). Of what
+    ends a pending victim's part in a plan, the one thing time alone brings about."""
+    return victim.spec.queue == holder.spec.queue and (
+        effective_weight(victim, config, now) >= holder.spec.priority
+    )

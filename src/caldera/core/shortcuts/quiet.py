@@ -29,11 +29,12 @@ Why C1 then decides what C0 did, when `replay` answers:
    a large head starting to starve (`starving_from`, reservation.py), a waiting mode's timeout
    (throttle.py), a memo entry's `until`, a pending victim's timed signal (`PendingVictim.at`,
    continue_nominations), a pending victim of the holder's own queue whose effective weight
-   reaches the holder's priority (`no_longer_a_victim`; its cooldown only ends with time, and
-   C0 found none cooling). Back-offs are worked out at t1 (4). Nothing else in enqueue,
-   allocate, backfill or throttle reads the clock, and a nomination still waiting changes
-   nothing else: its victims are committed alike on the same state, its floor and share
-   checks read the queues' usage alone, and its next signal is the same wake-up.
+   reaches the holder's priority (`weight.defends_against`; the rest of `no_longer_a_victim`
+   reads state the stamp holds, and a cooldown only ends with time: C0 found none).
+   Back-offs are worked out at t1 (4). Nothing else in enqueue, allocate, backfill or
+   throttle reads the clock, and a nomination still waiting changes nothing else: its
+   victims are committed alike on the same state, its floor and share checks read the
+   queues' usage alone, and its next signal is the same wake-up.
 3. The room evolves alike. allocate blocks the free part of the nominations' room (`blocked`),
    reserves room for the same starving heads (the same set, on the same room: `reserved`)
    and starts nothing — every head failed on that room in C0. In preempt and reclaim a head
@@ -87,7 +88,7 @@ from caldera.core.config import PolicyConfig
 from caldera.core.context import CycleContext
 from caldera.core.decisions import Decisions
 from caldera.core.estimates import starving_from
-from caldera.core.eviction import NOMINATIONS_CONTINUED, fits_on_free_room, no_longer_a_victim
+from caldera.core.eviction import NOMINATIONS_CONTINUED, fits_on_free_room
 from caldera.core.jobindex import GroupKey
 from caldera.core.pools import SNAPSHOT_MEMOS
 from caldera.core.preempt import preempt
@@ -99,6 +100,7 @@ from caldera.core.shortcuts.searches import Handover
 from caldera.core.snapshot import JobView, Snapshot, Throttle
 from caldera.core.throttle import may_throttle, waiting_mode_ends
 from caldera.core.timing import next_signal
+from caldera.core.weight import defends_against
 from caldera.model import CRITICAL_PRIORITY, JobState
 
 __all__ = ["QuietCycle", "QuietHead", "remember", "replay"]
@@ -293,8 +295,8 @@ def _signals_wait(snapshot: Snapshot, record: QuietCycle, wakeups: list[float]) 
                 return False  # due now
             if victim is None or victim.state is not JobState.RUNNING:
                 return False  # ended (C0 saw every one running, and the stamp holds)
-            if no_longer_a_victim(victim, holder, config, now, set()):
-                return False
+            if defends_against(victim, holder, config, now):
+                return False  # (the rest of no_longer_a_victim: the same state, C0's answer)
         wakeups.append(next_signal(nomination.pending, now))
     return True
 
