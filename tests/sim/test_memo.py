@@ -425,3 +425,33 @@ def test_quiet_cycles_while_a_timed_eviction_waits() -> None:
     assert simulator.answered >= 100 and simulator.refused_when_due >= 100
     plain, _, _ = _simulate(data, memoize=False)
     assert simulator.result() == plain
+
+
+def test_commitments_kept_with_the_index_are_those_derived_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the nominations' plans commit at a cycle's start is kept with the job index
+    until its version moves (`JobIndex.at_version`, context._Commitments): every time it is
+    taken from there, it equals what the index gives afresh — the victims claimed and
+    committed, per victim and per queue, and the own-queue victims of reclaimers."""
+    from caldera.core import JobIndex
+    from caldera.core.context import _Commitments
+
+    taken: list[str] = []
+    original = JobIndex.at_version
+
+    def checked(self: JobIndex, key: Any, build: Any) -> Any:
+        fresh = key[0] == "commitments" and self._derived.get(key, (None,))[0] == self.version
+        value = original(self, key, build)
+        if fresh:
+            again = _Commitments.of(self, key[1])
+            assert value == again
+            assert list(value.committed_by) == list(again.committed_by)  # the same order
+            taken.append(key[0])
+        return value
+
+    monkeypatch.setattr(JobIndex, "at_version", checked)
+    burst = {"kind": "burst", "seed": 3, "jobs": 300, "nodes": 40}
+    simulator = Simulator(parse_scenario({"workload": {"generators": [burst]}}, Path.cwd(), "c"))
+    simulator.run()
+    assert len(taken) >= 100
