@@ -93,6 +93,12 @@ ADMIT_EVERY = 1.0
 _T = TypeVar("_T")
 
 
+def _open_gate() -> threading.Event:
+    gate = threading.Event()
+    gate.set()
+    return gate
+
+
 @dataclass
 class KubeActuator(IntentCarrier):
     """Effects for the controller's kernel, and the one place that writes to the cluster."""
@@ -137,6 +143,9 @@ class KubeActuator(IntentCarrier):
     _admitted_at: float | None = None
     # The jobs whose statuses the flush's round is writing now (the admission path leaves them).
     _round: set[str] = field(default_factory=set)
+    # Cleared while the admission path writes: the flush's writers start no new request
+    # meanwhile, so the API server answers the admissions first.
+    _intake_idle: threading.Event = field(default_factory=_open_gate)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _keys: ByName | None = None
     _inflight: list[deque[tuple[int, Intent]]] = field(default_factory=list)
@@ -385,9 +394,11 @@ class KubeActuator(IntentCarrier):
         has not written yet (admitted at the step's start, their start waiting for its
         round), up to `ROUND` in all, oldest first: the same status written earlier, so
         each job's admission is said within seconds; their objects still wait for it, as
-        always, and the rounds' pods are not held up behind thousands of statuses. Nothing when this
-        controller no longer leads: a standby writes nothing. A status not written here
-        (the API server failing) stays queued for its round."""
+        always, and the rounds' pods are not held up behind thousands of statuses. While
+        these go, the flush's writers start no new request (the API server answers the
+        admissions first). Nothing when this controller no longer leads: a standby writes
+        nothing. A status not written here (the API server failing) stays queued for its
+        round."""
         if self._admitted_at is None:
             return
         self._admitted_at = None  # no admission inside this one
@@ -405,6 +416,7 @@ class KubeActuator(IntentCarrier):
                 self.events[said:] = [e for e in fresh if e.reason is not Reason.ADMITTED]
                 rejections = self.rejections[refused:]
                 del self.rejections[refused:]
+            self._intake_idle.clear()
             written = self._each(
                 lambda r: self._patch_status(f"{r[0]}/{r[1]}", *r), rejections, intake=True
             )
@@ -438,6 +450,7 @@ class KubeActuator(IntentCarrier):
                     len(jobs),
                 )
         finally:
+            self._intake_idle.set()
             self._admitted_at = time.monotonic()
 
     def _each(
@@ -469,8 +482,10 @@ class KubeActuator(IntentCarrier):
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.writers, thread_name_prefix="caldera-writer")
             pool = self._pool
-        futures = [pool.submit(send, item) for item in items]
-        if not intake:
+        if intake:
+            futures = [pool.submit(send, item) for item in items]
+        else:
+            futures = [pool.submit(self._after_intake, send, item) for item in items]
             self._wait_admitting(futures)
         done: list[Exception | None] = []
         for future in futures:  # every one has ended before the caller goes on
@@ -479,6 +494,11 @@ class KubeActuator(IntentCarrier):
                 raise failure
             done.append(failure)
         return done
+
+    def _after_intake(self, send: Callable[[_T], object], item: _T) -> object:
+        """`send(item)` once the admission path has no write under way."""
+        self._intake_idle.wait()
+        return send(item)
 
     def _wait_admitting(self, futures: Sequence[Future[object]]) -> None:
         """Wait for `futures`; each `ADMIT_EVERY` seconds meanwhile, admit newcomers."""
@@ -584,6 +604,7 @@ class KubeActuator(IntentCarrier):
                 if not group:
                     return
                 item = group.popleft()
+            self._intake_idle.wait()  # the admissions' writes go first
             try:
                 self._carry_out(item[1])
             except ClusterUnavailable:
