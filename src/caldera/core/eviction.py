@@ -37,7 +37,7 @@ from caldera.core.victims import (
     VictimIndex,
     is_protected,
 )
-from caldera.core.weight import defends_against
+from caldera.core.weight import Horizons, defends_against
 from caldera.model import CRITICAL_PRIORITY, JobState, Resources
 
 __all__ = [
@@ -299,14 +299,21 @@ def _execute(cycle: CycleContext, job: JobView, plan: Plan) -> None:
 
 
 def no_longer_a_victim(
-    victim: JobView | None, holder: JobView, config: PolicyConfig, now: float, evicted: set[str]
+    victim: JobView | None,
+    holder: JobView,
+    config: PolicyConfig,
+    now: float,
+    evicted: set[str],
+    horizons: Horizons | None = None,
 ) -> bool:
     """Has a pending victim of `holder`'s plan stopped being one at `now` (protected, evicted
     this cycle, defending itself by its weight, back in its cooldown)? Gone or not running is
     not this: it ended by itself."""
     if victim is None or victim.state is not JobState.RUNNING:
         return False
-    if is_protected(victim) or victim.id in evicted or defends_against(victim, holder, config, now):
+    if is_protected(victim) or victim.id in evicted:
+        return True
+    if defends_against(victim, holder, config, now, horizons):
         return True
     last = victim.last_evicted_at
     cooling = last is not None and now - last < config.cooldown
@@ -396,6 +403,7 @@ def continue_nominations(cycle: CycleContext) -> None:
         and cycle.in_pass(group_key(job.spec))
     ]
     continued.update(job.id for job in nominated)
+    args = (cycle.config, cycle.now, cycle.evicted, cycle.snapshot.job_index.weight_horizons)
     for job in sorted(nominated, key=job_order):
         nomination = job.nomination
         if nomination is None or not nomination.pending or job.id in cycle.started:
@@ -405,12 +413,7 @@ def continue_nominations(cycle: CycleContext) -> None:
         still: list[PendingVictim] = []
         ended = False  # a pending victim ended by itself (core/timing.py: waited for)
         if (
-            any(
-                no_longer_a_victim(
-                    cycle.jobs.get(p.job), job, cycle.config, cycle.now, cycle.evicted
-                )
-                for p in nomination.pending
-            )
+            any(no_longer_a_victim(cycle.jobs.get(p.job), job, *args) for p in nomination.pending)
             or _below_the_floor(cycle, job, nomination.pending)
             or _over_its_share(cycle, job, nomination.pending)
         ):

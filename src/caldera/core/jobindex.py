@@ -24,6 +24,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from itertools import count
 from typing import TypeVar, cast
 
+from caldera.core.config import PolicyConfig
 from caldera.core.views import JobView
 from caldera.model import JobSpec, JobState, JobType
 
@@ -99,6 +100,11 @@ class JobIndex:
         self._pinned_version = 0
         self._pinned_derived: dict[Hashable, tuple[int, object]] = {}
         self._derived: dict[Hashable, tuple[int, object]] = {}
+        # (victim, holder) -> until when a waiting plan's victim cannot defend itself by its
+        # weight (core/weight.py `Horizons`; checked against the views it was worked out for).
+        self.weight_horizons: dict[
+            tuple[str, str], tuple[JobView, JobView, PolicyConfig, float]
+        ] = {}
         # Possible victims evicted before (now running again) -> when: their cooldowns; and
         # the same as (when, id) in order, for the next cooldown to end.
         self.evicted_before: dict[str, float] = {}

@@ -14,7 +14,16 @@ from caldera.core.config import PolicyConfig
 from caldera.core.snapshot import JobView
 from caldera.model import CRITICAL_PRIORITY
 
-__all__ = ["defends_against", "effective_weight"]
+__all__ = ["Horizons", "defends_against", "effective_weight"]
+
+Horizons = dict[tuple[str, str], tuple[JobView, JobView, PolicyConfig, float]]
+"""(victim, holder) -> (their views and the settings it holds for, a time up to which the
+victim's weight stays below the holder's priority), kept by the job index across cycles
+(`JobIndex.weight_horizons`) for `defends_against`."""
+
+_LOOK_AHEAD = (3600.0, 60.0)  # seconds: how far ahead a horizon is tried, longest first
+_MARGIN = 1e-6  # below the priority by more than any rounding of the weight
+_MOST = 1 << 16  # horizons kept at most (then forgotten all at once)
 
 
 def effective_weight(job: JobView, config: PolicyConfig, now: float) -> float:
@@ -36,11 +45,45 @@ def effective_weight(job: JobView, config: PolicyConfig, now: float) -> float:
     return min(weight, float(max(config.ceiling, base)))
 
 
-def defends_against(victim: JobView, holder: JobView, config: PolicyConfig, now: float) -> bool:
+def defends_against(
+    victim: JobView,
+    holder: JobView,
+    config: PolicyConfig,
+    now: float,
+    horizons: Horizons | None = None,
+) -> bool:
     """Has a pending victim of its holder's own queue grown to the holder's priority while a
     timed eviction waited (core/timing.py)? It then defends itself, as the victim search
     would (VictimPools): the plan no longer holds (eviction.no_longer_a_victim). Of what
-    ends a pending victim's part in a plan, the one thing time alone brings about."""
-    return victim.spec.queue == holder.spec.queue and (
-        effective_weight(victim, config, now) >= holder.spec.priority
-    )
+    ends a pending victim's part in a plan, the one thing time alone brings about.
+
+    Asked for every victim of every waiting plan in every cycle, so with `horizons` the
+    answer "not yet" is kept until a time checked ahead: for one view the weight never falls
+    as time passes (work done and progress only grow, and each step of the formula keeps
+    their order), so a weight below the priority, by more than a rounding, at a later time
+    is below it at every time before."""
+    if victim.spec.queue != holder.spec.queue:
+        return False
+    priority = holder.spec.priority
+    key = (victim.id, holder.id)
+    if horizons is not None:
+        known = horizons.get(key)
+        if (
+            known is not None
+            and now <= known[3]
+            and known[0] is victim
+            and known[1] is holder
+            and known[2] is config
+        ):
+            return False
+    if effective_weight(victim, config, now) >= priority:
+        return True
+    if horizons is not None:
+        for ahead in _LOOK_AHEAD:
+            later = now + ahead
+            if effective_weight(victim, config, later) < priority - _MARGIN:
+                if len(horizons) >= _MOST:
+                    horizons.clear()
+                horizons[key] = (victim, holder, config, later)
+                break
+    return False

@@ -283,7 +283,7 @@ def _signals_wait(snapshot: Snapshot, record: QuietCycle, wakeups: list[float]) 
     """No victim the record's nominations wait for is due or no longer a victim (module
     docstring, 2): their next signals as wake-ups, as continue_nominations asks."""
     views, config, now = snapshot.job_index.views, snapshot.config, snapshot.now
-    nominated = snapshot.job_index.nominated
+    nominated, horizons = snapshot.job_index.nominated, snapshot.job_index.weight_horizons
     for job_id in record.signalling:
         holder = nominated.get(job_id)
         nomination = holder.nomination if holder is not None else None
@@ -295,7 +295,7 @@ def _signals_wait(snapshot: Snapshot, record: QuietCycle, wakeups: list[float]) 
                 return False  # due now
             if victim is None or victim.state is not JobState.RUNNING:
                 return False  # ended (C0 saw every one running, and the stamp holds)
-            if defends_against(victim, holder, config, now):
+            if defends_against(victim, holder, config, now, horizons):
                 return False  # (the rest of no_longer_a_victim: the same state, C0's answer)
         wakeups.append(next_signal(nomination.pending, now))
     return True
