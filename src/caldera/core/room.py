@@ -12,7 +12,9 @@ snapshot as it found it (Volcano's Statement, Kueue's undo function).
 
 `version` counts the changes made outside `scratch()` — the runtime's own starts and releases
 — and `token` tells one room from another, so a cycle can tell whether free room changed
-since an earlier cycle without comparing it (core/shortcuts/memo.py).
+since an earlier cycle without comparing it (core/shortcuts/memo.py). `changes` counts every
+change, undos included, for caches outside the core that must know whether anything moved
+since they last looked (baselines/volcano/nodestates.py).
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ class Room:
         self._layouts: dict[tuple[int, frozenset[str] | None], DomainLayout] = {}
         self.token = next(_TOKENS)
         self.version = 0  # changes made outside scratch(): a runtime's starts and releases
+        self.changes = 0  # every change and every undo: an unchanged count, an unchanged room
 
     def domain_layout(self, tier: int, models: frozenset[str] | None) -> DomainLayout:
         """Per domain of `tier` (1 or 2): its nodes of the allowed GPU models and their
@@ -208,6 +211,7 @@ class Room:
         """The unchecked part of a whole-GPU or shared change: the caller checked it (a
         take or give), or it undoes one that was (a rollback)."""
         index = task.node
+        self.changes += 1
         free = self.free[index]
         delta = sign * task.milli
         whole_before = self.whole[index]
@@ -268,6 +272,7 @@ class Room:
             raise CapacityError(f"node {node.name}: cpu/memory out of range")
         if self.pods[index] + sign < 0:
             raise CapacityError(f"node {node.name}: no room for another pod")
+        self.changes += 1
         free[device] = after
         self.cpu[index] = cpu
         self.memory[index] = memory

@@ -58,7 +58,8 @@ One module per action, as Volcano lays out pkg/scheduler/actions, and its framew
   victims    who may be a victim and in what order (V6, V7); evict, the greedy per-task
              eviction inside the Statement that preempt and reclaim share.
   tier       the plugins' victim rules, the single tier of seed 001 (S1-S3).
-  nodeorder  nodeorder's scores (S4).
+  nodeorder  nodeorder's scores (S4); nodestates, which nodes look alike to it, kept across
+             placements.
 """
 
 from __future__ import annotations

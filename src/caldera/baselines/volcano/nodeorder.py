@@ -23,13 +23,12 @@ Reads only the room and the job's shape: no session, so allocate (through the se
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from itertools import repeat
-from operator import methodcaller
+from collections.abc import Sequence
 
+from caldera.baselines.volcano.nodestates import NodeStates, node_states
 from caldera.core.placement import fit_on_node
 from caldera.core.room import Room, TaskPlacement
-from caldera.model import GPU_MILLI, JobSpec, Node
+from caldera.model import GPU_MILLI, JobSpec
 
 __all__ = ["nodeorder_place", "nodeorder_score"]
 
@@ -86,39 +85,44 @@ def nodeorder_place(
 ) -> TaskPlacement | None:
     """S4: one pod on the best-scored node it fits (ties: lowest index), room taken.
 
-    Whether the pod fits a node and the node's score depend only on the node's shape and
-    what is free on it, and most nodes of a pool look alike (empty, or full), so each look
-    is worked out once per call (`_node_state` says what it is made of)."""
+    Whether the pod fits a node and the node's score depend only on the node's state, and
+    most nodes of a pool look alike (empty, or full), so each state is worked out once per
+    call; the states are kept across calls (`nodestates`)."""
     models = spec.gpu_models
     profile = spec.gpu_profile
-    shapes = _node_shapes(room.nodes)
+    states = node_states(room, profile)
+    looks = states.looks(spec.gpu, spec.cpu, spec.memory)  # state -> score, -1: no fit
     best = -1
     best_score = -1
     if within is None and models is None:
-        # Every node: their states are built and told apart in C, each with the lowest
-        # node in it; one look per state, the best of those lowest nodes wins.
-        for index in _first_of_each_state(room, shapes, profile).values():
-            fits = fit_on_node(room, index, spec.gpu, spec.cpu, spec.memory, profile)
-            look = -1 if fits is None else nodeorder_score(room, index, spec)
-            if look > best_score or (look == best_score and look >= 0 and index < best):
-                best, best_score = index, look
-        return _take(room, spec, best)
-    looks: dict[tuple[object, ...], int] = {}  # node state -> score, -1: does not fit
+        # Every node: one look per state, at its lowest node; the best of those wins.
+        for state, index in states.lowest_of_each():
+            score = looks.get(state)
+            if score is None:
+                score = looks[state] = _look(room, index, spec)
+            if score > best_score or (score == best_score and score >= 0 and index < best):
+                best, best_score = index, score
+        return _take(room, spec, best, states)
+    state_of = states.state_of
     for index in within if within is not None else range(len(room.nodes)):
         if models is not None and room.nodes[index].gpu_model not in models:
             continue
-        state = _node_state(room, index, shapes, profile)
+        state = state_of[index]
         score = looks.get(state)
         if score is None:
-            fits = fit_on_node(room, index, spec.gpu, spec.cpu, spec.memory, profile)
-            score = -1 if fits is None else nodeorder_score(room, index, spec)
-            looks[state] = score
+            score = looks[state] = _look(room, index, spec)
         if score > best_score or (score == best_score and score >= 0 and index < best):
             best, best_score = index, score
-    return _take(room, spec, best)
+    return _take(room, spec, best, states)
 
 
-def _take(room: Room, spec: JobSpec, best: int) -> TaskPlacement | None:
+def _look(room: Room, index: int, spec: JobSpec) -> int:
+    """A pod of `spec` on `index`: its nodeorder score, -1 where it does not fit."""
+    fits = fit_on_node(room, index, spec.gpu, spec.cpu, spec.memory, spec.gpu_profile)
+    return -1 if fits is None else nodeorder_score(room, index, spec)
+
+
+def _take(room: Room, spec: JobSpec, best: int, states: NodeStates) -> TaskPlacement | None:
     """One pod of `spec` on node `best` (-1: none fits), room taken."""
     if best < 0:
         return None
@@ -126,64 +130,5 @@ def _take(room: Room, spec: JobSpec, best: int) -> TaskPlacement | None:
     task = fit_on_node(room, best, spec.gpu, spec.cpu, spec.memory, profile)
     assert task is not None, "a node with the same state took the pod"
     room.take(task)
+    states.took(best)
     return task
-
-
-_SHAPES: dict[int, tuple[tuple[Node, ...], list[tuple[object, ...]]]] = {}
-
-
-def _node_shapes(nodes: tuple[Node, ...]) -> list[tuple[object, ...]]:
-    """Per node, what `fit_on_node` and `nodeorder_score` read of it that never changes."""
-    known = _SHAPES.get(id(nodes))
-    if known is None or known[0] is not nodes:
-        shapes: list[tuple[object, ...]] = [
-            (n.cpu, n.memory, n.gpus, n.island_size, n.slices) for n in nodes
-        ]
-        _SHAPES.clear()  # one cluster at a time is the common case; never grows
-        _SHAPES[id(nodes)] = known = (nodes, shapes)
-    return known[1]
-
-
-def _first_of_each_state(
-    room: Room, shapes: list[tuple[object, ...]], profile: str | None
-) -> dict[tuple[object, ...], int]:
-    """Every node's `_node_state`, each state with the lowest node index that has it (a
-    dict keeps the last value given to a key: fed from the last node to the first)."""
-    count = len(shapes)
-    slices: Iterable[bool] = (
-        repeat(False)
-        if profile is None
-        else map(bool, map(methodcaller("get", profile), room.slices))
-    )
-    states = list(
-        zip(
-            shapes,
-            room.cpu,
-            room.memory,
-            map(_HOLDS_A_POD, room.pods),
-            map(tuple, room.free),
-            slices,
-            strict=False,  # `slices` may be endless (repeat)
-        )
-    )
-    return dict(zip(reversed(states), range(count - 1, -1, -1), strict=True))
-
-
-_HOLDS_A_POD = (0).__lt__
-"""pods > 0: the node takes another pod."""
-
-
-def _node_state(
-    room: Room, index: int, shapes: list[tuple[object, ...]], profile: str | None
-) -> tuple[object, ...]:
-    """All a pod's fit and nodeorder score on `index` depend on: the node's shape, its free
-    cpu, memory and devices, whether it takes another pod, and its free slices of `profile`."""
-    slices = bool(room.slices[index].get(profile)) if profile is not None else False
-    return (
-        shapes[index],
-        room.cpu[index],
-        room.memory[index],
-        room.pods[index] > 0,
-        tuple(room.free[index]),
-        slices,
-    )
