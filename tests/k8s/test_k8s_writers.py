@@ -232,7 +232,7 @@ class SlowPods:
 
     def __init__(self, world: World, seconds: float) -> None:
         self.world = world
-        self.api = world.rt.actuator.api
+        self.api: Any = world.rt.actuator.api  # the fake behind its lock (`Serialized`)
         self.seconds = seconds
         self.sent = False
 
@@ -246,6 +246,12 @@ class SlowPods:
                 self.world.submit("late", gpus=1)
         time.sleep(self.seconds)
         return self.api.create_pod(namespace, body)
+
+
+def slow(world: World) -> SlowPods:
+    api = world.rt.actuator.api
+    assert isinstance(api, SlowPods)
+    return api
 
 
 def _flush_with_a_late_submission(world: World) -> list[tuple[str, str, str]]:
@@ -277,7 +283,7 @@ def test_a_trainingjob_sent_during_a_flush_is_admitted_while_its_writes_wait(
     assert len(pods) == 8 and len(late) == 1 and late[0] < min(pods)
     assert world.state("late") == "Pending"  # admitted; not started by the flush
     assert not any(k.startswith(f"{NAMESPACE}/late-") for _, _, k in actions)
-    world.rt.actuator.api = world.rt.actuator.api.api
+    world.rt.actuator.api = slow(world).api
     world.step()
     assert world.state("late") == "Running"
     assert world.events("late") == []  # a first start: its conditions say it
@@ -311,3 +317,26 @@ def test_while_admissions_are_written_the_flush_starts_no_new_request() -> None:
     writer._intake_idle.set()  # the pass is done
     flush.join(5)
     assert sent == [1]
+
+
+def test_an_admission_that_fails_during_a_flush_loses_none_of_the_flushs_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading the TrainingJobs during a flush can fail (a listing, the API server gone for
+    a moment): the flush's own writes, some under way, go on; the newcomer waits for the
+    next step."""
+    monkeypatch.setattr(actuator, "ADMIT_EVERY", 0.05)
+    world = World().hypernode("a", "n", count=2).start(writers=WRITERS)
+
+    def unreadable() -> list[Any]:
+        raise ClusterUnavailable("cannot reach the Kubernetes API at fake://: connection reset")
+
+    world.rt.actuator.between = unreadable
+    actions = _flush_with_a_late_submission(world)
+    assert sum(1 for verb, kind, _ in actions if (verb, kind) == ("create", "pod")) == 8
+    assert world.rt.actuator.pending == [] and world.rt.actuator.dirty == {}
+    assert not world.job("late").get("status")
+    world.rt.actuator.api = slow(world).api
+    world.rt.actuator.between = world.rt.admit_new
+    world.step()
+    assert world.state("late") == "Running"

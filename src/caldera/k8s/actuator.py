@@ -408,7 +408,11 @@ class KubeActuator(IntentCarrier):
         try:
             with self._lock:  # the writers' callbacks change jobs too: one at a time
                 said, refused = len(self.events), len(self.rejections)
-                admitted = list(self.between())
+                try:
+                    admitted = list(self.between())
+                except Exception as failure:  # the flush goes on; the next step takes them in
+                    log.warning("no admission during the flush: %s", failure)
+                    admitted = []
                 # Started at the next step: its Admitted Event waits for that step, to go
                 # as one with its Started one (`merge_per_job`).
                 fresh = self.events[said:]
