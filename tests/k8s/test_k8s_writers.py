@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from k8s_support import NAMESPACE, SETTINGS, World
 
-from caldera.k8s import ClusterUnavailable, actuator
+from caldera.k8s import ClusterUnavailable, flush
 from caldera.k8s.actuator import Create
 from caldera.k8s.cache import slim_job
 
@@ -186,7 +186,7 @@ def test_a_burst_is_written_in_rounds_and_newcomers_are_admitted_between_them(
     rounds of `ROUND` jobs, each job's status still goes before its objects; the first pods
     go before the last statuses; a TrainingJob that came during the flush is admitted
     (its status written) in the same step."""
-    monkeypatch.setattr(actuator, "ROUND", 4)
+    monkeypatch.setattr(flush, "ROUND", 4)
     world = World().hypernode("a", "n", count=2).start()
     singles = [f"one{i}" for i in range(12)]
     for name in singles:
@@ -271,7 +271,7 @@ def test_a_trainingjob_sent_during_a_flush_is_admitted_while_its_writes_wait(
     and their status written on writers of their own, not behind the starts; their own
     start is the next step's cycle's. Before, a flush of one round admitted nobody, and a
     longer one only between its rounds of `ROUND` jobs (12–37 s at scale)."""
-    monkeypatch.setattr(actuator, "ADMIT_EVERY", 0.05)
+    monkeypatch.setattr(flush, "ADMIT_EVERY", 0.05)
     world = World().hypernode("a", "n", count=2).start(writers=WRITERS)
     actions = _flush_with_a_late_submission(world)
     late = [
@@ -292,7 +292,7 @@ def test_a_trainingjob_sent_during_a_flush_is_admitted_while_its_writes_wait(
 def test_a_replica_that_no_longer_leads_admits_nobody_during_its_flush(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(actuator, "ADMIT_EVERY", 0.05)
+    monkeypatch.setattr(flush, "ADMIT_EVERY", 0.05)
     world = World().hypernode("a", "n", count=2).start(writers=WRITERS)
     world.rt.actuator.leading = lambda: False  # its Lease lapsed mid-flush
     actions = _flush_with_a_late_submission(world)
@@ -325,7 +325,7 @@ def test_an_admission_that_fails_during_a_flush_loses_none_of_the_flushs_writes(
     """Reading the TrainingJobs during a flush can fail (a listing, the API server gone for
     a moment): the flush's own writes, some under way, go on; the newcomer waits for the
     next step."""
-    monkeypatch.setattr(actuator, "ADMIT_EVERY", 0.05)
+    monkeypatch.setattr(flush, "ADMIT_EVERY", 0.05)
     world = World().hypernode("a", "n", count=2).start(writers=WRITERS)
 
     def unreadable() -> list[Any]:
