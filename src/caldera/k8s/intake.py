@@ -121,6 +121,31 @@ class Intake:
                 yield JobGone(job)
         yield SettledThere(frozenset(uids))  # deleted ones are gone for good
 
+    def newcomers(
+        self, objects: Iterable[Object], now: float
+    ) -> Iterator[JobAdmitted | JobRefused]:
+        """The new TrainingJobs among `objects` — no status, not known, not settled —
+        admitted or refused: what a long flush takes in while it writes (issue 40). The
+        rest waits for the next step's `reconcile`."""
+        runtime = self.runtime
+        for obj in objects:
+            metadata = obj.get("metadata") or {}
+            namespace, name = (str(metadata.get(k, "")) for k in ("namespace", "name"))
+            job_id = names.job_id(namespace, name)
+            if (
+                job_id in runtime.jobs
+                or (obj.get("status") or {}).get("state")
+                or metadata.get("uid") in runtime.actuator.settled
+            ):
+                continue
+            try:
+                taken = self.admit(obj, now)
+            except Exception:  # the next step's intake takes it in, or says why not
+                log.exception("%s could not be admitted during a flush", job_id)
+                continue
+            if taken is not None:
+                yield taken
+
     def _take(
         self, obj: Object, job_id: str, pods: list[Object], now: float
     ) -> IntakeObservation | None:

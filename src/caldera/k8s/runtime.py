@@ -47,7 +47,6 @@ from caldera.core import (
     run,
 )
 from caldera.core.fairshare import DecayedUsage
-from caldera.k8s import names
 from caldera.k8s.actuator import KubeActuator
 from caldera.k8s.api import ClusterAPI, ClusterError, Object
 from caldera.k8s.cache import ClusterReads, Listing
@@ -227,31 +226,16 @@ class KubeRuntime:
 
     def admit_new(self) -> list[KubeJob]:
         """During a long flush (a burst of starts): admit the TrainingJobs that came
-        meanwhile, so that their status says so within seconds, not after the whole burst
-        is written (issue 40); the actuator writes it on its own path. New ones only; the
-        rest waits for the next step. Returns the jobs admitted (the rejected are queued)."""
+        meanwhile (`Intake.newcomers`), so that their status says so within seconds, not
+        after the whole burst (issue 40); the actuator writes it on its own path. Returns
+        the jobs admitted (the rejected are queued)."""
         now = self.clock()
-        settled = self.actuator.settled
+        objects = [obj for ns in self.settings.namespaces for obj in self.reads.jobs(ns)]
         admitted: list[KubeJob] = []
-        for namespace in self.settings.namespaces:
-            for obj in self.reads.jobs(namespace):
-                metadata = obj.get("metadata") or {}
-                job_id = names.job_id(namespace, str(metadata.get("name", "")))
-                if (
-                    job_id in self.jobs
-                    or (obj.get("status") or {}).get("state")
-                    or metadata.get("uid") in settled
-                ):
-                    continue
-                try:
-                    taken = self.intake.admit(obj, now)
-                except Exception:  # the next step's intake takes it in, or says why not
-                    log.exception("%s could not be admitted during a flush", job_id)
-                    continue
-                if taken is not None:
-                    apply_intake(self, taken, now)
-                if isinstance(taken, JobAdmitted):
-                    admitted.append(taken.job)
+        for taken in self.intake.newcomers(objects, now):
+            apply_intake(self, taken, now)
+            if isinstance(taken, JobAdmitted):
+                admitted.append(taken.job)
         return admitted
 
     def cycle(self) -> Decisions:
