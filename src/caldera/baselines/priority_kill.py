@@ -166,23 +166,22 @@ def pk_allocate(cycle: CycleContext) -> None:
     waiting = session.waiting
     unplaced = cycle.unplaced
     cannot_hold = session.cannot_hold
+    # Queues no ResourceQuota bounds: what their pods may take is not checked.
+    unbounded = {name for name, usage in usages.items() if usage.queue.capability is None}
     for job in sorted(pending_work(cycle), key=_RANK):
         spec = job.spec
         shape = spec.shape
         if (
             job.state is not _RUNNING
             and shape in failed
+            and spec.queue in unbounded
             and (shape in cannot_hold or (session.future is not None and session.future.shared))
         ):
             # No room for its shape, none coming: it waits with all its pods, as the
-            # steps below find (a ResourceQuota aside).
-            usage = usages.get(spec.queue)
-            if usage is None:
-                continue
-            if usage.queue.capability is None:
-                waiting.append((job, spec.tasks))
-                unplaced.append(job)
-                continue
+            # steps below find.
+            waiting.append((job, spec.tasks))
+            unplaced.append(job)
+            continue
         usage = usages.get(spec.queue)
         if usage is None:
             continue
@@ -273,7 +272,7 @@ def pk_preempt(cycle: CycleContext) -> None:
         spec = job.spec
         if not spec.may_preempt:  # PK7
             continue
-        running = job.state is JobState.RUNNING
+        running = job.state is _RUNNING
         key = (spec.shape, spec.priority)
         if not running and key in hopeless:
             session.unserved.append(job)
