@@ -5,7 +5,7 @@ each lives in one place — the Python that `caldera k8s render` and the control
 - templates/crd.yaml          the TrainingJob CRD (caldera.k8s.crd), kept on `helm uninstall`
                               (helm.sh/resource-policy: keep) and upgraded with the release;
 - templates/admission-policy.yaml  the ValidatingAdmissionPolicy and binding
-                              (caldera.k8s.admission), its namespace bindings filled from the
+                              (caldera.k8s.access.admission), its namespace bindings filled from the
                               values by Helm (`caldera.cel.*` in _helpers.tpl);
 - templates/user-roles.yaml   the users' ClusterRoles (caldera-submitter, -critical, -protect);
 - files/controller-rules.yaml the controller's RBAC rules (read, jobs, state);
@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from caldera.k8s import admission
+from caldera.k8s.access import admission
 from caldera.k8s.crd import training_job_crd
 from caldera.k8s.settings import NO_POD_GROUPS, KubeSettings, NamespaceBinding
 

@@ -133,3 +133,55 @@ def test_every_runtime_drives_the_one_scheduling_loop() -> None:
         }
         assert "SchedulerLoop" in names, path
         assert not names & {"MAX_CYCLES_AT_ONCE", "run_again"}, path
+
+
+# The controller's rooms (docs/architecture.md): the room -> the rooms it must never import.
+# `cluster` is the I/O seam, knowing nothing of the controller above it (its in-memory fake
+# reads a pod's requests as `reading` does); `ha` keeps state through that seam alone;
+# `reading` and `reporting` are read and written by the controller, never the other way.
+K8S_ROOMS = {"cluster", "reading", "observe", "effects", "reporting", "access", "ha"}
+K8S_FORBIDDEN: dict[str, set[str]] = {
+    "cluster": K8S_ROOMS - {"cluster"},
+    "ha": K8S_ROOMS - {"cluster", "ha"},
+    "reading": {"observe", "reporting", "access", "ha"},
+    "reporting": {"observe", "effects", "reading", "access", "ha"},
+}
+K8S_TOP_ONLY = {"controller"}  # nothing in a room drives the controller loop
+
+
+def _k8s_edges() -> list[tuple[str, str, str]]:
+    edges = []
+    for module in sorted((SRC / "k8s").rglob("*.py")):
+        parts = module.relative_to(SRC / "k8s").parts
+        room = parts[0] if len(parts) > 1 else ""
+        for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                target = name.split(".")
+                if target[:2] == ["caldera", "k8s"] and len(target) > 2 and target[2] != room:
+                    edges.append((room, target[2], "/".join(parts)))
+    return edges
+
+
+def test_the_controller_is_in_rooms() -> None:
+    rooms = {p.name for p in (SRC / "k8s").iterdir() if (p / "__init__.py").exists()}
+    assert rooms == K8S_ROOMS
+    assert len(list((SRC / "k8s").glob("*.py"))) <= 12, "new modules belong in a room"
+
+
+@pytest.mark.parametrize("room", sorted(K8S_FORBIDDEN))
+def test_no_room_of_the_controller_imports_upward(room: str) -> None:
+    edges = _k8s_edges()
+    assert any(source == room for source, _, _ in edges) or room == "cluster"
+    bad = [
+        f"k8s/{module} imports caldera.k8s.{target}"
+        for source, target, module in edges
+        if source == room
+        and (target in K8S_FORBIDDEN[room] or target in K8S_TOP_ONLY)
+        and module != "cluster/fake.py"
+    ]
+    assert not bad, "\n".join(bad)

@@ -18,7 +18,7 @@ gives byte-identical simulator output.
 One difference a reader of caldera's documents may see: a compiled class stores a field typed
 `float` as a float, so a whole number given to it reads back as 9.0 where the sources keep 9.
 Decisions do not change (9 == 9.0, and they hash alike); where such a field is written out
-as text for a machine, it is written canonically (k8s/render.py, a queue's time windows).
+as text for a machine, it is written canonically (k8s/effects/render.py, a queue's time windows).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ It lives here, below `caldera.k8s`, because the SDK (`caldera.sdk.kube`) needs t
 too and importing anything under `caldera.k8s` loads the whole controller (its package root
 imports the runtime). The controller's modules import the words from here (`caldera.k8s.names`
 keeps only the keys and names of its own); `caldera.k8s.crd.training_job` and
-`caldera.k8s.client.load_api_client` still offer the rest where they always did.
+`caldera.k8s.cluster.client.load_api_client` still offer the rest where they always did.
 `tests/test_import_direction.py` keeps the SDK off `caldera.k8s`.
 
 The `kubernetes` client is imported only when a connection is made: it is slow to import,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from caldera.bench.kube.watch import BENCH_JOB, NAMESPACE, PodWatch
-from caldera.k8s.client import Expired, KubeClusterAPI
+from caldera.k8s.cluster.client import Expired, KubeClusterAPI
 from caldera.trainingjob_api import JOB
 
 

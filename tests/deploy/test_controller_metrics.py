@@ -1,5 +1,6 @@
 """deploy/'s alert rules and Grafana dashboard work on the Kubernetes controller too: every
-caldera series they read is on the controller's /metrics (caldera.k8s.metrics) — on the fake
+caldera series they read is on the controller's /metrics (caldera.k8s.reporting.metrics) — on the
+fake
 cluster, after a preemption and a throttle, so every family has samples — except the service's
 host GPU readings, which dcgm-exporter gives on Kubernetes (deploy_support.SERVICE_ONLY)."""
 
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
 
 from k8s_support import World
 
-from caldera.k8s.metrics import ControllerMetrics
+from caldera.k8s.reporting.metrics import ControllerMetrics
 
 
 @pytest.fixture(scope="module")

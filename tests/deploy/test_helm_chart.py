@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from caldera.k8s import admission
+from caldera.k8s.access import admission
 from caldera.k8s.config import parse_kube_config
 from caldera.k8s.crd import training_job_crd
 

@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from caldera.k8s.fake import field_selector_matches, label_selector_matches, merge_patch
+from caldera.k8s.cluster.fake import field_selector_matches, label_selector_matches, merge_patch
 
 __all__ = ["Recorded", "StubAPIServer"]
 

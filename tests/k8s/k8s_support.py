@@ -26,7 +26,7 @@ from typing import Any
 
 from caldera.k8s import FakeCluster, KubeRuntime, KubeSettings, NamespaceBinding, names
 from caldera.k8s.config import parse_kube_config
-from caldera.k8s.status import submit_time
+from caldera.k8s.reporting.status import submit_time
 from caldera.trainingjob_api import JOB, PLACEMENT
 
 __all__ = ["NAMESPACE", "SETTINGS", "Serialized", "World", "training_job"]

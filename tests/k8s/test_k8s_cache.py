@@ -16,10 +16,10 @@ from k8s_support import SETTINGS, World, training_job
 
 from caldera.core import PolicyConfig
 from caldera.k8s import FakeClock, FakeCluster, KubeRuntime
-from caldera.k8s.cache import NOT_ENDED, Informer, InformerCache, slim_node, slim_pod
-from caldera.k8s.client import KubeClusterAPI
+from caldera.k8s.cluster.cache import NOT_ENDED, Informer, InformerCache, slim_node, slim_pod
+from caldera.k8s.cluster.client import KubeClusterAPI
 from caldera.k8s.controller import Controller
-from caldera.k8s.nodes import read_nodes
+from caldera.k8s.reading.nodes import read_nodes
 from caldera.model import Queue
 from caldera.trainingjob_api import GROUP, JOB, PLURAL, VERSION
 

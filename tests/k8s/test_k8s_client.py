@@ -37,15 +37,15 @@ from caldera.k8s import (
     priority_classes,
     volcano_queue,
 )
-from caldera.k8s.admission import (
+from caldera.k8s.access.admission import (
     CONTROLLER_POD_GROUP_RULES,
     CONTROLLER_READ_RULES,
     CONTROLLER_STATE_RULES,
     CONTROLLER_WRITE_RULES,
 )
-from caldera.k8s.client import QUEUE_CONFLICT_TRIES, KubeClusterAPI, load_api_client
+from caldera.k8s.cluster.client import QUEUE_CONFLICT_TRIES, KubeClusterAPI, load_api_client
 from caldera.k8s.controller import sync_cluster_objects
-from caldera.k8s.events import JobEvent, Reason, event_body
+from caldera.k8s.reporting.events import JobEvent, Reason, event_body
 from caldera.model import Queue
 from caldera.trainingjob_api import GROUP, KIND, MANAGED, PLURAL, VERSION
 
@@ -563,7 +563,7 @@ def test_the_rbac_rules_cover_every_call_the_controller_makes(
 def test_the_controller_writes_only_in_served_namespaces_and_its_own() -> None:
     """Issue 9, defect 8: no ClusterRole lets the controller create a pod anywhere; its
     writing roles are bound in each served namespace (never kube-system)."""
-    from caldera.k8s.admission import controller_rbac
+    from caldera.k8s.access.admission import controller_rbac
 
     objects = controller_rbac(SETTINGS)
     cluster_wide = [o for o in objects if o["kind"] == "ClusterRoleBinding"]

@@ -1,6 +1,6 @@
 """Fair share over time survives a controller restart (issue 39, DESIGN §2): each queue's
 decayed usage is kept under the key `fair_share` of the state ConfigMap
-(caldera/k8s/fairshare_store.py) and a new controller — a restart or a standby taking over —
+(caldera/k8s/ha/fairshare_store.py) and a new controller — a restart or a standby taking over —
 carries on from it. On the fake cluster (tests/k8s/k8s_support.py)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from k8s_support import World
 
 from caldera.core.fairshare import SAVE_EVERY, DecayedRecord
 from caldera.k8s import names
-from caldera.k8s.fairshare_store import KEY, read_decayed_usage, write_decayed_usage
+from caldera.k8s.ha.fairshare_store import KEY, read_decayed_usage, write_decayed_usage
 
 HOUR = 3600.0
 STATE = ("caldera-system", names.STATE_CONFIG_MAP)

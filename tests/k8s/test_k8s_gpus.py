@@ -10,7 +10,7 @@ import pytest
 
 from caldera.core import TaskPlacement
 from caldera.k8s import KubeSettings, read_nodes
-from caldera.k8s.render import Workload, mig_resource, pod_group, task_pod
+from caldera.k8s.effects.render import Workload, mig_resource, pod_group, task_pod
 from caldera.model import JobSpec, JobType
 
 SETTINGS = KubeSettings()

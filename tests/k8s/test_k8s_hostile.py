@@ -20,12 +20,12 @@ from k8s_support import SETTINGS, World
 
 from caldera.errors import RecordError
 from caldera.k8s import read_training_job
-from caldera.k8s.nodes import pod_requests
-from caldera.k8s.pods import read_reports
-from caldera.k8s.podtemplate import effective_requests, nesting_problem
-from caldera.k8s.quantities import MAX_QUANTITY, cpu_millis, memory_mib, parse_quantity
-from caldera.k8s.render import task_pod
-from caldera.k8s.wirejson import DECODE_DEPTH, TOO_DEEP, loads
+from caldera.k8s.cluster.wirejson import DECODE_DEPTH, TOO_DEEP, loads
+from caldera.k8s.effects.render import task_pod
+from caldera.k8s.observe.pods import read_reports
+from caldera.k8s.reading.nodes import pod_requests
+from caldera.k8s.reading.podtemplate import effective_requests, nesting_problem
+from caldera.k8s.reading.quantities import MAX_QUANTITY, cpu_millis, memory_mib, parse_quantity
 from caldera.model import Queue
 from caldera.trainingjob_api import (
     API_VERSION,
@@ -672,7 +672,7 @@ def test_pod_security_baseline_is_the_controllers_check_too(
 
 
 def test_the_policy_asks_the_authorizer_about_every_secret_configmap_and_claim() -> None:
-    from caldera.k8s.admission import admission_policy
+    from caldera.k8s.access.admission import admission_policy
 
     policy, _ = admission_policy(SETTINGS)
     rules = " ".join(v["expression"] for v in policy["spec"]["validations"])
@@ -757,7 +757,7 @@ def test_pods_of_a_namespace_whose_jobs_cannot_be_read_are_not_orphans() -> None
     """Issue 34: after a restart a namespace whose TrainingJobs could not be listed had a
     running pod deleted as an orphan while its status still said Running."""
     from caldera.k8s import KubeRuntime
-    from caldera.k8s.cache import InformerCache
+    from caldera.k8s.cluster.cache import InformerCache
 
     world = World().hypernode("a", "n", count=1).start()
     world.submit("steady", namespace="other", gpus=8)
@@ -787,7 +787,7 @@ def test_pods_of_a_namespace_whose_jobs_cannot_be_read_are_not_orphans() -> None
 
 def test_every_reason_the_core_gives_has_a_condition_reason() -> None:
     from caldera.core import WaitReason
-    from caldera.k8s.waiting import _KINDS
+    from caldera.k8s.reporting.waiting import _KINDS
 
     assert set(_KINDS) == set(WaitReason)
 

@@ -1,4 +1,4 @@
-"""Leader election on a coordination.k8s.io Lease (caldera.k8s.leader), on the in-memory
+"""Leader election on a coordination.k8s.io Lease (caldera.k8s.ha.leader), on the in-memory
 cluster with a clock per replica: one leader at a time, a standby takes over only after the
 leader stopped renewing for a whole lease duration, and a leader that cannot renew steps down
 before anyone may take over."""
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from caldera.k8s import FakeCluster
-from caldera.k8s.leader import LeaderElector
+from caldera.k8s.ha.leader import LeaderElector
 
 NAMESPACE = "caldera-system"
 

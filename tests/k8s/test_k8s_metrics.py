@@ -1,4 +1,5 @@
-"""The controller's /metrics (caldera.k8s.metrics) on the fake cluster: the DESIGN §5 names the
+"""The controller's /metrics (caldera.k8s.reporting.metrics) on the fake cluster: the DESIGN §5
+names the
 service exports, from the controller's view, its health series, and every name the deploy/
 rules and dashboard read that is not the service's own GPU readings."""
 
@@ -11,7 +12,7 @@ from k8s_support import NAMESPACE, World
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from caldera.k8s.metrics import ControllerMetrics, parse_bind
+from caldera.k8s.reporting.metrics import ControllerMetrics, parse_bind
 
 
 def scrape(metrics: ControllerMetrics) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:

@@ -12,8 +12,8 @@ from k8s_support import NAMESPACE, SETTINGS, World, training_job
 from caldera.errors import RecordError
 from caldera.k8s import read_training_job
 from caldera.k8s import runtime as k8s_runtime
-from caldera.k8s.intakeapply import apply_intake
-from caldera.k8s.intakefacts import (
+from caldera.k8s.observe.intakeapply import apply_intake
+from caldera.k8s.observe.intakefacts import (
     IntakeObservation,
     JobAdmitted,
     JobGone,
@@ -21,7 +21,7 @@ from caldera.k8s.intakefacts import (
     JobTakenBack,
     SettledThere,
 )
-from caldera.k8s.podfacts import TaskEnded, TasksEnded
+from caldera.k8s.observe.podfacts import TaskEnded, TasksEnded
 from caldera.k8s.runtime import KubeRuntime
 from caldera.model import GPU_MILLI, JobSpec, JobType, Queue
 from caldera.model.jobs import breaks_fractional_gpu_rule

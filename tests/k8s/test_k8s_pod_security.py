@@ -15,8 +15,8 @@ from k8s_support import SETTINGS, World
 
 from caldera.errors import RecordError
 from caldera.k8s import read_training_job
-from caldera.k8s.admission import admission_policy, controller_rbac
-from caldera.k8s.podtemplate import restricted_defaults, restricted_problem
+from caldera.k8s.access.admission import admission_policy, controller_rbac
+from caldera.k8s.reading.podtemplate import restricted_defaults, restricted_problem
 from caldera.k8s.settings import PodSecurity
 from caldera.model import Queue
 from caldera.trainingjob_api import API_VERSION, KIND

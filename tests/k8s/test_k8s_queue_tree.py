@@ -7,7 +7,7 @@ from __future__ import annotations
 from caldera.k8s import FakeCluster, KubeSettings
 from caldera.k8s.config import parse_kube_config
 from caldera.k8s.controller import sync_cluster_objects
-from caldera.k8s.render import queue_from_volcano, volcano_queue
+from caldera.k8s.effects.render import queue_from_volcano, volcano_queue
 
 TREE = {
     "queues": [

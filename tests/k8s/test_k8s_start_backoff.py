@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from k8s_support import World
 
-from caldera.k8s.pods import BACKOFF_MAX, ordinal, start_backoff
+from caldera.k8s.observe.pods import BACKOFF_MAX, ordinal, start_backoff
 
 MISSING = 'persistentvolumeclaim "data" not found'
 

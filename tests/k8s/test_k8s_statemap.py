@@ -1,4 +1,4 @@
-"""The state ConfigMap (caldera/k8s/statemap.py): the waiting modes survive a restart, either
+"""The state ConfigMap (caldera/k8s/ha/statemap.py): the waiting modes survive a restart, either
 side makes the ConfigMap when it is missing, and a missing state namespace is one clear error."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pytest
 from caldera.core import Throttle
 from caldera.errors import NotFound
 from caldera.k8s import names
-from caldera.k8s.api import ClusterError, Object
-from caldera.k8s.fake import FakeCluster
-from caldera.k8s.statemap import read_throttles, write_throttles
+from caldera.k8s.cluster.api import ClusterError, Object
+from caldera.k8s.cluster.fake import FakeCluster
+from caldera.k8s.ha.statemap import read_throttles, write_throttles
 from caldera.trainingjob_api import MANAGED
 
 NAMESPACE = "caldera-system"

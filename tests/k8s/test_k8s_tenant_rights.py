@@ -10,14 +10,14 @@ from typing import Any
 
 from k8s_support import SETTINGS, World
 
-from caldera.k8s.admission import (
+from caldera.k8s.access.admission import (
     POLICY_NAME,
     REFERENCES_MESSAGE,
     admission_policy,
     policy_problem,
 )
-from caldera.k8s.api import to_rfc3339
-from caldera.k8s.trainingjob import template_references
+from caldera.k8s.cluster.api import to_rfc3339
+from caldera.k8s.reading.trainingjob import template_references
 
 T0 = 1_800_000_000.0
 

@@ -17,10 +17,10 @@ from typer.testing import CliRunner
 from caldera.cli.main import app
 from caldera.errors import RecordError
 from caldera.k8s import read_training_job
-from caldera.k8s.admission import POLICY_NAME, admission_policy
+from caldera.k8s.access.admission import POLICY_NAME, admission_policy
 from caldera.k8s.crd import CONDITION_TYPES, training_job, training_job_crd
 from caldera.k8s.jobs import KubeJob
-from caldera.k8s.status import duration_text, restore, status_body
+from caldera.k8s.reporting.status import duration_text, restore, status_body
 from caldera.model import JobState, JobType, Queue
 from caldera.runtime.wire import ByName
 from caldera.trainingjob_api import GROUP, PLURAL, VERSION

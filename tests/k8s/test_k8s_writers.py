@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from k8s_support import NAMESPACE, SETTINGS, World
 
-from caldera.k8s import ClusterUnavailable, flush
-from caldera.k8s.actuator import Create
-from caldera.k8s.cache import slim_job
+from caldera.k8s import ClusterUnavailable
+from caldera.k8s.cluster.cache import slim_job
+from caldera.k8s.effects import flush
+from caldera.k8s.effects.actuator import Create
 
 WRITERS = 8
 

@@ -42,8 +42,8 @@ import yaml
 from real_support import wait_for
 
 from caldera.devcluster import DevCluster
-from caldera.k8s.admission import POLICY_NAME
-from caldera.k8s.client import load_api_client
+from caldera.k8s.access.admission import POLICY_NAME
+from caldera.k8s.cluster.client import load_api_client
 from caldera.trainingjob_api import API_VERSION, GROUP, JOB, KIND, MANAGED, PLURAL, VERSION
 
 __all__ = [

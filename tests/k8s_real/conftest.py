@@ -27,7 +27,7 @@ from real_support import NODES, wait_for
 
 from caldera.devcluster import DevCluster, DevClusterError, find_bins
 from caldera.devcluster.volcano import VolcanoBins, find_volcano
-from caldera.k8s.client import load_api_client
+from caldera.k8s.cluster.client import load_api_client
 
 CI = os.environ.get("CI") == "true"
 

@@ -16,7 +16,7 @@ import pytest
 from caldera_support import Cluster, training_job, without_admission_policy
 from real_support import wait_for
 
-from caldera.k8s.status import submit_time
+from caldera.k8s.reporting.status import submit_time
 from caldera.trainingjob_api import PLURAL
 
 

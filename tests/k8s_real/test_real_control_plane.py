@@ -18,8 +18,8 @@ import pytest
 from real_support import NODES, wait_for
 
 from caldera.devcluster import DevCluster
-from caldera.k8s.client import KubeClusterAPI, load_api_client
-from caldera.k8s.nodes import read_nodes
+from caldera.k8s.cluster.client import KubeClusterAPI, load_api_client
+from caldera.k8s.reading.nodes import read_nodes
 from caldera.k8s.settings import KubeSettings
 
 k8s: Any = kubernetes

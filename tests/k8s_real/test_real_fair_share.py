@@ -1,5 +1,5 @@
 """Fair share over time across controller restarts on the real control plane (issue 39;
-caldera/k8s/fairshare_store.py): the controller's own ServiceAccount, with only the chart's
+caldera/k8s/ha/fairshare_store.py): the controller's own ServiceAccount, with only the chart's
 rules (get/patch on the `caldera-state` ConfigMap), keeps each queue's decayed usage under the
 key `fair_share` beside the waiting modes, which the real API server's merge patch leaves
 untouched; and a controller started after another carries on from the usage it kept. The
@@ -24,11 +24,16 @@ from test_real_gone import namespace_gone, new_namespace
 
 from caldera.core.fairshare import DecayedRecord
 from caldera.k8s import names
-from caldera.k8s.cache import InformerCache
-from caldera.k8s.client import VOLCANO_GROUP, VOLCANO_VERSION, KubeClusterAPI, load_api_client
+from caldera.k8s.cluster.cache import InformerCache
+from caldera.k8s.cluster.client import (
+    VOLCANO_GROUP,
+    VOLCANO_VERSION,
+    KubeClusterAPI,
+    load_api_client,
+)
 from caldera.k8s.config import load_kube_config
 from caldera.k8s.controller import Controller, sync_cluster_objects
-from caldera.k8s.fairshare_store import KEY, read_decayed_usage, write_decayed_usage
+from caldera.k8s.ha.fairshare_store import KEY, read_decayed_usage, write_decayed_usage
 from caldera.k8s.runtime import KubeRuntime
 from caldera.trainingjob_api import GROUP, PLURAL, VERSION
 

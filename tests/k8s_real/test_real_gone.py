@@ -31,12 +31,12 @@ from caldera_support import Cluster, training_job, without_admission_policy
 from real_support import NODES, wait_for
 
 from caldera.k8s import names
-from caldera.k8s.actuator import WRITERS
-from caldera.k8s.api import Object
-from caldera.k8s.cache import InformerCache
-from caldera.k8s.client import VOLCANO_GROUP, VOLCANO_VERSION, KubeClusterAPI
+from caldera.k8s.cluster.api import Object
+from caldera.k8s.cluster.cache import InformerCache
+from caldera.k8s.cluster.client import VOLCANO_GROUP, VOLCANO_VERSION, KubeClusterAPI
 from caldera.k8s.config import load_kube_config
 from caldera.k8s.controller import Controller, sync_cluster_objects
+from caldera.k8s.effects.actuator import WRITERS
 from caldera.k8s.runtime import KubeRuntime
 from caldera.trainingjob_api import GROUP, PLURAL, VERSION
 

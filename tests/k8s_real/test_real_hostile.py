@@ -23,7 +23,7 @@ from hostile_support import alive, event_messages, nested_json
 from real_support import wait_for
 
 from caldera.k8s import names
-from caldera.k8s.wirejson import loads
+from caldera.k8s.cluster.wirejson import loads
 from caldera.trainingjob_api import CHECKPOINT, GROUP, MANAGED, PLURAL, PROGRESS, VERSION
 
 k8s: Any = kubernetes
@@ -350,8 +350,8 @@ def test_a_template_reaches_only_what_its_submitter_may_get(clean: Cluster) -> N
 def _policy_settled(cluster: Cluster) -> None:
     """Wait until the admission policy's binding is older than the controller's margin
     (`POLICY_SETTLE_SECONDS`): a job created sooner is not taken as checked by it."""
-    from caldera.k8s.admission import POLICY_NAME, POLICY_SETTLE_SECONDS
-    from caldera.k8s.api import from_rfc3339
+    from caldera.k8s.access.admission import POLICY_NAME, POLICY_SETTLE_SECONDS
+    from caldera.k8s.cluster.api import from_rfc3339
 
     done = cluster.kubectl(
         "admin", "get", "validatingadmissionpolicybinding", POLICY_NAME, "-o", "json"

@@ -33,7 +33,7 @@ from caldera_support import Cluster, training_job
 from hostile_support import alive, event_messages, nested_json
 from real_support import wait_for
 
-from caldera.k8s.wirejson import loads
+from caldera.k8s.cluster.wirejson import loads
 from caldera.trainingjob_api import GROUP, PLURAL, PROGRESS, VERSION
 
 k8s: Any = kubernetes

@@ -23,9 +23,9 @@ import kubernetes
 import pytest
 
 from caldera.devcluster import DevCluster
-from caldera.k8s import transport as kube_transport
-from caldera.k8s.api import ClusterUnavailable
-from caldera.k8s.client import KubeClusterAPI, load_api_client
+from caldera.k8s.cluster import transport as kube_transport
+from caldera.k8s.cluster.api import ClusterUnavailable
+from caldera.k8s.cluster.client import KubeClusterAPI, load_api_client
 
 k8s: Any = kubernetes
 

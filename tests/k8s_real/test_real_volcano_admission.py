@@ -34,7 +34,7 @@ from real_support import wait_for
 from caldera.devcluster import DevCluster, NodeShape
 from caldera.devcluster.volcano import VOLCANO_FOR_CALDERA, VolcanoBins
 from caldera.k8s import Invalid, names
-from caldera.k8s.client import KubeClusterAPI
+from caldera.k8s.cluster.client import KubeClusterAPI
 from caldera.trainingjob_api import JOB, PLURAL
 
 k8s: Any = kubernetes

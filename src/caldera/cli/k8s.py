@@ -24,10 +24,10 @@ from caldera.cli.errors import EXIT_BAD_INPUT, EXIT_FAILURE, fail
 from caldera.cli.k8s_jobs import register as register_job_commands
 
 if TYPE_CHECKING:
-    from caldera.k8s.cache import InformerCache
-    from caldera.k8s.client import KubeClusterAPI
+    from caldera.k8s.cluster.cache import InformerCache
+    from caldera.k8s.cluster.client import KubeClusterAPI
     from caldera.k8s.config import KubeConfig
-    from caldera.k8s.leader import LeaderElector
+    from caldera.k8s.ha.leader import LeaderElector
     from caldera.k8s.settings import KubeSettings
 
 __all__ = ["k8s_app"]
@@ -65,8 +65,8 @@ def render(
     """Print PriorityClasses, Volcano Queues and (for a scenario) the pods of the jobs the
     first cycle starts, as one YAML stream on stdout."""
     from caldera.k8s.config import KubeConfigError, load_render_input
-    from caldera.k8s.plan import plan_manifests
-    from caldera.k8s.render import RenderError, to_yaml
+    from caldera.k8s.effects.plan import plan_manifests
+    from caldera.k8s.effects.render import RenderError, to_yaml
     from caldera.sim import parse_scenario
 
     try:
@@ -110,8 +110,8 @@ def run(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Run the controller: admit TrainingJobs, run the cycle, create and evict pods."""
-    from caldera.k8s.api import ClusterError
-    from caldera.k8s.client import KubeClusterAPI
+    from caldera.k8s.cluster.api import ClusterError
+    from caldera.k8s.cluster.client import KubeClusterAPI
     from caldera.k8s.config import KubeConfigError, load_kube_config
 
     logging.basicConfig(
@@ -119,7 +119,7 @@ def run(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    from caldera.k8s.metrics import parse_bind
+    from caldera.k8s.reporting.metrics import parse_bind
 
     try:
         loaded = load_kube_config(config)
@@ -156,13 +156,13 @@ def _run(
     metrics_bind: str = "",
 ) -> None:
     from caldera.errors import NotFound
-    from caldera.k8s.actuator import WRITERS
-    from caldera.k8s.api import ClusterError
-    from caldera.k8s.cache import InformerCache
+    from caldera.k8s.cluster.api import ClusterError
+    from caldera.k8s.cluster.cache import InformerCache
     from caldera.k8s.controller import Controller, DryRunCluster, sync_cluster_objects
-    from caldera.k8s.leader import LeaderElector
-    from caldera.k8s.metrics import ControllerMetrics
-    from caldera.k8s.render import queue_from_volcano
+    from caldera.k8s.effects.actuator import WRITERS
+    from caldera.k8s.effects.render import queue_from_volcano
+    from caldera.k8s.ha.leader import LeaderElector
+    from caldera.k8s.reporting.metrics import ControllerMetrics
     from caldera.k8s.runtime import KubeRuntime
 
     log = logging.getLogger("caldera.k8s")

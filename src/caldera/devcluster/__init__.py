@@ -14,7 +14,7 @@
 - `stages.yaml`: KWOK's pod lifecycle; `crds.yaml`: stand-in Queue/PodGroup CRDs;
 - `errors`: `DevClusterError`, the one error.
 
-It may import the controller's client (`caldera.k8s.client`, to install CRDs and nodes);
+It may import the controller's client (`caldera.k8s.cluster.client`, to install CRDs and nodes);
 the controller never imports it (tests/test_import_direction.py).
 """
 

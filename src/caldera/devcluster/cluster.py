@@ -14,7 +14,7 @@ API server's serving certificate, the service-account signing key) are generated
 tests grant exactly what they need with RBAC, to the user or to the group.
 
 KWOK manages the nodes this module creates (label `caldera.io/kwok=true`): the node shape
-(GPUs, topology labels caldera reads, see `caldera.k8s.nodes`) comes from `NodeShape`
+(GPUs, topology labels caldera reads, see `caldera.k8s.reading.nodes`) comes from `NodeShape`
 (caldera.devcluster.nodes), and the pod lifecycle from `stages.yaml` (bound → Running; an
 annotation completes or fails a pod after a duration; a deleted pod goes when its grace
 period ends).
@@ -359,7 +359,7 @@ class DevCluster:
     def _install(self, started: float) -> None:
         import kubernetes
 
-        from caldera.k8s.client import load_api_client
+        from caldera.k8s.cluster.client import load_api_client
 
         api_client = load_api_client(self._state["kubeconfigs"]["admin"])
         try:

@@ -1,7 +1,7 @@
 """The dev cluster's fake GPU nodes, as KWOK keeps them (label `caldera.io/kwok=true`):
 either a uniform `NodeShape` or a scenario's `ScenarioNodes`. The labels are those caldera's
 controller reads (GPU feature discovery's model, memory and count; caldera's topology
-labels: see `caldera.k8s.nodes`)."""
+labels: see `caldera.k8s.reading.nodes`)."""
 
 from __future__ import annotations
 

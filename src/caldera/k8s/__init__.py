@@ -6,16 +6,16 @@ runs the Volcano batch scheduler.
 - `render`: PriorityClasses, Volcano Queues, and a started job's PodGroup + pinned Pods;
 - `KubeRuntime`: reads nodes, TrainingJobs and pods, runs the cycle, applies its decisions
   through the runtime kernel (`caldera.runtime`) and `KubeActuator`;
-- `ClusterAPI`: the one seam to a cluster — `caldera.k8s.client.KubeClusterAPI` (the
+- `ClusterAPI`: the one seam to a cluster — `caldera.k8s.cluster.client.KubeClusterAPI` (the
   official `kubernetes` client) and `FakeCluster` (in memory, for tests);
 - `caldera.k8s.controller.Controller`: the loop (watches, wake-ups, resync) behind
-  `caldera k8s run`; `caldera.k8s.plan`: what `caldera k8s render` prints.
+  `caldera k8s run`; `caldera.k8s.effects.plan`: what `caldera k8s render` prints.
 
 The package root does not import the `kubernetes` client (slow to import); `client` does.
 See docs/kubernetes.md.
 """
 
-from caldera.k8s.api import (
+from caldera.k8s.cluster.api import (
     ClusterAPI,
     ClusterConflict,
     ClusterError,
@@ -26,11 +26,9 @@ from caldera.k8s.api import (
     QuotaExceeded,
     VolcanoMissing,
 )
-from caldera.k8s.fake import FakeClock, FakeCluster
-from caldera.k8s.guard import Purpose, refusal
-from caldera.k8s.jobs import KubeJob, KubeTask
-from caldera.k8s.nodes import Blocked, NodeState, foreign_usage, read_nodes
-from caldera.k8s.render import (
+from caldera.k8s.cluster.fake import FakeClock, FakeCluster
+from caldera.k8s.effects.guard import Purpose, refusal
+from caldera.k8s.effects.render import (
     Owner,
     RenderError,
     Workload,
@@ -43,9 +41,11 @@ from caldera.k8s.render import (
     to_yaml,
     volcano_queue,
 )
+from caldera.k8s.jobs import KubeJob, KubeTask
+from caldera.k8s.reading.nodes import Blocked, NodeState, foreign_usage, read_nodes
+from caldera.k8s.reading.trainingjob import read_training_job
 from caldera.k8s.runtime import KubeRuntime, KubeStats
 from caldera.k8s.settings import GpuShare, KubeSettings, NamespaceBinding, NodeLabels
-from caldera.k8s.trainingjob import read_training_job
 
 __all__ = [
     "Blocked",

@@ -3,7 +3,7 @@
 `caldera k8s run --config FILE` reads the service's configuration (DESIGN §8: queues and
 policy mean the same to every runtime; `tokens` are the service's and are ignored here) plus
 an optional `kubernetes:` section (`caldera.k8s.settings`). Without queues in the file, the
-cluster's Volcano Queues are the truth (see `caldera.k8s.render.queue_from_volcano`).
+cluster's Volcano Queues are the truth (see `caldera.k8s.effects.render.queue_from_volcano`).
 
 `caldera k8s render FILE` also takes a scenario (DESIGN §6): its cluster and jobs show what
 the first cycle would start on an empty cluster of that shape.

@@ -3,7 +3,7 @@
 The runtime is level-triggered (each step reads what is there), so the loop only decides
 *when*: at once after a change (pods, TrainingJobs, nodes), at the cycle's wake-up time
 (grace-period ends, throttle timeouts, window edges), and every `resync` seconds anyway.
-With an informer cache (`caldera.k8s.cache.InformerCache`, what `caldera k8s run` uses) the
+With an informer cache (`caldera.k8s.cluster.cache.InformerCache`, what `caldera k8s run` uses) the
 informers' watches wake it; with plain listing, wake-up watches do. Bursts of changes share
 one step (`min_gap`). A failing API server is logged in one line and retried with back-off;
 the loop never dies of it.
@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from caldera.errors import NotFound
-from caldera.k8s.api import ClusterAPI, ClusterError, Object
-from caldera.k8s.cache import InformerCache
-from caldera.k8s.render import priority_classes, volcano_queue
+from caldera.k8s.cluster.api import ClusterAPI, ClusterError, Object
+from caldera.k8s.cluster.cache import InformerCache
+from caldera.k8s.effects.render import priority_classes, volcano_queue
 from caldera.k8s.runtime import KubeRuntime
 from caldera.k8s.settings import KubeSettings
 from caldera.model import Queue

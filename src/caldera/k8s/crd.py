@@ -70,7 +70,7 @@ CONDITION_TYPES = (
     "Rejected",
 )
 
-# Bounds the schema and the controller's own reading (`caldera.k8s.trainingjob`) share.
+# Bounds the schema and the controller's own reading (`caldera.k8s.reading.trainingjob`) share.
 MAX_TASK_GROUPS = 16
 MAX_REPLICAS = 4096
 MAX_GPUS = 1024  # per replica: more than any node has; a larger number is a typo or worse

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from caldera.core import TaskPlacement
-from caldera.k8s.api import Object, from_rfc3339
-from caldera.k8s.render import Workload
+from caldera.k8s.cluster.api import Object, from_rfc3339
+from caldera.k8s.effects.render import Workload
 from caldera.runtime.job import TrackedJob
 from caldera.runtime.wire import NodeKeys, placement_from_wire
 from caldera.trainingjob_api import ATTEMPT, PLACEMENT, RANK
@@ -99,7 +99,9 @@ class KubeJob(TrackedJob[KubeTask]):
     lost_tasks: int = 0  # tasks whose pod or node vanished while the controller was away
     expected_tasks: int = 0  # running tasks of the attempt when the status was written
     bad_report: str | None = None  # the last progress/checkpoint report ignored (said once)
-    waiting: str | None = None  # why it waits, one line (caldera.k8s.waiting), while Pending
+    waiting: str | None = (
+        None  # why it waits, one line (caldera.k8s.reporting.waiting), while Pending
+    )
     waiting_kind: str | None = None  # the Waiting condition's reason last said
 
     def condition(self, kind: str, status: bool, reason: str, message: str, now: float) -> bool:

@@ -23,8 +23,8 @@ of the free-room index and never offered as a victim.
 
 Everything it knows lives in the cluster — the TrainingJobs' status, the pods (placement,
 attempt, rank), the `caldera-state` ConfigMap (queue waiting modes; decayed usage with fair
-share over time, `caldera.k8s.fairshare_store`) — so a controller that restarts, or a
-standby taking over, rebuilds it all and carries on (`caldera.k8s.intake`).
+share over time, `caldera.k8s.ha.fairshare_store`) — so a controller that restarts, or a
+standby taking over, rebuilds it all and carries on (`caldera.k8s.observe.intake`).
 """
 
 from __future__ import annotations
@@ -47,24 +47,24 @@ from caldera.core import (
     run,
 )
 from caldera.core.fairshare import DecayedUsage
-from caldera.k8s.actuator import KubeActuator
-from caldera.k8s.api import ClusterAPI, ClusterError, Object
-from caldera.k8s.cache import ClusterReads, Listing
-from caldera.k8s.events import Reason
-from caldera.k8s.fairshare_store import read_decayed_usage, write_decayed_usage
-from caldera.k8s.guard import Purpose
-from caldera.k8s.intake import Intake
-from caldera.k8s.intakeapply import apply_intake
-from caldera.k8s.intakefacts import JobAdmitted
+from caldera.k8s.cluster.api import ClusterAPI, ClusterError, Object
+from caldera.k8s.cluster.cache import ClusterReads, Listing
+from caldera.k8s.effects.actuator import KubeActuator
+from caldera.k8s.effects.guard import Purpose
+from caldera.k8s.effects.volcano_waits import VolcanoWaits
+from caldera.k8s.ha.fairshare_store import read_decayed_usage, write_decayed_usage
+from caldera.k8s.ha.statemap import read_throttles
 from caldera.k8s.jobs import KubeJob, KubeTask
-from caldera.k8s.nodes import Blocked, NodeState, foreign_usage, read_nodes
-from caldera.k8s.podapply import apply_pod
-from caldera.k8s.pods import PodWatcher, claim_unlabelled
-from caldera.k8s.rekey import rekey
+from caldera.k8s.observe.intake import Intake
+from caldera.k8s.observe.intakeapply import apply_intake
+from caldera.k8s.observe.intakefacts import JobAdmitted
+from caldera.k8s.observe.podapply import apply_pod
+from caldera.k8s.observe.pods import PodWatcher, claim_unlabelled
+from caldera.k8s.observe.rekey import rekey
+from caldera.k8s.reading.nodes import Blocked, NodeState, foreign_usage, read_nodes
+from caldera.k8s.reporting.events import Reason
+from caldera.k8s.reporting.waiting import tell_waits
 from caldera.k8s.settings import KubeSettings
-from caldera.k8s.statemap import read_throttles
-from caldera.k8s.volcano_waits import VolcanoWaits
-from caldera.k8s.waiting import tell_waits
 from caldera.model import GPU_MILLI, JobState, Node, Queue, QueueState
 from caldera.policies import get_policy
 from caldera.runtime import Kernel, Outcome, SchedulerLoop
@@ -112,7 +112,7 @@ class KubeRuntime:
         self.room = Room(())
         self.stats = KubeStats()
         # Called after each cycle with (wall seconds of caldera.core.run, decisions, now):
-        # the controller's /metrics (caldera.k8s.metrics).
+        # the controller's /metrics (caldera.k8s.reporting.metrics).
         self.observer: Callable[[float, Decisions, float], None] | None = None
         self.throttles: dict[str, Throttle] = {}
         self.actuator = KubeActuator(
@@ -269,7 +269,7 @@ class KubeRuntime:
     # -- Volcano's queues ------------------------------------------------------------------
 
     def queue_not_open(self, queue: str, why: str) -> None:
-        """Volcano refused a PodGroup of `queue` (`caldera.k8s.volcano_waits`): its pending
+        """Volcano refused a PodGroup of `queue` (`caldera.k8s.effects.volcano_waits`): its pending
         jobs wait; the Queue is read again in a few seconds."""
         self.volcano_waits.refused(queue, self.clock())
         self.cycle_needed = True

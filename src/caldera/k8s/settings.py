@@ -51,7 +51,7 @@ class PodSecurity(StrEnum):
     """The Pod Security Standard the served namespaces are labelled for (Pod Security
     Admission enforces it on every pod there) and the pods caldera creates must meet:
     the controller fills the `restricted` defaults a template leaves unset and refuses,
-    at intake, what contradicts the level (`caldera.k8s.podtemplate`). `baseline` is
+    at intake, what contradicts the level (`caldera.k8s.reading.podtemplate`). `baseline` is
     caldera's floor: host namespaces, privileged containers, root and the like are refused
     at either level."""
 
@@ -92,7 +92,7 @@ class NamespaceBinding:
     """What the operator lets one namespace do (as Kueue's LocalQueue binds a namespace to a
     ClusterQueue): the queues its jobs may name (the first is the default when a job names
     none), whether it may submit `critical` at all (which *users* may is checked by the API
-    server: `caldera.k8s.admission`), and the service accounts its pods may run as."""
+    server: `caldera.k8s.access.admission`), and the service accounts its pods may run as."""
 
     queues: tuple[str, ...]
     critical: bool = False

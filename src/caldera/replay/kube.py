@@ -32,7 +32,7 @@ import kubernetes
 from caldera.config import Scenario
 from caldera.devcluster import DevCluster, ScenarioNodes
 from caldera.devcluster.volcano import SEED_001, VOLCANO_FOR_CALDERA, VolcanoBins
-from caldera.k8s.client import load_api_client
+from caldera.k8s.cluster.client import load_api_client
 from caldera.model import GPU_MILLI, JobSpec
 from caldera.replay.api import NAMESPACE, retrying
 from caldera.replay.compress import compress

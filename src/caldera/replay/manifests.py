@@ -7,7 +7,8 @@
   (with HyperNodes describing the switches) and a required node affinity on the GPU model. What
   Volcano's admission webhook would default (queue, scheduler name, task `minAvailable`,
   `maxRetry`) is written out: the webhook does not run in the dev cluster.
-- For caldera: the TrainingJob caldera's controller reads (caldera.k8s.trainingjob), asking for the
+- For caldera: the TrainingJob caldera's controller reads (caldera.k8s.reading.trainingjob), asking
+for the
   same tasks, GPUs, checkpointing and topology.
 
 Every pod carries `caldera.io/replay-job: NAME` (its job's Kubernetes name) so the replay can
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from caldera.k8s import names
-from caldera.k8s.quantities import cpu_quantity, memory_quantity
+from caldera.k8s.reading.quantities import cpu_quantity, memory_quantity
 from caldera.model import GPU_MILLI, JobSpec, Node, TopologyMode
 from caldera.trainingjob_api import API_VERSION, KIND
 

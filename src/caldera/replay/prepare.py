@@ -21,7 +21,7 @@ import kubernetes
 from caldera.config import Scenario
 from caldera.devcluster import ScenarioNodes
 from caldera.k8s.crd import training_job_crd
-from caldera.k8s.render import priority_classes, volcano_queue
+from caldera.k8s.effects.render import priority_classes, volcano_queue
 from caldera.k8s.settings import KubeSettings
 from caldera.model import JobSpec
 from caldera.replay.api import NAMESPACE, list_volcano_queues, retrying

@@ -3,7 +3,7 @@
 Every way of asking for a job ends in a `RequestRecord`: a REST submission
 (`caldera.service.api.schemas.JobRequest.record`, which the CLI's `submit` sends), a scenario's
 job (`caldera.sim.scenario.job_spec_from_model`) and a Kubernetes TrainingJob
-(`caldera.k8s.trainingjob`). Each front end keeps its own key names — they are contracts:
+(`caldera.k8s.reading.trainingjob`). Each front end keeps its own key names — they are contracts:
 the REST body says `gpus`, a scenario `gpus_per_task`, a TrainingJob `minAvailable` — and
 resolves them into the record's units (milli-GPUs, millicores and MiB per task). From there
 on a request is one thing:

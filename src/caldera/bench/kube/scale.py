@@ -73,7 +73,7 @@ from caldera.bench.kube.cluster import (
 from caldera.bench.kube.measure import cpu, cpu_and_rss, percentile, server_requests, wait_for
 from caldera.bench.kube.watch import NAMESPACE, PodWatch
 from caldera.k8s import names
-from caldera.k8s.client import KubeClusterAPI, load_api_client
+from caldera.k8s.cluster.client import KubeClusterAPI, load_api_client
 from caldera.trainingjob_api import API_VERSION, GROUP, KIND, MANAGED, PLURAL, VERSION
 
 __all__ = ["K8sBenchResult", "bench_k8s", "finishing"]

@@ -107,8 +107,8 @@ from caldera.bench.kube.workload import (
 from caldera.devcluster import DevCluster
 from caldera.devcluster.errors import DevClusterError
 from caldera.devcluster.volcano import SEED_001, VOLCANO_FOR_CALDERA, VolcanoBins
-from caldera.k8s.api import ClusterError
-from caldera.k8s.client import KubeClusterAPI, load_api_client
+from caldera.k8s.cluster.api import ClusterError
+from caldera.k8s.cluster.client import KubeClusterAPI, load_api_client
 
 __all__ = ["SideResult", "bench_side_by_side"]
 

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from caldera.k8s.api import ClusterError, from_rfc3339
-from caldera.k8s.client import Expired, KubeClusterAPI
+from caldera.k8s.cluster.api import ClusterError, from_rfc3339
+from caldera.k8s.cluster.client import Expired, KubeClusterAPI
 from caldera.trainingjob_api import JOB
 
 __all__ = ["BENCH_JOB", "NAMESPACE", "PodWatch"]

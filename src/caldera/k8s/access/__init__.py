@@ -1,0 +1,1 @@
+"""Who may do what: the chart's RBAC and the ValidatingAdmissionPolicy."""

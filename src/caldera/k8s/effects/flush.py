@@ -1,0 +1,384 @@
+"""How the controller's writes go out (`Flusher.flush`, the base of
+`caldera.k8s.effects.actuator.KubeActuator`): statuses, then intents, then Events, in rounds,
+several
+at once, with the admissions on their own path.
+
+With `writers` > 1 (what `caldera k8s run` uses) each phase sends up to that many requests
+at once: the statuses of different jobs, the intents of different jobs (one job's intents in
+their order: Service, PodGroup, then its pods), the Events. The order between the phases
+stays; what a request's answer changes (a refused create stops its gang, a pod caldera
+created is expected) is done by one thread at a time, in the order the intents were queued.
+On a real API server each request waits mostly for the server, so a burst of starts no
+longer moves at one round trip at a time (issue 10, item 4).
+
+Intake on its own path (issue 40): while a flush waits on its writers, a TrainingJob that
+came meanwhile is admitted and its status written within about `ADMIT_EVERY` seconds, not
+after the burst of starts (`Flusher._admit_meanwhile`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import TypeVar
+
+from caldera.core import Throttle
+from caldera.errors import NotFound
+from caldera.k8s.cluster.api import ClusterError, ClusterUnavailable, Object
+from caldera.k8s.effects.carry_out import Create, Intent, IntentCarrier, Remove, intent_group
+from caldera.k8s.ha.statemap import write_throttles
+from caldera.k8s.jobs import KubeJob
+from caldera.k8s.reporting.events import JobEvent, Reason, event_body, merge_per_job
+from caldera.k8s.reporting.status import status_body
+from caldera.k8s.settings import KubeSettings
+from caldera.model import Node
+from caldera.runtime.wire import ByName
+
+__all__ = ["ADMIT_EVERY", "ROUND", "Flusher", "open_gate"]
+
+log = logging.getLogger("caldera.k8s")
+
+# Jobs' statuses written per round of a flush (see `flush`): a round of starts is about three
+# times as many requests, a few seconds on a busy API server.
+ROUND = 100
+# Seconds a flush waits on its writers before it admits the TrainingJobs that came meanwhile
+# and writes their status on its own path (`Flusher._admit_meanwhile`), and between two
+# such admissions: a TrainingJob sent during a long burst of starts is admitted within about
+# this long (issue 40: it waited for the round, 12–37 s). A flush shorter than this admits
+# none: the next step admits and starts them in one status write.
+ADMIT_EVERY = 1.0
+
+
+_T = TypeVar("_T")
+
+
+def open_gate() -> threading.Event:
+    """An Event already set: nothing to wait for yet."""
+    gate = threading.Event()
+    gate.set()
+    return gate
+
+
+class Flusher(IntentCarrier):
+    """Sends what the actuator recorded; the state it reads and changes is declared here and
+    held by `KubeActuator`."""
+
+    settings: KubeSettings
+    nodes: tuple[Node, ...]
+    throttles: dict[str, Throttle]
+    between: Callable[[], Sequence[KubeJob]]
+    leading: Callable[[], bool]
+    instance: str
+    dirty: dict[str, KubeJob]
+    rejections: list[tuple[str, str, Object]]
+    events: list[JobEvent]
+    throttles_dirty: bool
+    writers: int
+    settled: set[str]
+    _sequence: int
+    _pool: ThreadPoolExecutor | None
+    _intake_pool: ThreadPoolExecutor | None
+    _admitted_at: float | None
+    _round: set[str]
+    _intake_idle: threading.Event
+    _keys: ByName | None
+    _written: dict[str, str]
+    _held: list[JobEvent]
+    _carried: list[JobEvent]
+
+    @property
+    def keys(self) -> ByName:
+        # Built once per node list: a burst writes thousands of statuses.
+        if self._keys is None or self._keys.nodes is not self.nodes:
+            self._keys = ByName(self.nodes)
+        return self._keys
+
+    # -- carrying it out -------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write the statuses and waiting modes, then act, then tell. On an unreachable API
+        server what is left stays queued for the next flush, in its order.
+
+        In rounds of at most `ROUND` jobs' statuses: a job's objects go once its status is
+        written, the rest wait for their round (so a burst of thousands of starts has pods
+        bound while the later statuses are still being written, not after all of them).
+        Intake has its own path (issue 40): between two rounds of the backlog the flush
+        began with, and every `ADMIT_EVERY` seconds while it waits on its writers, the
+        TrainingJobs that came meanwhile are admitted and their status written at once, on
+        writers of their own, ahead of the backlog (`_admit_meanwhile`)."""
+        rounds = -(-len(self.dirty) // ROUND) - 1  # the backlog's rounds
+        self._admitted_at = time.monotonic()
+        try:
+            while self.dirty or self.throttles_dirty or self.pending or self.rejections:
+                self._write_statuses(ROUND)
+                if self.throttles_dirty:
+                    self._write_throttles()
+                    self.throttles_dirty = False
+                if self.pending:
+                    self._carry_out_pending()
+                if rounds > 0 and self.dirty:
+                    rounds -= 1
+                    self._send_events()
+                    self._admit_meanwhile()
+            self._send_events()
+        finally:
+            self._admitted_at = None
+        self._carried, self._held = self._held, []  # to the next flush (one step at most)
+        if len(self._written) > len(self.jobs):
+            live = {job.uid for job in self.jobs.values()}
+            self._written = {uid: said for uid, said in self._written.items() if uid in live}
+
+    def _admit_meanwhile(self) -> None:
+        """Admit the TrainingJobs that came since the flush began (`between`) and write their
+        status now — the admission's own, Pending or Held, or Rejected — rather than after
+        the backlog of starts. Their starts are the next step's: the cycle decides them, as
+        every start. With them go the first statuses of the backlog's jobs this controller
+        has not written yet (admitted at the step's start, their start waiting for its
+        round), up to `ROUND` in all, oldest first: the same status written earlier, so
+        each job's admission is said within seconds; their objects still wait for it, as
+        always, and the rounds' pods are not held up behind thousands of statuses. While
+        these go, the flush's writers start no new request (the API server answers the
+        admissions first). Nothing when this controller no longer leads: a standby writes
+        nothing. A status not written here (the API server failing) stays queued for its
+        round."""
+        if self._admitted_at is None:
+            return
+        self._admitted_at = None  # no admission inside this one
+        if not self.leading():
+            self._admitted_at = time.monotonic()
+            return
+        try:
+            with self._lock:  # the writers' callbacks change jobs too: one at a time
+                said, refused = len(self.events), len(self.rejections)
+                try:
+                    admitted = list(self.between())
+                except Exception as failure:  # the flush goes on; the next step takes them in
+                    log.warning("no admission during the flush: %s", failure)
+                    admitted = []
+                # Started at the next step: its Admitted Event waits for that step, to go
+                # as one with its Started one (`merge_per_job`).
+                fresh = self.events[said:]
+                self._held += [e for e in fresh if e.reason is Reason.ADMITTED]
+                self.events[said:] = [e for e in fresh if e.reason is not Reason.ADMITTED]
+                rejections = self.rejections[refused:]
+                del self.rejections[refused:]
+            self._intake_idle.clear()
+            written = self._each(
+                lambda r: self._patch_status(f"{r[0]}/{r[1]}", *r), rejections, intake=True
+            )
+            self.rejections += [
+                r for r, e in zip(rejections, written, strict=True) if e is not None
+            ]
+            with self._lock:
+                jobs = [job for job in admitted if self.dirty.get(job.id) is job]
+                new = {job.id for job in jobs}
+                backlog = (
+                    job
+                    for job in self.dirty.values()
+                    if job.uid not in self._written
+                    and job.id not in self._round
+                    and job.id not in new
+                )
+                jobs += itertools.islice(backlog, max(ROUND - len(jobs), 0))
+            raised = self._each(self._write_status, jobs, intake=True)
+            with self._lock:
+                for job, error in zip(jobs, raised, strict=True):
+                    if error is None and self.dirty.get(job.id) is job:
+                        del self.dirty[job.id]
+            for error in (*written, *raised):
+                if error is not None and not isinstance(error, ClusterUnavailable):
+                    log.error("admission status not written: %r", error)
+            if jobs or rejections:
+                log.info(
+                    "during a flush: %d admitted, %d rejected, %d first statuses written",
+                    len(new),
+                    len(rejections),
+                    len(jobs),
+                )
+        finally:
+            self._intake_idle.set()
+            self._admitted_at = time.monotonic()
+
+    def _each(
+        self, send: Callable[[_T], object], items: Sequence[_T], intake: bool = False
+    ) -> list[Exception | None]:
+        """`send` each item, up to `writers` at once; what each raised (None: done). One at a
+        time, an unreachable server stops the rest (they count as not sent). `intake`: on
+        the admission path's own writers. While it waits on the others, a flush admits the
+        TrainingJobs that came meanwhile every `ADMIT_EVERY` seconds."""
+        if self.writers <= 1 or len(items) <= 1:
+            raised: list[Exception | None] = []
+            for item in items:
+                if raised and isinstance(raised[-1], ClusterUnavailable):
+                    raised.append(raised[-1])
+                    continue
+                try:
+                    send(item)
+                    raised.append(None)
+                except Exception as error:
+                    raised.append(error)
+            return raised
+        if intake:
+            if self._intake_pool is None:
+                self._intake_pool = ThreadPoolExecutor(
+                    self.writers, thread_name_prefix="caldera-intake"
+                )
+            pool = self._intake_pool
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.writers, thread_name_prefix="caldera-writer")
+            pool = self._pool
+        if intake:
+            futures = [pool.submit(send, item) for item in items]
+        else:
+            futures = [pool.submit(self._after_intake, send, item) for item in items]
+            self._wait_admitting(futures)
+        done: list[Exception | None] = []
+        for future in futures:  # every one has ended before the caller goes on
+            failure = future.exception()
+            if failure is not None and not isinstance(failure, Exception):
+                raise failure
+            done.append(failure)
+        return done
+
+    def _after_intake(self, send: Callable[[_T], object], item: _T) -> object:
+        """`send(item)` once the admission path has no write under way."""
+        self._intake_idle.wait()
+        return send(item)
+
+    def _wait_admitting(self, futures: Sequence[Future[object]]) -> None:
+        """Wait for `futures`; each `ADMIT_EVERY` seconds meanwhile, admit newcomers."""
+        while True:
+            since = self._admitted_at
+            if since is None:
+                wait(futures)
+                return
+            timeout = max(since + ADMIT_EVERY - time.monotonic(), 0.0)
+            if not wait(futures, timeout=timeout).not_done:
+                return
+            self._admit_meanwhile()
+
+    @staticmethod
+    def _raise_failure(raised: Sequence[Exception | None]) -> None:
+        """Re-raise what `_each` caught: any exception but an unreachable server first (a
+        bug), else the first unreachable-server failure; nothing when every item was sent."""
+        for error in raised:
+            if error is not None and not isinstance(error, ClusterUnavailable):
+                raise error
+        unavailable = next((e for e in raised if isinstance(e, ClusterUnavailable)), None)
+        if unavailable is not None:
+            raise unavailable
+
+    def _write_statuses(self, most: int) -> None:
+        """The rejections, then the statuses of the first `most` changed jobs (oldest
+        change first)."""
+        rejections = list(self.rejections)
+        raised = self._each(lambda r: self._patch_status(f"{r[0]}/{r[1]}", *r), rejections)
+        failed = [r for r, e in zip(rejections, raised, strict=True) if e is not None]
+        self.rejections = failed + self.rejections[len(rejections) :]  # + those of meanwhile
+        self._raise_failure(raised)
+        dirty = list(itertools.islice(self.dirty.values(), most))
+        self._round = {job.id for job in dirty}
+        try:
+            raised = self._each(self._write_status, dirty)
+        finally:
+            self._round = set()
+        for job, error in zip(dirty, raised, strict=True):
+            if error is None and self.dirty.get(job.id) is job:
+                del self.dirty[job.id]
+        self._raise_failure(raised)
+
+    def _write_status(self, job: KubeJob) -> None:
+        """Patch the job's status unless it is what this controller last wrote: a job marked
+        changed for the snapshot only (a pod seen bound) needs no write (issue 40: a third
+        status patch per start)."""
+        body = status_body(job, self.keys)
+        said = json.dumps(body, sort_keys=True, default=str)
+        if self._written.get(job.uid) == said:
+            return
+        if self._patch_status(job.id, job.namespace, job.name, body):
+            with self._lock:
+                self._written[job.uid] = said
+
+    def _patch_status(self, job_id: str, namespace: str, name: str, body: Object) -> bool:
+        """Whether the status was written."""
+        try:
+            self.api.patch_job_status(namespace, name, body)
+            return True
+        except NotFound:
+            return False  # deleted meanwhile: the next look forgets it
+        except ClusterUnavailable:
+            raise
+        except ClusterError as error:
+            with self._lock:
+                self.api_errors += 1
+            log.warning("cannot update the status of %s: %s", job_id, error)
+            return False
+
+    def _write_throttles(self) -> None:
+        write_throttles(self.api, self.settings.state_namespace, self.throttles)
+
+    def _carry_out_pending(self) -> None:
+        """Carry out what is queued now: one group after another per job, groups at once.
+        What their answers queue (a gang stopped) waits for the next round, after the
+        statuses they changed. Not sent on an unreachable server: back first in line. The
+        intents of a job whose status is still to be written wait for its round."""
+        batch = [(i, intent) for i, intent in enumerate(self.pending) if not self._waits(intent)]
+        self.pending = [intent for intent in self.pending if self._waits(intent)]
+        groups: dict[Hashable, deque[tuple[int, Intent]]] = {}
+        for item in batch:
+            key = intent_group(item[1]) if self.writers > 1 else None
+            groups.setdefault(key, deque()).append(item)
+        self._inflight = list(groups.values())
+        try:
+            raised = self._each(self._carry_out_group, self._inflight)
+            unsent = sorted(item for group in self._inflight for item in group)
+        finally:
+            self._inflight = []
+        if unsent:
+            self.pending[:0] = [intent for _, intent in unsent]
+        self._raise_failure(raised)
+
+    def _waits(self, intent: Intent) -> bool:
+        """Whether the intent's job has a status still to be written this flush."""
+        job = intent.job if isinstance(intent, Create | Remove) else None
+        return job is not None and job.id in self.dirty
+
+    def _carry_out_group(self, group: deque[tuple[int, Intent]]) -> None:
+        while True:
+            with self._lock:
+                if not group:
+                    return
+                item = group.popleft()
+            self._intake_idle.wait()  # the admissions' writes go first
+            try:
+                self._carry_out(item[1])
+            except ClusterUnavailable:
+                with self._lock:
+                    group.appendleft(item)  # it stays first in line, the rest behind it
+                raise
+
+    def _send_events(self) -> None:
+        events = merge_per_job([*self._carried, *self.events])
+        self.events, self._carried = [], []
+        numbered = []
+        for event in events:
+            self._sequence += 1
+            numbered.append((event, self._sequence))
+        self._raise_failure(self._each(self._send_event, numbered))  # only a bug can be
+
+    def _send_event(self, numbered: tuple[JobEvent, int]) -> None:
+        event, sequence = numbered
+        try:
+            body = event_body(event, self.instance, sequence)
+            self.api.create_event(event.namespace, body)
+        except (ClusterError, NotFound) as error:  # best effort: the status is the record
+            log.debug(
+                "event %s on %s/%s dropped: %s", event.reason, event.namespace, event.name, error
+            )

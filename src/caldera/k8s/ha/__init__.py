@@ -1,0 +1,2 @@
+"""Surviving restarts and running two replicas: leader election and the controller's state kept
+in the cluster."""

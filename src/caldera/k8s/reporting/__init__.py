@@ -1,0 +1,2 @@
+"""What the controller tells people: a TrainingJob's status, its conditions and Events, why it
+waits, and /metrics."""
