@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import add, attrgetter, floordiv, itemgetter
+from operator import add, floordiv, itemgetter
 
 from caldera.baselines.common import (
     FutureRoom,
@@ -56,6 +56,7 @@ from caldera.baselines.common import (
     missing_tasks,
     pending_work,
     rerun_after_change,
+    sorted_by_rank,
 )
 from caldera.baselines.ledger import RunningLedger, ledger_for
 from caldera.core.context import CycleContext
@@ -168,7 +169,7 @@ def pk_allocate(cycle: CycleContext) -> None:
     cannot_hold = session.cannot_hold
     # Queues no ResourceQuota bounds: what their pods may take is not checked.
     unbounded = {name for name, usage in usages.items() if usage.queue.capability is None}
-    for job in sorted(pending_work(cycle), key=_RANK):
+    for job in sorted_by_rank("priority-kill", pending_work(cycle)):
         spec = job.spec
         shape = spec.shape
         if (
@@ -224,8 +225,6 @@ def pk_allocate(cycle: CycleContext) -> None:
 
 
 _RUNNING = JobState.RUNNING
-_RANK = attrgetter("spec.rank")
-"""PK1's order: a job's rank (priority, then submit time, then id)."""
 
 
 def _hold(cycle: CycleContext, session: _Session, job: JobView) -> bool:

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from operator import attrgetter, is_
 
-from caldera.baselines.common import domain_nodes, domain_of, missing_tasks, running_with_missing
+from caldera.baselines.common import (
+    domain_nodes,
+    domain_of,
+    missing_tasks,
+    running_with_missing,
+    sorted_by_rank,
+)
 from caldera.baselines.volcano.session import Scope, Session, session_for, volcano_job_order
 from caldera.core.context import CycleContext
 from caldera.core.room import Room, TaskPlacement
@@ -61,7 +66,7 @@ def volcano_allocate(cycle: CycleContext) -> None:
                 jobs.extend(running[name])
                 jobs.sort(key=lambda j: volcano_job_order(session, j), reverse=True)
             else:  # pending jobs only: V3's order is their rank (none is ready)
-                jobs = _by_rank(name, jobs)
+                jobs = sorted_by_rank(f"volcano {name}", jobs, reverse=True)
             in_order[name] = jobs
         # A job that places nothing leaves every share as it was, so this queue would be
         # next again: keep its turn until a job changes its allocation.
@@ -90,26 +95,6 @@ def volcano_allocate(cycle: CycleContext) -> None:
 
 
 _RUNNING = JobState.RUNNING
-_RANK = attrgetter("spec.rank")
-"""A pending job's rank orders it as `volcano_job_order` does: priority, submit time, id."""
-
-_SORTED: dict[str, tuple[list[JobView], list[JobView]]] = {}
-_MAX_QUEUES = 256  # sorted backlogs kept; beyond that, forgotten all at once
-
-
-def _by_rank(queue: str, jobs: list[JobView]) -> list[JobView]:
-    """`jobs` (a queue's pending jobs, in enqueue's groups) by rank, last first. A backlog
-    that waits is handed over cycle after cycle as the very same job views in the same
-    order: then last cycle's sorted copy is copied, not sorted again (checked object by
-    object, in C)."""
-    known = _SORTED.get(queue)
-    if known is not None and len(known[0]) == len(jobs) and all(map(is_, known[0], jobs)):
-        return known[1].copy()
-    ranked = sorted(jobs, key=_RANK, reverse=True)
-    if len(_SORTED) >= _MAX_QUEUES:
-        _SORTED.clear()
-    _SORTED[queue] = (jobs, ranked)
-    return ranked.copy()
 
 
 def _starving_as_is(session: Session, job: JobView) -> bool:
