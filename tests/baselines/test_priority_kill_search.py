@@ -1,8 +1,7 @@
 """`priority-kill`'s shortcuts in PK3 give the answers of the plain search, over random small
-scenarios (hypothesis): the node `_pick_node` picks, trying nodes in the order of the least
-score their victims could have and stopping early, is the one trying every node in node
-order picks; and the count of seats `_could_seat` keeps until the room changes is the count
-made afresh."""
+scenarios (hypothesis): the node `_pick_node` picks, skipping nodes whose victims cannot score
+better than the best so far (`_cannot_beat`), is the one trying every node picks; and the
+"could the gang fit at all" count `_could_seat` makes in C is the count made node by node."""
 
 from __future__ import annotations
 

@@ -41,8 +41,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import add, floordiv, itemgetter
+from itertools import accumulate, repeat
+from operator import add, floordiv, ge
 
 from caldera.baselines.common import (
     FutureRoom,
@@ -101,8 +101,6 @@ class _Claims:
     ledger: RunningLedger  # running pods by node
     started: set[str]  # jobs started or grown this cycle: not victims in the same cycle
     _below: dict[int, dict[int, int]] = field(default_factory=dict)
-    # (priority, milli-GPUs per pod) -> (the future room's change count, seats counted)
-    counted_seats: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
 
     def pods_on(self, node: int) -> list[Pod]:
         """The running pods on `node`, but those of jobs evicted whole before allocation."""
@@ -316,19 +314,13 @@ def _could_seat(claims: _Claims, job: JobView, pods: int) -> bool:
     if domains is None:
         if room.milli_of or pods <= 0:  # MIG slices: free_milli leaves them out
             return seats(range(len(room.nodes)))
-        # The same count over every node, in C (no slices: a node's free milli-GPUs are its
-        # devices' sum), kept until the room changes: jobs of one priority and pod size
-        # ask the same question until a claim is made.
-        key = (spec.priority, per_pod)
-        known = claims.counted_seats.get(key)
-        if known is None or known[0] != room.changes:
-            per_node = map(
-                floordiv,
-                map(add, map(sum, room.free), map(freeable.get, range(len(room.nodes)), repeat(0))),
-                repeat(per_pod),
-            )
-            known = claims.counted_seats[key] = (room.changes, sum(per_node))
-        return known[1] >= pods
+        # The same count in C: no slices, so a node's free milli-GPUs are its devices' sum.
+        per_node = map(
+            floordiv,
+            map(add, map(sum, room.free), map(freeable.get, range(len(room.nodes)), repeat(0))),
+            repeat(per_pod),
+        )
+        return any(map(ge, accumulate(per_node), repeat(pods)))
     return any(seats(domain) for domain in domains)
 
 
@@ -431,17 +423,12 @@ def _node_score(node: int, victims: Sequence[Pod]) -> tuple[int, int, int, float
 def _pick_node(
     claims: _Claims, preemptor: JobView, scope: Sequence[int] | None
 ) -> tuple[int, list[Pod]] | None:
-    """pickOneNodeForPreemption over the nodes where the pod could fit at all. The best
-    node is the one whose victims score lowest (`_node_score`, the node last: one best);
-    nodes are tried in the order of the least score their victims could have
-    (`_least_score`), so that once that least is worse than the best found, no later node
-    can win and none is tried. The same node as trying them all in node order."""
     future = claims.future
     spec = preemptor.spec
     freeable = claims.could_free(spec.priority)
     nodes = sorted(freeable if scope is None else freeable.keys() & set(scope))
+    best: tuple[tuple[int, int, int, float, int], int, list[Pod]] | None = None
     room = future.room
-    tries: list[tuple[tuple[float, int, int], int, list[Pod]]] = []
     for node in nodes:
         if room.free_milli(node) + freeable[node] < spec.gpu:
             continue  # not enough GPUs even if every lower-priority pod went
@@ -457,12 +444,8 @@ def _pick_node(
             or free.memory + sum(job.spec.memory for job, _ in candidates) < spec.memory
         ):
             continue
-        tries.append((_least_score(spec, free, candidates), node, candidates))
-    tries.sort(key=_LEAST_THEN_NODE)
-    best: tuple[tuple[int, int, int, float, int], int, list[Pod]] | None = None
-    for least, node, candidates in tries:
-        if best is not None and least > best[0][:3]:
-            break  # every node left could only score worse
+        if best is not None and _cannot_beat(best[0], spec, free, candidates):
+            continue
         victims = _victims_on_node(claims, preemptor, node, candidates)
         if not victims:
             continue
@@ -472,21 +455,17 @@ def _pick_node(
     return None if best is None else (best[1], best[2])
 
 
-_LEAST_THEN_NODE = itemgetter(0, 1)
-
-_NO_LEAST = (float("-inf"), 0, 0)
-"""`_least_score` where no bound is known: tried first, never passed over."""
-
-
-def _least_score(spec: JobSpec, free: Resources, candidates: list[Pod]) -> tuple[float, int, int]:
-    """The least the first three parts of this node's `_node_score` can be, whichever
-    victims it gets. Each victim frees at most its pod's request and none is below the
-    lowest candidate priority, so the pod needs at least `need` of them (what is missing
-    over what one pod frees, per resource; a pod fits only where that much is free,
-    `fit_on_node`): the score is at least (lowest, need x lowest, need, …)."""
+def _cannot_beat(
+    best: tuple[int, int, int, float, int], spec: JobSpec, free: Resources, candidates: list[Pod]
+) -> bool:
+    """Would this node's victims score worse than `best`, whichever they are? Each victim
+    frees at most its pod's request and none is below the lowest candidate priority, so
+    the pod needs at least `need` of them (what is missing over what one pod frees, per
+    resource; a pod fits only where that much is free, `fit_on_node`): the score is at
+    least (lowest, need x lowest, need, …). Skipping such a node changes no choice."""
     low = min(job.spec.priority for job, _ in candidates)
     if low < 0:
-        return _NO_LEAST
+        return False
     need = 1
     for missing, most in (
         (spec.gpu - free.gpu, max(job.spec.gpu for job, _ in candidates)),
@@ -495,9 +474,9 @@ def _least_score(spec: JobSpec, free: Resources, candidates: list[Pod]) -> tuple
     ):
         if missing > 0:
             if most <= 0:
-                return _NO_LEAST  # cannot be met at all: left to the full check
+                return False  # cannot be met at all: left to the full check
             need = max(need, -(-missing // most))
-    return (low, need * low, need)
+    return (low, need * low, need) > best[:3]
 
 
 PRIORITY_KILL = Policy(
