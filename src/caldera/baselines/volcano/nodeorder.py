@@ -23,7 +23,7 @@ Reads only the room and the job's shape: no session, so allocate (through the se
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from caldera.baselines.volcano.nodestates import NodeStates, node_states
 from caldera.core.placement import fit_on_node
@@ -92,22 +92,20 @@ def nodeorder_place(
     profile = spec.gpu_profile
     states = node_states(room, profile)
     looks = states.looks(spec.gpu, spec.cpu, spec.memory)  # state -> score, -1: no fit
-    best = -1
-    best_score = -1
+    candidates: Iterable[tuple[int, int]]  # (state, node)
     if within is None and models is None:
         # Every node: one look per state, at its lowest node; the best of those wins.
-        for state, index in states.lowest_of_each():
-            score = looks.get(state)
-            if score is None:
-                score = looks[state] = _look(room, index, spec)
-            if score > best_score or (score == best_score and score >= 0 and index < best):
-                best, best_score = index, score
-        return _take(room, spec, best, states)
-    state_of = states.state_of
-    for index in within if within is not None else range(len(room.nodes)):
-        if models is not None and room.nodes[index].gpu_model not in models:
-            continue
-        state = state_of[index]
+        candidates = states.lowest_of_each()
+    else:
+        state_of = states.state_of
+        candidates = (
+            (state_of[index], index)
+            for index in (within if within is not None else range(len(room.nodes)))
+            if models is None or room.nodes[index].gpu_model in models
+        )
+    best = -1
+    best_score = -1
+    for state, index in candidates:
         score = looks.get(state)
         if score is None:
             score = looks[state] = _look(room, index, spec)
