@@ -126,6 +126,6 @@ def test_own_devices_from_the_index_are_the_candidates_devices(
         event("own: escalated jobs passed over" if escalated else "own: none escalated")
         ids = [victim.id for victim in chosen]
         gone = data.draw(st.lists(st.sampled_from(ids), unique=True)) if ids else []
-        pools.cycle.evicted.update(gone)  # signalled since
+        pools.cycle.decided.evicted.update(gone)  # signalled since
         event("own: candidates evicted since" if gone else "own: none evicted since")
-        assert pools.devices("own", job) == devices_held(chosen, pools.cycle.evicted)
+        assert pools.devices("own", job) == devices_held(chosen, pools.cycle.decided.evicted)

@@ -111,7 +111,7 @@ def sorted_by_rank(slot: str, jobs: list[JobView], reverse: bool = False) -> lis
 def running_with_missing(cycle: CycleContext) -> list[JobView]:
     """Running jobs with pods neither running nor terminating (gang-hung or elastic), except
     those evicted earlier in this cycle, in no particular order (kept by the ledger)."""
-    evicted = cycle.evicted
+    evicted = cycle.decided.evicted
     missing = ledger_for(cycle).missing
     return [job for job_id, job in missing.items() if job_id not in evicted]
 
@@ -366,11 +366,11 @@ def rerun_after_change(
     could take as a victim (`could_take(started, preemptor)`) — a job started in a cycle is
     no victim in that cycle. Nothing else changes a baseline's answer between events."""
     preemptors = [job for job in waiting if job.spec.may_preempt]
-    if not preemptors or not cycle.starts:
+    if not preemptors or not cycle.decided.starts:
         return
     jobs = cycle.jobs
-    for start in cycle.starts:
+    for start in cycle.decided.starts:
         started = jobs.get(start.job)
         if started is not None and any(could_take(started, p) for p in preemptors):
-            cycle.wakeups.append(cycle.now + FOLLOW_UP)
+            cycle.decided.wakeups.append(cycle.now + FOLLOW_UP)
             return

@@ -136,7 +136,7 @@ class _Claims:
 
 
 def _session(cycle: CycleContext) -> _Session:
-    return cycle.memo(_SESSION, lambda: _Session(set(cycle.evicted)))
+    return cycle.memo(_SESSION, lambda: _Session(set(cycle.decided.evicted)))
 
 
 def _open_claims(cycle: CycleContext, session: _Session) -> _Claims:
@@ -147,7 +147,7 @@ def _open_claims(cycle: CycleContext, session: _Session) -> _Claims:
         future = FutureRoom.in_place(cycle, gone)
         staged = Staged(cycle.room, future)
     ledger = ledger_for(cycle)
-    return _Claims(future, staged, StagedEvictions(staged), gone, ledger, cycle.started)
+    return _Claims(future, staged, StagedEvictions(staged), gone, ledger, cycle.decided.started)
 
 
 def pk_allocate(cycle: CycleContext) -> None:
@@ -236,7 +236,7 @@ def _hold(cycle: CycleContext, session: _Session, job: JobView) -> bool:
     if session.future is None:
         session.future = FutureRoom.separate(cycle, session.gone)
         if not session.future.shared:
-            for start in cycle.starts:  # what allocation has started so far
+            for start in cycle.decided.starts:  # what allocation has started so far
                 for started in start.placement:
                     session.future.room.take(started)
         session.rooms = Staged(cycle.room, session.future)

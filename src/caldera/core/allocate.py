@@ -83,7 +83,7 @@ def place_nominated(cycle: CycleContext, job: JobView) -> bool:
             cycle.room.take(task)
         cycle.promise(job, -1)
         cycle.start(job, nomination.placement)
-        cycle.nominations.append(Nominate(job.id, None))
+        cycle.decided.nominations.append(Nominate(job.id, None))
         return True
     stale = nomination_stale(nomination, cycle.config, cycle.now)
     victims_pending = any(
@@ -91,8 +91,8 @@ def place_nominated(cycle: CycleContext, job: JobView) -> bool:
     )
     if stale and not victims_pending:
         cycle.promise(job, -1)
-        cycle.nominations.append(Nominate(job.id, None))
-        cycle.notes.append(f"{job.id}: nomination expired, re-planning")
+        cycle.decided.nominations.append(Nominate(job.id, None))
+        cycle.decided.notes.append(f"{job.id}: nomination expired, re-planning")
         return False
     # Its gang at its minimum, as allocate starts every gang: only that much is promised
     # (counted against its queue's capability); extra tasks grow in backfill.
@@ -100,7 +100,7 @@ def place_nominated(cycle: CycleContext, job: JobView) -> bool:
     if elsewhere is not None:
         cycle.promise(job, -1)
         cycle.start(job, elsewhere)
-        cycle.nominations.append(Nominate(job.id, None))
+        cycle.decided.nominations.append(Nominate(job.id, None))
         return True
     cycle.block(job.id, nomination.placement)
     return True

@@ -36,10 +36,10 @@ def _grow_elastic(cycle: CycleContext) -> None:
     growing = [
         job
         for job in index.growable.values()
-        if job.id not in cycle.evicted and job.state is JobState.RUNNING
+        if job.id not in cycle.decided.evicted and job.state is JobState.RUNNING
     ]
     started: dict[str, int] = {}
-    for start in cycle.starts:
+    for start in cycle.decided.starts:
         job = cycle.jobs.get(start.job)
         if job is not None and not start.grow and job.spec.tasks > len(start.placement):
             growing.append(job)
@@ -74,7 +74,7 @@ def _nodes_of(cycle: CycleContext, job: JobView, just_started: bool) -> tuple[in
     if topology is None or topology.mode.value != "hard":
         return None
     if just_started:
-        placement = next(s.placement for s in cycle.starts if s.job == job.id)
+        placement = next(s.placement for s in cycle.decided.starts if s.job == job.id)
     else:
         placement = job.placement
     if not placement:
@@ -100,7 +100,7 @@ def _fill_planned_room(cycle: CycleContext) -> None:
         if not cycle.in_pass(key):
             continue
         job = jobs[first]
-        if job.id in cycle.started or job.id in cycle.reservations or job.id in planned:
+        if job.id in cycle.decided.started or job.id in cycle.reservations or job.id in planned:
             continue
         if job.id in cycle.blocked or job.nomination is not None:
             continue

@@ -8,10 +8,17 @@ could not place (`waiting`, each from the first job that did not fit), preempt a
 work through those. `eligible` flattens them for policies that go job by job; such policies
 keep their own list of jobs they could not place in `unplaced`.
 
-Held apart from it, by concern: each queue's quotas and holdings (`usage`, one `QueueUsage`
-per queue, core/usage.py) and the search cache (`searches`, core/shortcuts/searches.py: the
-victim searches the cycle need not run, which decides nothing). What stays here is what the
-cycle decided and the working room those decisions took.
+Split by concern, so a reader sees which is which:
+- `CycleContext` itself is the working room: the free room left and what nominations and
+  reservations hold of it, each queue's usage (one `QueueUsage` per queue, core/usage.py),
+  the pending groups and the live plans' commitments;
+- `cycle.decided` (`Decided`) is what the cycle decided so far: the decision lists that
+  `decisions()` hands to the runtimes, and the tallies beside them (`started`, `evicted`,
+  `evicted_gpu`, `missed`, `wakeups`, `notes`);
+- `cycle.caches` (`Caches`) is what it keeps only to go faster and which decides nothing: the
+  search cache (core/shortcuts/searches.py) and the per-cycle memos.
+Both parts are small slotted records read by plain attribute (the core is compiled, and the
+decision loop is hot): a phase that reads one often takes it into a local first.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ from caldera.model import (
     deserved_shares,
 )
 
-__all__ = ["CycleContext", "PendingGroup"]
+__all__ = ["Caches", "CycleContext", "Decided", "PendingGroup"]
 
 T = TypeVar("T")
 
@@ -121,10 +128,73 @@ class _Commitments:
 
 
 @dataclass(slots=True, init=False)
+class Decided:
+    """What the cycle decided so far: the lists `CycleContext.decisions` hands on (what the
+    runtimes and the baselines' callers read), and the few tallies kept beside them so a
+    phase asks "was this job started / signalled?" without walking a list. Written only
+    through `CycleContext` (`start`, `evict`, ...) or a phase's own append; never read back
+    into the working room. Built by hand (`__init__`) for the compiled core, as
+    `CycleContext` is."""
+
+    starts: list[Start]
+    evictions: list[Evict]
+    nominations: list[Nominate]
+    holds: list[Hold]
+    releases: list[Release]
+    throttles: list[ThrottleOn | ThrottleOff]
+    started: set[str]  # the jobs in `starts`
+    evicted: set[str]  # the victims in `evictions`
+    evicted_gpu: int  # milli-GPUs `evictions` signal (against the cycle's eviction budget)
+    missed: set[str]  # searched for victims, found none (`Decisions.preempt_misses`)
+    wakeups: list[float]  # times the cycle asks to run again at (`Decisions.wakeup`)
+    notes: list[str]
+
+    def __init__(self) -> None:
+        self.starts = []
+        self.evictions = []
+        self.nominations = []
+        self.holds = []
+        self.releases = []
+        self.throttles = []
+        self.started = set()
+        self.evicted = set()
+        self.evicted_gpu = 0
+        self.missed = set()
+        self.wakeups = []
+        self.notes = []
+
+
+@dataclass(slots=True, init=False)
+class Caches:
+    """What the cycle keeps only to go faster, deciding nothing: the victim searches it need
+    not run (`searches`, core/shortcuts/searches.py: the memo's failed ones, a quiet check's
+    answers), values computed once per cycle (`CycleContext.memo`) and values that depend only
+    on the queues' usage (`CycleContext.usage_memo`, kept until `usage_generation` moves).
+    Dropping any of it changes how long a cycle takes, never what it decides."""
+
+    searches: SearchCache
+    memo: dict[str, object]
+    usage_memo: dict[str, tuple[int, object]]
+    # Bumped whenever a queue's usage changes (a start, an eviction, a promise): answers that
+    # depend only on the usages can be kept until then.
+    usage_generation: int
+
+    def __init__(self, searches: SearchCache) -> None:
+        self.searches = searches
+        self.memo = {}
+        self.usage_memo = {}
+        self.usage_generation = 0
+
+
+@dataclass(slots=True, init=False)
 class CycleContext:
-    """What one cycle decided so far and the working state its phases share. Built by hand
-    (`__init__`): a dataclass's generated one stays interpreted in the compiled core
-    (caldera/compiled.py) and was a twentieth of a backlog's run there."""
+    """The working room of one cycle, with its two named parts: what it decided so far
+    (`decided`, a `Decided`) and what it keeps only to go faster (`caches`, a `Caches`).
+    The working room is the free room left (`room`, with what nominations and reservations
+    hold of it in `blocked` and `reservations`), each queue's usage, the pending groups the
+    phases work through and the plans' commitments. Built by hand (`__init__`): a
+    dataclass's generated one stays interpreted in the compiled core (caldera/compiled.py)
+    and was a twentieth of a backlog's run there."""
 
     snapshot: Snapshot
     room: Room
@@ -133,18 +203,8 @@ class CycleContext:
     eligible_groups: list[PendingGroup]
     waiting: list[tuple[PendingGroup, int]]
     unplaced: list[JobView]
-    starts: list[Start]
-    evictions: list[Evict]
-    nominations: list[Nominate]
-    holds: list[Hold]
-    releases: list[Release]
-    throttles: list[ThrottleOn | ThrottleOff]
-    started: set[str]
-    evicted: set[str]
     blocked: dict[str, list[TaskPlacement]]
     reservations: dict[str, list[TaskPlacement]]
-    evicted_gpu: int
-    missed: set[str]  # searched for victims, found none
     claimed: set[str]  # victims a live plan has yet to signal
     # Of those, the ones still running: their queue and what they will give back (`commit`).
     committed_by: dict[str, tuple[str, Resources]]
@@ -154,50 +214,29 @@ class CycleContext:
     # Which pending groups the current pass of allocate/preempt/reclaim serves (None: all).
     pass_filter: Callable[[GroupKey], bool] | None
     waiting_seen: dict[str, int]  # per phase: entries done
-    wakeups: list[float]
     # Waiting heads that reached a give_way phase's back-off check -> those phases, in order
     # (what a record of a quiet cycle needs, core/shortcuts/quiet.py).
     reached: dict[str, list[str]]
-    notes: list[str]
-    # The victim searches the cycle need not run: the memo's failed ones, a quiet check's
-    # answers (core/shortcuts/searches.py). Decides nothing.
-    searches: SearchCache
-    _memo: dict[str, object]
-    _usage_memo: dict[str, tuple[int, object]]
-    # Bumped whenever a queue's usage changes (a start, an eviction, a promise): answers that
-    # depend only on the usages can be kept until then.
-    usage_generation: int
     _budget: int  # milli-GPUs a cycle may signal (config × capacity)
+    decided: Decided
+    caches: Caches
 
     def __init__(self, snapshot: Snapshot, room: Room) -> None:
         self.snapshot = snapshot
         self.room = room
+        self.decided = Decided()
+        self.caches = Caches(SearchCache(snapshot))
         self.eligible_groups = []
         self.waiting = []
         self.unplaced = []
-        self.starts = []
-        self.evictions = []
-        self.nominations = []
-        self.holds = []
-        self.releases = []
-        self.throttles = []
-        self.started = set()
-        self.evicted = set()
         self.blocked = {}
         self.reservations = {}
-        self.evicted_gpu = 0
-        self.missed = set()
         self.claimed = set()
         self.committed_by = {}
         self.made_way = set()
         self.pass_filter = None
         self.waiting_seen = {}
-        self.wakeups = []
         self.reached = {}
-        self.notes = []
-        self._memo = {}
-        self._usage_memo = {}
-        self.usage_generation = 0
         self._budget = self._whole_budget()
         self.jobs = snapshot.by_id
         deserved = _default_deserved(snapshot)
@@ -230,38 +269,41 @@ class CycleContext:
         for name, total in commitments.totals.items():
             usage = self.usage[name]
             usage.committed = usage.committed + total
-        self.usage_generation += len(commitments.committed_by)
+        self.caches.usage_generation += len(commitments.committed_by)
         self.made_way = set(commitments.made_way)
-        self.searches = SearchCache(snapshot)
 
     @property
     def undecided(self) -> bool:
         """Nothing started, signalled or nominated yet: the state the cycle began with."""
-        return not (self.starts or self.evictions or self.nominations)
+        decided = self.decided
+        return not (decided.starts or decided.evictions or decided.nominations)
 
     def hand_over(self, names: tuple[str, ...]) -> Handover:
         """This cycle's searches so far and its memos `names` (those it has), for the phases
         of a cycle on the same snapshot."""
-        memo = {name: self._memo[name] for name in names if name in self._memo}
-        return Handover(list(self.searches.log or ()), memo)
+        caches = self.caches
+        memo = {name: caches.memo[name] for name in names if name in caches.memo}
+        return Handover(list(caches.searches.log or ()), memo)
 
     def take_over(self, handover: Handover) -> None:
         """Start from what a quiet check on the same snapshot found (`hand_over`)."""
-        self.searches.known = list(handover.searches)
-        self._memo.update(handover.memo)
+        self.caches.searches.known = list(handover.searches)
+        self.caches.memo.update(handover.memo)
 
     def memo(self, name: str, build: Callable[[], T]) -> T:
         """A value computed once per cycle and shared between phases."""
-        if name not in self._memo:
-            self._memo[name] = build()
-        return cast(T, self._memo[name])
+        memo = self.caches.memo
+        if name not in memo:
+            memo[name] = build()
+        return cast(T, memo[name])
 
     def usage_memo(self, name: str, build: Callable[[], T]) -> T:
         """A value that depends only on the queues' usage: computed once, again after any
         start, eviction or promise (`usage_generation`)."""
-        entry = self._usage_memo.get(name)
-        if entry is None or entry[0] != self.usage_generation:
-            entry = self._usage_memo[name] = (self.usage_generation, build())
+        caches = self.caches
+        entry = caches.usage_memo.get(name)
+        if entry is None or entry[0] != caches.usage_generation:
+            entry = caches.usage_memo[name] = (caches.usage_generation, build())
         return cast(T, entry[1])
 
     @property
@@ -286,7 +328,7 @@ class CycleContext:
     @property
     def eviction_budget(self) -> int:
         """Milli-GPUs that may still be signalled this cycle (at least one node's worth)."""
-        return self._budget - self.evicted_gpu
+        return self._budget - self.decided.evicted_gpu
 
     def _whole_budget(self) -> int:
         room = self.room
@@ -306,7 +348,7 @@ class CycleContext:
         resources = victim.spec.task_request.scaled(count)
         self.committed_by[victim.id] = (victim.spec.queue, resources)
         usage.committed = usage.committed + resources
-        self.usage_generation += 1
+        self.caches.usage_generation += 1
 
     def uncommit(self, victim_id: str) -> None:
         """The victim is signalled (it then counts as releasing) or left out of its plan."""
@@ -314,7 +356,7 @@ class CycleContext:
         if entry is not None:
             usage = self.usage[entry[0]]
             usage.committed = usage.committed - entry[1]
-            self.usage_generation += 1
+            self.caches.usage_generation += 1
 
     def may_return(self, job: JobView) -> bool:
         """May `job`, pending again, start now? A reclaim keeps its preemptor's queue within
@@ -327,7 +369,7 @@ class CycleContext:
 
     def promise(self, job: JobView, sign: int) -> None:
         """Count (+1) or stop counting (-1) a nominated preemptor's gang in its queue."""
-        self.usage_generation += 1
+        self.caches.usage_generation += 1
         usage = self.usage.get(job.spec.queue)
         if usage is not None:
             gang = job.spec.gang_request
@@ -335,9 +377,10 @@ class CycleContext:
 
     def start(self, job: JobView, placement: tuple[TaskPlacement, ...], grow: bool = False) -> None:
         """Record a start; the room is already taken by the caller."""
-        self.starts.append(Start(job.id, placement, grow))
-        self.started.add(job.id)
-        self.usage_generation += 1
+        decided = self.decided
+        decided.starts.append(Start(job.id, placement, grow))
+        decided.started.add(job.id)
+        self.caches.usage_generation += 1
         usage = self.usage.get(job.spec.queue)
         if usage is not None:
             usage.allocated = usage.allocated + job.spec.task_request.scaled(len(placement))
@@ -345,13 +388,14 @@ class CycleContext:
     def extend_start(self, job: JobView, extra: tuple[TaskPlacement, ...]) -> None:
         """Add tasks to a start decided earlier in this cycle (one start per job and cycle);
         the room is already taken by the caller."""
-        for number, start in enumerate(self.starts):
+        starts = self.decided.starts
+        for number, start in enumerate(starts):
             if start.job == job.id:
-                self.starts[number] = Start(job.id, start.placement + extra, start.grow)
+                starts[number] = Start(job.id, start.placement + extra, start.grow)
                 break
         else:
             raise ValueError(f"{job.id} was not started in this cycle")
-        self.usage_generation += 1
+        self.caches.usage_generation += 1
         usage = self.usage.get(job.spec.queue)
         if usage is not None:
             usage.allocated = usage.allocated + job.spec.task_request.scaled(len(extra))
@@ -360,10 +404,11 @@ class CycleContext:
         """Record an eviction, with when its room comes back (`Evict.release_at`)."""
         delay, saves = release_timing(victim.spec, self.config)
         evict = replace(evict, release_at=self.now + delay, checkpoint=saves)
-        self.evictions.append(evict)
-        self.evicted.add(victim.id)
-        self.evicted_gpu += evict.gpu
-        self.usage_generation += 1
+        decided = self.decided
+        decided.evictions.append(evict)
+        decided.evicted.add(victim.id)
+        decided.evicted_gpu += evict.gpu
+        self.caches.usage_generation += 1
         usage = self.usage.get(victim.spec.queue)
         if usage is not None:
             tasks = len(evict.tasks) if evict.tasks else len(victim.placement)
@@ -414,16 +459,17 @@ class CycleContext:
         return held
 
     def decisions(self) -> Decisions:
-        wakeups = [t for t in self.wakeups if t > self.now]
+        decided = self.decided
+        wakeups = [t for t in decided.wakeups if t > self.now]
         return Decisions(
-            starts=tuple(self.starts),
-            evictions=tuple(self.evictions),
-            nominations=tuple(self.nominations),
-            holds=tuple(self.holds),
-            releases=tuple(self.releases),
-            throttles=tuple(self.throttles),
-            preempt_misses=tuple(sorted(self.missed - self.blocked.keys() - self.started)),
+            starts=tuple(decided.starts),
+            evictions=tuple(decided.evictions),
+            nominations=tuple(decided.nominations),
+            holds=tuple(decided.holds),
+            releases=tuple(decided.releases),
+            throttles=tuple(decided.throttles),
+            preempt_misses=tuple(sorted(decided.missed - self.blocked.keys() - decided.started)),
             wakeup=min(wakeups) if wakeups else None,
-            notes=tuple(self.notes),
-            memo=self.searches.memo(),
+            notes=tuple(decided.notes),
+            memo=self.caches.searches.memo(),
         )

@@ -66,7 +66,7 @@ def packed_plan(
     plan = None
     if units:
         local = VictimIndex(units, index.first)
-        plan = find_plan(room, spec, local, cycle.evicted, allow, patience, enough, load)
+        plan = find_plan(room, spec, local, cycle.decided.evicted, allow, patience, enough, load)
     if plan is not None and (
         plan.cost.lost > 0 or plan.cost.late or any(t.node not in nodes for t in plan.placement)
     ):
@@ -90,13 +90,13 @@ def place_deferred(cycle: CycleContext) -> None:
     waiting = deferred(cycle)
     if not waiting:
         return
-    nominated = {n.job for n in cycle.nominations if n.nomination is not None}
+    nominated = {n.job for n in cycle.decided.nominations if n.nomination is not None}
     jobs = sorted(
         (job for job_id in waiting if (job := cycle.jobs.get(job_id)) is not None),
         key=lambda job: job.spec.rank,
     )
     for job in jobs:
-        if job.id in cycle.started or job.id in nominated:
+        if job.id in cycle.decided.started or job.id in nominated:
             continue
         spec = job.spec
         if not cycle.usage[spec.queue].within_capability(spec.gang_request):

@@ -40,17 +40,19 @@ def enqueue(cycle: CycleContext) -> None:
         if windowed.time_windows and _has_jobs(cycle, windowed.name):
             edge = windowed.next_window_edge(week_time)
             if edge is not None:
-                cycle.wakeups.append(edge - cycle.config.week_offset)
+                cycle.decided.wakeups.append(edge - cycle.config.week_offset)
     windows = {name: queue.in_window(week_time) for name, queue in queues.items()}
     for job in index.by_state[JobState.HELD].values():
         if job.hold_reason == "window" and windows.get(job.spec.queue, False):
-            cycle.releases.append(Release(job.id, "window"))
+            cycle.decided.releases.append(Release(job.id, "window"))
     for key, jobs in index.pending.items():
         queue = queues.get(key[0])
         if queue is None or queue.state is QueueState.CLOSED:
             continue
         if not windows[queue.name]:
-            cycle.holds.extend(Hold(job.id, "window") for job in jobs if job.nomination is None)
+            cycle.decided.holds.extend(
+                Hold(job.id, "window") for job in jobs if job.nomination is None
+            )
             continue
         capability = queue.capability
         if capability is not None and not jobs[0].spec.gang_request.fits_in(capability):

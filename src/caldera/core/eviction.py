@@ -120,12 +120,13 @@ def give_way(
     later: list[tuple[tuple[int, float, str], int, int]] = []
     ahead = 0
     pools: VictimPools | None = None  # made at the first search: most heads back off
-    started, blocked, usage, wakeups = cycle.started, cycle.blocked, cycle.usage, cycle.wakeups
-    searches = cycle.searches
+    decided = cycle.decided
+    started, blocked, usage, wakeups = decided.started, cycle.blocked, cycle.usage, decided.wakeups
+    searches = cycle.caches.searches
     now, backoff = cycle.now, cycle.config.preempt_backoff
     count = len(heads)
     while ahead < count or later:
-        if cycle.evicted_gpu > 0 and cycle.eviction_budget <= 0:
+        if decided.evicted_gpu > 0 and cycle.eviction_budget <= 0:
             break
         if searches.until_decided and not cycle.undecided:
             break  # a quiet check that found a plan: the phases take over (core/shortcuts/quiet.py)
@@ -179,9 +180,9 @@ def give_way(
         if reserved:  # what its plan does not use stays out of others' reach this cycle
             cycle.reserve(job.id, reserved)
         if plan is None:
-            cycle.missed.add(job.id)
+            decided.missed.add(job.id)
             if priority >= CRITICAL_PRIORITY:  # look again soon, even if nothing happens
-                cycle.wakeups.append(cycle.now + cycle.config.preempt_backoff)
+                wakeups.append(now + backoff)
             continue
         _execute(cycle, job, plan)
         if following is not None:
@@ -223,12 +224,12 @@ def search(
     if settled:  # `pack_with_victims` (core/defrag.py)
         return packed
     units = len(index.units)
-    searches = cycle.searches
+    searches = cycle.caches.searches
     known, plan, order_mattered = searches.known_search(job, units, cycle.undecided)
     if not known:
-        load = packing_load(cycle, job.spec)
+        load, evicted = packing_load(cycle, job.spec), cycle.decided.evicted
         plan = find_plan(
-            cycle.room, job.spec, index, cycle.evicted, allow, patience(cycle, job), enough, load
+            cycle.room, job.spec, index, evicted, allow, patience(cycle, job), enough, load
         )
         if plan is None and allow is not None and _retry_on_whole_nodes(cycle, job):
             clear = _on_clearable_nodes(cycle, index)
@@ -237,7 +238,7 @@ def search(
                     cycle.room,
                     job.spec,
                     clear,
-                    cycle.evicted,
+                    evicted,
                     allow,
                     patience(cycle, job),
                     enough,
@@ -279,7 +280,7 @@ def _execute(cycle: CycleContext, job: JobView, plan: Plan) -> None:
             placements = tuple(victim.placement[i] for i in tasks)
             pending.append(PendingVictim(victim.id, placements, at))
             cycle.commit(victim, pending[-1])
-        elif gpu <= cycle.eviction_budget or cycle.evicted_gpu == 0:
+        elif gpu <= cycle.eviction_budget or cycle.decided.evicted_gpu == 0:
             cycle.evict(Evict(victim.id, _reason(job, victim), job.id, tasks, gpu), victim)
         else:
             placements = tuple(victim.placement[i] for i in tasks)
@@ -289,13 +290,13 @@ def _execute(cycle: CycleContext, job: JobView, plan: Plan) -> None:
     reclaims = any(unit.queue != job.spec.queue for unit in plan.units)
     reason = EvictReason.RECLAIM if reclaims else EvictReason.PREEMPT
     nomination = Nomination(plan.placement, victims, tuple(pending), cycle.now, reason.value)
-    cycle.nominations.append(Nominate(job.id, nomination))
+    cycle.decided.nominations.append(Nominate(job.id, nomination))
     cycle.claimed.update(victim.job for victim in pending)
     cycle.promise(job, 1)
     cycle.block(job.id, plan.placement)
     count_started(cycle, job.spec, plan.placement)
     if pending:
-        cycle.wakeups.append(next_signal(pending, cycle.now))
+        cycle.decided.wakeups.append(next_signal(pending, cycle.now))
 
 
 def no_longer_a_victim(
@@ -403,10 +404,11 @@ def continue_nominations(cycle: CycleContext) -> None:
         and cycle.in_pass(group_key(job.spec))
     ]
     continued.update(job.id for job in nominated)
-    args = (cycle.config, cycle.now, cycle.evicted, cycle.snapshot.job_index.weight_horizons)
+    horizons = cycle.snapshot.job_index.weight_horizons
+    args = (cycle.config, cycle.now, cycle.decided.evicted, horizons)
     for job in sorted(nominated, key=job_order):
         nomination = job.nomination
-        if nomination is None or not nomination.pending or job.id in cycle.started:
+        if nomination is None or not nomination.pending or job.id in cycle.decided.started:
             continue
         if job.id not in cycle.blocked:
             continue  # the nomination was dropped this cycle
@@ -421,8 +423,8 @@ def continue_nominations(cycle: CycleContext) -> None:
             # queue no longer lends what the plan takes, or the preemptor's own queue is no
             # longer within its share): give the promise up and plan afresh in a later cycle.
             cycle.promise(job, -1)
-            cycle.nominations.append(Nominate(job.id, None))
-            cycle.notes.append(f"{job.id}: a pending victim changed, re-planning")
+            cycle.decided.nominations.append(Nominate(job.id, None))
+            cycle.decided.notes.append(f"{job.id}: a pending victim changed, re-planning")
             for pending in nomination.pending:
                 cycle.uncommit(pending.job)
             continue
@@ -445,7 +447,7 @@ def continue_nominations(cycle: CycleContext) -> None:
                 tasks = ()
             count = len(tasks) if tasks else len(victim.placement)
             gpu = victim.spec.gpu * count
-            if gpu <= cycle.eviction_budget or cycle.evicted_gpu == 0:
+            if gpu <= cycle.eviction_budget or cycle.decided.evicted_gpu == 0:
                 cycle.uncommit(victim.id)  # from committed to releasing: its queue keeps as much
                 cycle.evict(Evict(victim.id, _reason(job, victim), job.id, tasks, gpu), victim)
             else:
@@ -462,13 +464,13 @@ def continue_nominations(cycle: CycleContext) -> None:
                 nomination.since,
                 nomination.reason,
             )
-            cycle.nominations.append(Nominate(job.id, updated))
+            cycle.decided.nominations.append(Nominate(job.id, updated))
         if still:
-            cycle.wakeups.append(next_signal(still, cycle.now))
+            cycle.decided.wakeups.append(next_signal(still, cycle.now))
         elif ended:
             # Allocate ran before this cycle knew the plan waits for nobody: the holder
             # starts in the next cycle, not at a moment its last victim no longer needs.
-            cycle.wakeups.append(cycle.now + 1)
+            cycle.decided.wakeups.append(cycle.now + 1)
 
 
 def _retry_on_whole_nodes(cycle: CycleContext, job: JobView) -> bool:
@@ -486,7 +488,7 @@ def _on_clearable_nodes(cycle: CycleContext, index: VictimIndex) -> VictimIndex 
     spends that allowance on cheap victims beside work that never leaves, and a gang of whole
     nodes then finds no plan although enough nodes hold nothing but borrowed work."""
     room = cycle.room
-    held = index.devices(cycle.evicted)
+    held = index.devices(cycle.decided.evicted)
     nodes = {
         node for node, count in held.items() if room.whole[node] + count >= room.nodes[node].gpus
     }

@@ -213,11 +213,11 @@ class VictimPools:
         """Node -> GPU devices the live candidates of `kind`'s pool for `job` use there."""
         index = self._built(kind, job)
         if index is not None:
-            return index.devices(self.cycle.evicted)
+            return index.devices(self.cycle.decided.evicted)
         chosen, passed_over = self._chosen_for(kind, job)
         if kind == "own":
             return self._own_devices(job, passed_over)
-        return devices_held(chosen, self.cycle.evicted)
+        return devices_held(chosen, self.cycle.decided.evicted)
 
     def _own_devices(self, job: JobView, passed_over: list[JobView]) -> dict[int, int]:
         """`devices` of the own pool, from the job index's count of every lower-priority job
@@ -227,7 +227,7 @@ class VictimPools:
         index = cycle.snapshot.job_index
         gone = {victim.id: victim for victim in passed_over}
         by_priority = index.victims.get(spec.queue, {})
-        for victim_id in cycle.evicted:  # chosen, then evicted: no longer a candidate
+        for victim_id in cycle.decided.evicted:  # chosen, then evicted: no longer a candidate
             victim = cycle.jobs.get(victim_id)
             if victim is None or victim_id in gone or victim.spec.priority >= spec.priority:
                 continue
@@ -346,7 +346,7 @@ class VictimPools:
         backlog, each looked at whenever this pool is made. The jobs passed over too."""
         cycle, priority = self.cycle, job.spec.priority
         by_priority = cycle.snapshot.job_index.victims.get(job.spec.queue, {})
-        evicted, claimed, weights = cycle.evicted, cycle.claimed, self._weights
+        evicted, claimed, weights = cycle.decided.evicted, cycle.claimed, self._weights
         config, now = cycle.config, cycle.now
         cooldown, critical = config.cooldown, priority >= CRITICAL_PRIORITY
         found: list[JobView] = []
@@ -379,7 +379,7 @@ class VictimPools:
         critical = job.spec.priority >= CRITICAL_PRIORITY
         config, now, weights = cycle.config, cycle.now, self._weights
         ceiling, cooldown = config.ceiling, config.cooldown
-        evicted, claimed = cycle.evicted, cycle.claimed
+        evicted, claimed = cycle.decided.evicted, cycle.claimed
         waited: set[str] = set()
         listed: frozenset[str] = frozenset()
         if not critical:

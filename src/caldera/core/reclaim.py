@@ -143,7 +143,7 @@ def _wake_when_slo_runs_out(cycle: CycleContext, job: JobView) -> None:
     wake = math.nextafter(deadline, math.inf)
     wakes: dict[str, float] = cycle.memo(DEADLINE_WAKES, dict)
     wakes[job.id] = wake
-    cycle.wakeups.append(wake)
+    cycle.decided.wakeups.append(wake)
 
 
 def reclaim(cycle: CycleContext) -> None:

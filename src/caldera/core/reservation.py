@@ -53,7 +53,7 @@ def reserve_for_starving(cycle: CycleContext) -> set[str]:
         if key[1] != LARGE or key[0] not in cycle.usage or not cycle.in_pass(key):
             continue
         for job in jobs:  # a group is in rank order: one type, oldest submission first
-            if job.id in cycle.started or job.nomination is not None:
+            if job.id in cycle.decided.started or job.nomination is not None:
                 continue
             if starving(cycle, job):
                 best = heads.get(key[0])

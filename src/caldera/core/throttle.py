@@ -43,12 +43,12 @@ def throttle(cycle: CycleContext) -> None:
     ending: list[str] = []
     for queue, waiting in cycle.snapshot.throttles.items():
         reason = waiting_mode_ends(
-            waiting, cycle.jobs.get(waiting.job), config, cycle.now, cycle.started
+            waiting, cycle.jobs.get(waiting.job), config, cycle.now, cycle.decided.started
         )
         if reason is None:
-            cycle.wakeups.append(waiting.since + config.throttle_timeout)
+            cycle.decided.wakeups.append(waiting.since + config.throttle_timeout)
             continue
-        cycle.throttles.append(ThrottleOff(queue, reason))
+        cycle.decided.throttles.append(ThrottleOff(queue, reason))
         ending.append(queue)
     if ending:
         held = sorted(
@@ -59,7 +59,7 @@ def throttle(cycle: CycleContext) -> None:
             ),
             key=lambda job: (job.spec.submit, job.id),
         )
-        cycle.releases.extend(Release(job.id, "throttle") for job in held)
+        cycle.decided.releases.extend(Release(job.id, "throttle") for job in held)
     if not config.throttle:
         return
     waiting_queues = set(cycle.snapshot.throttles) - set(ending)
@@ -70,8 +70,8 @@ def throttle(cycle: CycleContext) -> None:
         if priority != large or queue in waiting_queues or key not in throttling:
             continue
         for job in jobs[first:]:
-            if may_throttle(job) and job.id not in cycle.started:
-                cycle.throttles.append(ThrottleOn(queue, job.id))
-                cycle.wakeups.append(cycle.now + config.throttle_timeout)
+            if may_throttle(job) and job.id not in cycle.decided.started:
+                cycle.decided.throttles.append(ThrottleOn(queue, job.id))
+                cycle.decided.wakeups.append(cycle.now + config.throttle_timeout)
                 waiting_queues.add(queue)
                 break

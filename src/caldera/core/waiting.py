@@ -78,7 +78,7 @@ def waiting_reasons(cycle: CycleContext) -> tuple[Waiting, ...]:
     for key, jobs in cycle.snapshot.job_index.pending.items():
         position = first_waiting.get(key, 0)
         for job in jobs[position:]:
-            if job.id in cycle.started:
+            if job.id in cycle.decided.started:
                 continue
             if nominations.get(job.id, job.nomination) is not None:
                 continue  # explained on its own below
@@ -92,7 +92,7 @@ def waiting_reasons(cycle: CycleContext) -> tuple[Waiting, ...]:
             break
     for job_id, nomination in sorted(nominations.items()):
         preemptor = cycle.jobs.get(job_id)
-        if nomination is None or preemptor is None or job_id in cycle.started:
+        if nomination is None or preemptor is None or job_id in cycle.decided.started:
             continue
         detail = _victims(cycle, nomination)
         found.append(Waiting(group_key(preemptor.spec), WaitReason.VICTIMS, detail, job_id))
@@ -102,7 +102,7 @@ def waiting_reasons(cycle: CycleContext) -> tuple[Waiting, ...]:
 def _nominations(cycle: CycleContext) -> dict[str, Nomination | None]:
     """Each preemptor's reserved room as the cycle leaves it (None: dropped or started)."""
     final = {job_id: job.nomination for job_id, job in cycle.snapshot.job_index.nominated.items()}
-    for nominate in cycle.nominations:
+    for nominate in cycle.decided.nominations:
         final[nominate.job] = nominate.nomination
     return final
 
@@ -139,7 +139,7 @@ def _group_reason(
         )
     if not did_not_fit and job.id not in unplaced:
         return None  # not reached by a job-by-job policy this cycle; nothing to tell
-    searched = job.id in cycle.missed or (
+    searched = job.id in cycle.decided.missed or (
         back_off_ends(job.preempt_failed_at, spec.priority, cycle.now, cycle.config.preempt_backoff)
         is not None
     )
@@ -192,7 +192,7 @@ def _victims(cycle: CycleContext, nomination: Nomination) -> str:
         victim
         for victim in nomination.victims
         if (view := cycle.jobs.get(victim)) is not None
-        and (view.releasing or victim in cycle.evicted)
+        and (view.releasing or victim in cycle.decided.evicted)
     ]
     waiting = len(nomination.pending)
     detail = f"room reserved; waiting for {len(releasing)} preempted job(s) to release it"

@@ -85,7 +85,7 @@ class Session:
 def _open(cycle: CycleContext, one_tier: bool = False) -> Session:
     """Open the session: future room, queue attributes with water-filled deserved (V2)."""
     snapshot = cycle.snapshot
-    gone = set(cycle.evicted)
+    gone = set(cycle.decided.evicted)
     # A room index of its own only while something is being released: allocate places in
     # idle room and pipelines onto future room within the same pass.
     future = FutureRoom.separate(cycle, gone)

@@ -58,7 +58,7 @@ def victim_nodes(session: Session, job: JobView, reason: EvictReason) -> dict[in
         gpus, pods = ledger.victims_where(key, rule)
         out = [
             victim
-            for job_id in session.gone | session.cycle.started
+            for job_id in session.gone | session.cycle.decided.started
             if (victim := ledger.views.get(job_id)) is not None
             and not is_protected(victim)
             and rule(victim)
@@ -124,7 +124,7 @@ def victims_on(
             for pod in session.pods_on(node)
             if not is_protected(pod[0])
             and pod[0].id not in session.gone
-            and pod[0].id not in session.cycle.started  # bound this cycle: not yet a victim
+            and pod[0].id not in session.cycle.decided.started  # bound this cycle: not yet a victim
             and not session.evictions.is_cut(*pod)
             and rule(session, job, pod)
         ),

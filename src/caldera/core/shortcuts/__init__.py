@@ -4,8 +4,9 @@ again, each exactly what the phases would decide.
 - `memo`: victim searches that failed, settled while nothing that could change their answer
   has happened (`SearchMemo`, carried from cycle to cycle in `Snapshot.memo` and
   `Decisions.memo`);
-- `searches`: one cycle's search cache (`CycleContext.searches`): the memo's failures still
-  settled and those the cycle adds, a quiet check's answers handed to the phases;
+- `searches`: one cycle's search cache (`CycleContext.caches.searches`): the memo's
+  failures still settled and those the cycle adds, a quiet check's answers handed to the
+  phases;
 - `quiet`: a cycle that decided nothing, recorded so that the next one, when nothing but
   time and pending arrivals changed, is answered without running the phases. Only a policy
   with `Policy.remembers_quiet_cycles` (`CALDERA`) records and replays them.

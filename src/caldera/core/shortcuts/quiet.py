@@ -407,8 +407,9 @@ def _search_unsettled(
         cycle = CycleContext(snapshot, room)
         for job_id, parts in record.blocked:
             cycle.hold_again(job_id, parts, reservation=False)
-        cycle.searches.log = []
-        cycle.searches.until_decided = True  # what follows a decision is the phases' to work out
+        searches = cycle.caches.searches
+        searches.log = []
+        searches.until_decided = True  # what follows a decision is the phases' to work out
         for critical in (True, False):
             if not critical:
                 for job_id, parts in record.reserved:
@@ -422,7 +423,8 @@ def _search_unsettled(
             reclaim(cycle)  # (give_way searches nothing once the check decided something)
             if not cycle.undecided:
                 break
-        if cycle.starts or cycle.evictions or cycle.nominations or cycle.notes:
+        decided = cycle.decided
+        if decided.starts or decided.evictions or decided.nominations or decided.notes:
             return cycle.hand_over(SNAPSHOT_MEMOS)
         searched = cycle.decisions()
     assert searched.memo is not None

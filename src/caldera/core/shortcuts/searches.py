@@ -1,5 +1,5 @@
-"""The cycle's search cache (`CycleContext.searches`): the victim searches a cycle need not
-run, and what it hands on about them. It decides nothing: with or without it, every search
+"""The cycle's search cache (`CycleContext.caches.searches`): the victim searches a cycle
+need not run, and what it hands on about them. It decides nothing: with or without it, every search
 answers the same (tests/sim/test_memo.py).
 
 - `failed`: failed searches still settled — the last cycle's (`Snapshot.memo`, kept while
