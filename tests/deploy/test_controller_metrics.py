@@ -1,8 +1,8 @@
 """deploy/'s alert rules and Grafana dashboard work on the Kubernetes controller too: every
-caldera series they read is on the controller's /metrics (caldera.k8s.reporting.metrics) — on the
-fake
-cluster, after a preemption and a throttle, so every family has samples — except the service's
-host GPU readings, which dcgm-exporter gives on Kubernetes (deploy_support.SERVICE_ONLY)."""
+caldera series they read is on the controller's /metrics (caldera.k8s.reporting.metrics) — on
+the fake cluster, after a preemption and a throttle, so every family has samples — except the
+service's host GPU readings, which dcgm-exporter gives on Kubernetes
+(deploy_support.SERVICE_ONLY)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""The controller's /metrics (caldera.k8s.reporting.metrics) on the fake cluster: the DESIGN §5
-names the
-service exports, from the controller's view, its health series, and every name the deploy/
-rules and dashboard read that is not the service's own GPU readings."""
+"""The controller's /metrics (caldera.k8s.reporting.metrics) on the fake cluster: the DESIGN
+§5 names the service exports, from the controller's view, its health series, and every name
+the deploy/ rules and dashboard read that is not the service's own GPU readings."""
 
 from __future__ import annotations
 

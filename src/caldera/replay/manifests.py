@@ -7,9 +7,8 @@
   (with HyperNodes describing the switches) and a required node affinity on the GPU model. What
   Volcano's admission webhook would default (queue, scheduler name, task `minAvailable`,
   `maxRetry`) is written out: the webhook does not run in the dev cluster.
-- For caldera: the TrainingJob caldera's controller reads (caldera.k8s.reading.trainingjob), asking
-for the
-  same tasks, GPUs, checkpointing and topology.
+- For caldera: the TrainingJob caldera's controller reads (caldera.k8s.reading.trainingjob),
+  asking for the same tasks, GPUs, checkpointing and topology.
 
 Every pod carries `caldera.io/replay-job: NAME` (its job's Kubernetes name) so the replay can
 follow it whatever created it.

@@ -1,8 +1,8 @@
 """Prometheus metric families every runtime's `/metrics` exports under the same names.
 
 The service (`caldera.service.metrics`) and the Kubernetes controller
-(`caldera.k8s.reporting.metrics`)
-each hold their jobs differently; what they export from them is built here once:
+(`caldera.k8s.reporting.metrics`) each hold their jobs differently; what they export from them
+is built here once:
 
 - `history_families`: the DESIGN §5 history figures (waits, SLA attainment, wasted GPU-hours,
   the longest large-job wait), from `caldera.runtime.metrics.history_metrics`;

@@ -57,10 +57,10 @@ def _rule(
     return rule
 
 
-# Only the verbs the controller's client sends (caldera.k8s.cluster.client), each one seen in the
-# API
-# server's audit log of the end-to-end tests (tests/k8s_real/test_real_zz_chart_lifecycle.py),
-# and by name where the object is known: the PriorityClasses, the Lease, the state ConfigMap.
+# Only the verbs the controller's client sends (caldera.k8s.cluster.client), each one seen in
+# the API server's audit log of the end-to-end tests
+# (tests/k8s_real/test_real_zz_chart_lifecycle.py), and by name where the object is known: the
+# PriorityClasses, the Lease, the state ConfigMap.
 _CLASSES = [pc.name for pc in PRIORITY_CLASSES.values()]
 # Cluster-wide, read only (and the cluster-scoped objects caldera keeps: PriorityClasses,
 # Volcano Queues).

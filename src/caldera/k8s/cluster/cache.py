@@ -159,9 +159,8 @@ def slim_pod(pod: Object) -> Object:
 
 def slim_node(node: Object) -> Object:
     """A node with what `caldera.k8s.reading.nodes` reads: name, labels, cordon, taints,
-    allocatable,
-    conditions without their timestamps — so a heartbeat, which changes only those, leaves
-    it as it was (and wakes nobody: a thousand nodes beat every few seconds)."""
+    allocatable, conditions without their timestamps — so a heartbeat, which changes only
+    those, leaves it as it was (and wakes nobody: a thousand nodes beat every few seconds)."""
     metadata = node.get("metadata") or {}
     spec = node.get("spec") or {}
     status = node.get("status") or {}

@@ -10,9 +10,8 @@ happen (`pending`).
 Writes per start (issue 40): a status identical to the one this controller last wrote is not
 sent again; a start behind a scheduler that reads no PodGroup (`NO_POD_GROUPS`:
 kube-scheduler) creates none; a job's first start has no Event, its conditions say it
-(`caldera.k8s.reporting.events.merge_per_job`). A single-pod start is then its status and its pod,
-and
-the status once more when the pod runs (the Running condition): three writes.
+(`caldera.k8s.reporting.events.merge_per_job`). A single-pod start is then its status and its
+pod, and the status once more when the pod runs (the Running condition): three writes.
 
 How the writes go out — in rounds, several at once, the admissions on their own path — is
 `caldera.k8s.effects.flush.Flusher`, the actuator's base.

@@ -1,7 +1,6 @@
 """How the controller's writes go out (`Flusher.flush`, the base of
-`caldera.k8s.effects.actuator.KubeActuator`): statuses, then intents, then Events, in rounds,
-several
-at once, with the admissions on their own path.
+`caldera.k8s.effects.actuator.KubeActuator`): statuses, then intents, then Events, in
+rounds, several at once, with the admissions on their own path.
 
 With `writers` > 1 (what `caldera k8s run` uses) each phase sends up to that many requests
 at once: the statuses of different jobs, the intents of different jobs (one job's intents in

@@ -1,10 +1,9 @@
 """The runtime's side of the TrainingJob intake: what each observation changes.
 
 `caldera.k8s.observe.intake.Intake` says what the TrainingJobs showed
-(`caldera.k8s.observe.intakefacts`);
-`apply_intake` is the one place that changes the runtime's jobs, the kernel, the room held
-by orphans and the actuator's queues for them. Nothing is written to the cluster here: the
-statuses, removals and Events are queued for the step's flush.
+(`caldera.k8s.observe.intakefacts`); `apply_intake` is the one place that changes the runtime's
+jobs, the kernel, the room held by orphans and the actuator's queues for them. Nothing is
+written to the cluster here: the statuses, removals and Events are queued for the step's flush.
 """
 
 from __future__ import annotations

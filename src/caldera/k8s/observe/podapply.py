@@ -1,10 +1,10 @@
 """The runtime's side of the pod watcher: what each observation changes.
 
 `caldera.k8s.observe.pods.PodWatcher.observe` says what the pods showed
-(`caldera.k8s.observe.podfacts`);
-`apply_pod` is the one place that changes the runtime's jobs, the kernel, the room held by
-orphans and the actuator's queue for it, in the order the watcher saw things. Nothing is
-written to the cluster here: removals and Events are queued for the step's flush.
+(`caldera.k8s.observe.podfacts`); `apply_pod` is the one place that changes the runtime's jobs,
+the kernel, the room held by orphans and the actuator's queue for it, in the order the watcher
+saw things. Nothing is written to the cluster here: removals and Events are queued for the
+step's flush.
 """
 
 from __future__ import annotations
