@@ -168,9 +168,7 @@ class Flusher(IntentCarrier):
                 rejections = self.rejections[refused:]
                 del self.rejections[refused:]
             self._intake_idle.clear()
-            written = self._each(
-                lambda r: self._patch_status(f"{r[0]}/{r[1]}", *r), rejections, intake=True
-            )
+            written = self._each(self._write_rejection, rejections, intake=True)
             self.rejections += [
                 r for r, e in zip(rejections, written, strict=True) if e is not None
             ]
@@ -278,7 +276,7 @@ class Flusher(IntentCarrier):
         """The rejections, then the statuses of the first `most` changed jobs (oldest
         change first)."""
         rejections = list(self.rejections)
-        raised = self._each(lambda r: self._patch_status(f"{r[0]}/{r[1]}", *r), rejections)
+        raised = self._each(self._write_rejection, rejections)
         failed = [r for r, e in zip(rejections, raised, strict=True) if e is not None]
         self.rejections = failed + self.rejections[len(rejections) :]  # + those of meanwhile
         self._raise_failure(raised)
@@ -304,6 +302,11 @@ class Flusher(IntentCarrier):
         if self._patch_status(job.id, job.namespace, job.name, body):
             with self._lock:
                 self._written[job.uid] = said
+
+    def _write_rejection(self, rejection: tuple[str, str, Object]) -> bool:
+        """A refused TrainingJob's status (namespace, name, body): whether it was written."""
+        namespace, name, body = rejection
+        return self._patch_status(f"{namespace}/{name}", namespace, name, body)
 
     def _patch_status(self, job_id: str, namespace: str, name: str, body: Object) -> bool:
         """Whether the status was written."""
