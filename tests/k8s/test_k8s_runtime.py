@@ -460,6 +460,7 @@ def test_a_failed_member_stops_the_gang_then_fails_or_retries_it(retries: int, w
     assert world.deleted() == ["train-1-1"]  # the rest of the gang is stopped
     assert world.state("train") == "Running"
     world.step(GRACE)
+    world.step()  # a restart's status follows its pods, at the next step
     assert world.state("train") == want
     if want == "Failed":
         assert world.status("train")["exitCode"] == 3
@@ -485,6 +486,7 @@ def test_a_lost_node_requeues_its_gang_and_it_restarts_elsewhere() -> None:
     }
     world.step()
     world.step(GRACE)
+    world.step()  # a restart's status follows its pods, at the next step
     assert world.state("train") == "Running"
     assert world.status("train")["attempts"] == 2
     assert lost not in world.pinned("train")[-2:]
@@ -524,6 +526,8 @@ def test_a_deleted_job_stops_its_pods_and_their_room_returns_only_when_they_are_
     assert f"{NAMESPACE}/first" not in world.rt.jobs
     assert world.state("second") == "Pending"  # the old pod still holds the node
     world.step(GRACE)
+    assert world.pods("second")  # started; its status follows its pods, at the next step
+    world.step()
     assert world.state("second") == "Running"
 
 
@@ -671,6 +675,7 @@ def test_a_quota_refusal_is_not_now_and_spends_no_retry() -> None:
     assert world.state("job") == "Pending"
     assert "CreateRefused" in world.events("job")
     world.step(1)
+    world.step()  # a restart's status follows its pods, at the next step
     status = world.status("job")
     assert (status["state"], status["attempts"], status["retries"]) == ("Running", 2, 0)
 
@@ -761,6 +766,7 @@ def test_a_victim_stuck_terminating_is_forced_then_left_behind_and_the_preemptor
     world.step(1)  # the cycle re-plans the preemptor: the other job gives way
     assert world.state(other) == "Releasing"
     world.step(GRACE + 1)
+    world.step()  # its status follows its pods, at the next step
     assert world.state("big") == "Running"
     assert world.pinned("big") != [world.cluster.pods[(namespace, stuck)]["spec"]["nodeName"]]
 
@@ -838,3 +844,31 @@ def test_a_gang_that_lost_pods_to_an_eviction_before_the_refusal_is_stopped_whol
     assert world.state("gang") == "Pending"
     world.step(1)
     assert world.state("big") == "Running"
+
+
+def test_a_controller_gone_between_a_start_s_pods_and_its_status_starts_the_job_anew() -> None:
+    """Issue 40: a start's status follows its pods, at the next flush. Should the controller
+    stop in between, its successor finds the job Pending beside pods of an attempt its status
+    does not name: orphans, deleted, their room held until they are gone; the job starts
+    again as a later attempt under other names, and the node is never booked twice."""
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("first", gpus=8)
+    world.step()
+    world.submit("second", gpus=8)
+    world.step()
+    assert world.state("second") == "Pending"
+    world.cluster.finish(NAMESPACE, "first-1-0")
+    world.step()
+    (orphan,) = [p["metadata"]["name"] for p in world.pods("second")]
+    assert orphan == "second-1-0" and world.state("second") == "Pending"  # its status to come
+
+    after = world.restart()
+    job = after.jobs[f"{NAMESPACE}/second"]
+    assert job.attempts == 1 and not job.tasks  # not its pod: its status never named it
+    assert orphan in world.deleted()
+    assert world.state("second") == "Pending"  # the orphan's room is held until it is gone
+    world.step(GRACE + 1)
+    world.step()
+    assert world.state("second") == "Running"
+    assert [p["metadata"]["name"] for p in world.pods("second")] == ["second-2-0"]
+    assert world.status("second")["attempts"] == 2

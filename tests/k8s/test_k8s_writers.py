@@ -222,6 +222,7 @@ def test_a_burst_is_written_in_rounds_and_newcomers_are_admitted_between_them(
     assert world.state("late") == "Pending"  # admitted during the step, its start to come
     assert world.events("late") == []  # its Admitted Event waits for its start
     world.step()
+    world.step()  # its start's status follows its pod, at the next step
     assert world.state("late") == "Running"
     assert world.events("late") == []  # a first start: its conditions say it all
 
@@ -285,9 +286,16 @@ def test_a_trainingjob_sent_during_a_flush_is_admitted_while_its_writes_wait(
     assert world.state("late") == "Pending"  # admitted; not started by the flush
     assert not any(k.startswith(f"{NAMESPACE}/late-") for _, _, k in actions)
     world.rt.actuator.api = slow(world).api
+    mark = len(world.cluster.actions)
     world.step()
-    assert world.state("late") == "Running"
+    assert world.pods("late") and world.state("late") == "Pending"  # its pod first,
+    world.step()
+    assert world.state("late") == "Running"  # then one status that says it runs
     assert world.events("late") == []  # a first start: its conditions say it
+    # Its start's writes (issue 40: a status that said Starting went before them): its
+    # PodGroup and pod, then one status — three with its admission's, without Volcano.
+    writes = [(verb, kind) for verb, kind, key in world.cluster.actions[mark:] if "/late" in key]
+    assert writes == [("create", "podgroup"), ("create", "pod"), ("patch", "trainingjob/status")]
 
 
 def test_a_replica_that_no_longer_leads_admits_nobody_during_its_flush(

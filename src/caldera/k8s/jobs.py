@@ -23,7 +23,7 @@ from caldera.runtime.job import TrackedJob
 from caldera.runtime.wire import NodeKeys, placement_from_wire
 from caldera.trainingjob_api import ATTEMPT, PLACEMENT, RANK
 
-__all__ = ["Condition", "KubeJob", "KubeTask", "task_from_pod"]
+__all__ = ["Condition", "KubeJob", "KubeTask", "pod_attempt", "task_from_pod"]
 
 
 @dataclass
@@ -113,6 +113,14 @@ class KubeJob(TrackedJob[KubeTask]):
         since = old.since if old is not None and old.status == status else now
         self.conditions[kind] = Condition(kind, status, reason, message, since)
         return True
+
+
+def pod_attempt(pod: Object) -> int:
+    """The attempt a caldera pod was created for (0 when its label is unreadable)."""
+    try:
+        return int(_labels(pod).get(ATTEMPT, ""))
+    except ValueError:
+        return 0
 
 
 def _labels(pod: Mapping[str, Any]) -> Mapping[str, str]:

@@ -73,6 +73,10 @@ from caldera.trainingjob_api import PLACEMENT
 
 __all__ = ["KubeRuntime", "KubeStats"]
 
+# Seconds after a flush that left statuses to write (a start's, after its pods) before the
+# loop steps again even if nothing happens: by then the pods usually run.
+STATUS_AFTER_PODS = 1.0
+
 log = logging.getLogger("caldera.k8s")
 
 
@@ -174,9 +178,12 @@ class KubeRuntime:
     def next_wakeup(self) -> float | None:
         """When the loop must step even if nothing happens: a decision's wake-up, the cycle's
         timer (`SchedulerLoop.next_due`: effective weights move with time), a Volcano queue to
-        look at again. Nothing else wakes a quiet cluster's loop — not even node heartbeats,
-        which change nothing the controller reads."""
+        look at again, a start's status that waits for its pods (written at the next flush,
+        `caldera.k8s.effects.flush`). Nothing else wakes a quiet cluster's loop — not even node
+        heartbeats, which change nothing the controller reads."""
         times = [t for t in (self.loop.next_due(), *self.volcano_waits.times()) if t is not None]
+        if self.actuator.dirty:
+            times.append(self.clock() + STATUS_AFTER_PODS)
         return min(times, default=None)
 
     # -- the loop's turn -------------------------------------------------------------------

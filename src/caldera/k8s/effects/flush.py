@@ -13,6 +13,15 @@ longer moves at one round trip at a time (issue 10, item 4).
 Intake on its own path (issue 40): while a flush waits on its writers, a TrainingJob that
 came meanwhile is admitted and its status written within about `ADMIT_EVERY` seconds, not
 after the burst of starts (`Flusher._admit_meanwhile`).
+
+A start's status after its pods (issue 40, three writes per start): a job whose status this
+controller already wrote (admitted Pending, or requeued) and that starts now has its pods
+created at once and its status written at the next flush, where it usually says Running
+already — one status write for the start and the run, not two. A job's first status still
+goes before its objects: it carries the submit time and queue a restarted controller needs.
+Should the controller stop between the two, its successor finds the job Pending and the pods
+of an attempt it does not know: orphans, deleted, their room held until they are gone, and
+the job started again (`caldera.k8s.observe.pods`) — nothing is double-booked.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from caldera.k8s.jobs import KubeJob
 from caldera.k8s.reporting.events import JobEvent, Reason, event_body, merge_per_job
 from caldera.k8s.reporting.status import status_body
 from caldera.k8s.settings import KubeSettings
-from caldera.model import Node
+from caldera.model import JobState, Node
 from caldera.runtime.wire import ByName
 
 __all__ = ["ADMIT_EVERY", "ROUND", "Flusher", "open_gate"]
@@ -88,6 +97,7 @@ class Flusher(IntentCarrier):
     _intake_idle: threading.Event
     _keys: ByName | None
     _written: dict[str, str]
+    _after_pods: dict[str, KubeJob]
     _held: list[JobEvent]
     _carried: list[JobEvent]
 
@@ -128,6 +138,9 @@ class Flusher(IntentCarrier):
             self._send_events()
         finally:
             self._admitted_at = None
+            # the starts whose status waits for their pods: written at the next flush
+            self.dirty = {**self._after_pods, **self.dirty}
+            self._after_pods = {}
         self._carried, self._held = self._held, []  # to the next flush (one step at most)
         if len(self._written) > len(self.jobs):
             live = {job.uid for job in self.jobs.values()}
@@ -280,6 +293,7 @@ class Flusher(IntentCarrier):
         failed = [r for r, e in zip(rejections, raised, strict=True) if e is not None]
         self.rejections = failed + self.rejections[len(rejections) :]  # + those of meanwhile
         self._raise_failure(raised)
+        self._defer_starts()
         dirty = list(itertools.islice(self.dirty.values(), most))
         self._round = {job.id for job in dirty}
         try:
@@ -290,6 +304,23 @@ class Flusher(IntentCarrier):
             if error is None and self.dirty.get(job.id) is job:
                 del self.dirty[job.id]
         self._raise_failure(raised)
+
+    def _defer_starts(self) -> None:
+        """Move out of `dirty` the starts whose status can follow their pods (see the
+        module's docstring): jobs this controller has written a status for, that start now
+        (their pods are queued) and do not yet run. Their objects go this flush; their status
+        at the next, with whatever their pods say by then."""
+        if not self.pending:
+            return
+        starting = {
+            intent.job.id
+            for intent in self.pending
+            if isinstance(intent, Create) and intent.job.running_since is None
+        }
+        for job_id in [j for j in self.dirty if j in starting]:
+            job = self.dirty[job_id]
+            if job.uid in self._written and job.state is JobState.RUNNING:
+                self._after_pods[job_id] = self.dirty.pop(job_id)
 
     def _write_status(self, job: KubeJob) -> None:
         """Patch the job's status unless it is what this controller last wrote: a job marked

@@ -34,7 +34,7 @@ from caldera.errors import ClusterUnavailable, Forbidden, RecordError, RenderErr
 from caldera.k8s import names
 from caldera.k8s.access.admission import POLICY_NAME, policy_problem
 from caldera.k8s.cluster.api import Object, from_rfc3339
-from caldera.k8s.jobs import KubeJob, task_from_pod
+from caldera.k8s.jobs import KubeJob, pod_attempt, task_from_pod
 from caldera.k8s.observe.intakefacts import (
     IntakeObservation,
     JobAdmitted,
@@ -255,6 +255,12 @@ class Intake:
             job.tasks.append(task)
         job.tasks.sort(key=lambda t: t.rank)
         job.lost_tasks = max(job.expected_tasks - len(job.tasks), 0)
+        if state is JobState.PENDING:
+            # Pods of a start whose status had not followed them yet (the controller stopped
+            # in between: `caldera.k8s.effects.flush`) are orphans, deleted by the pod
+            # watcher, their room held until gone; the job's next start is a later attempt,
+            # under other names, never mistaken for them.
+            job.attempts = max([job.attempts, *(pod_attempt(pod) for pod in pods)])
         return JobTakenBack(job)
 
     def _job(self, obj: Object, spec: Any, workload: Any, state: JobState) -> KubeJob:
