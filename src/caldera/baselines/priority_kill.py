@@ -155,8 +155,8 @@ def pk_allocate(cycle: CycleContext) -> None:
 
     A backlog is walked in full every cycle, and most of it fails the same way job after
     job: what a ResourceQuota lets in is worked out once per queue, request and pod count
-    until the next start changes what the queues hold (`capped`), and a shape that found
-    no room and no room coming is passed over without another look."""
+    until the next start changes what the queues hold (`capped`), and a pending job whose
+    shape found no room and has no room coming waits without another look."""
     session = _session(cycle)
     failed: set[int] = set()
     capped: dict[tuple[str, int, int, int, int], int] = {}  # -> pods let in; till a start
@@ -165,26 +165,12 @@ def pk_allocate(cycle: CycleContext) -> None:
     waiting = session.waiting
     unplaced = cycle.unplaced
     cannot_hold = session.cannot_hold
-    # Queues no ResourceQuota bounds: what their pods may take is not checked.
-    unbounded = {name for name, usage in usages.items() if usage.queue.capability is None}
     for job in sorted_by_rank("priority-kill", pending_work(cycle)):
         spec = job.spec
-        shape = spec.shape
-        if (
-            job.state is not _RUNNING
-            and shape in failed
-            and spec.queue in unbounded
-            and (shape in cannot_hold or (session.future is not None and session.future.shared))
-        ):
-            # No room for its shape, none coming: it waits with all its pods, as the
-            # steps below find.
-            waiting.append((job, spec.tasks))
-            unplaced.append(job)
-            continue
         usage = usages.get(spec.queue)
         if usage is None:
             continue
-        running = job.state is JobState.RUNNING
+        running = job.state is _RUNNING
         pods = missing_tasks(job) if running else spec.tasks
         # A ResourceQuota refuses pods beyond the queue's capability.
         if pods and usage.queue.capability is not None:
@@ -198,15 +184,21 @@ def pk_allocate(cycle: CycleContext) -> None:
             pods = allowed
         if not pods or (not running and pods < spec.min_available):
             continue
+        shape = spec.shape
         if running:
             within = domain_of(room, spec, job.placement[0].node)
             placed = place_job(room, spec, minimum=1, maximum=pods, within=within)
-        elif spec.shape in failed:
+        elif shape in failed:
+            if shape in cannot_hold or (session.future is not None and session.future.shared):
+                # No room for its shape, none coming (`_hold` would find none): it waits.
+                waiting.append((job, pods))
+                unplaced.append(job)
+                continue
             placed = None
         else:
             placed = place_job(room, spec, maximum=pods)
             if placed is None:
-                failed.add(spec.shape)
+                failed.add(shape)
         if placed:
             cycle.start(job, placed, grow=running)
             capped.clear()  # the queues hold more now
@@ -214,7 +206,7 @@ def pk_allocate(cycle: CycleContext) -> None:
                 for task in placed:
                     session.future.room.take(task)
             pods -= len(placed)
-        elif not running and spec.shape not in cannot_hold and _hold(cycle, session, job):
+        elif not running and shape not in cannot_hold and _hold(cycle, session, job):
             continue  # PK6a: its room is coming; it waits for it
         if pods:
             waiting.append((job, pods))
