@@ -454,7 +454,11 @@ def _cannot_beat(
     frees at most its pod's request and none is below the lowest candidate priority, so
     the pod needs at least `need` of them (what is missing over what one pod frees, per
     resource; a pod fits only where that much is free, `fit_on_node`): the score is at
-    least (lowest, need x lowest, need, …). Skipping such a node changes no choice."""
+    least (lowest, need x lowest, need, …). Where it equals that, every victim has the
+    lowest priority, so the earliest start among them is no later than the latest of the
+    lowest-priority candidates': the score is at least (lowest, need x lowest, need,
+    -that latest start). A tie goes to the lower node, and `best` came from one: skipping
+    a node whose bound is not below `best` changes no choice."""
     low = min(job.spec.priority for job, _ in candidates)
     if low < 0:
         return False
@@ -468,7 +472,8 @@ def _cannot_beat(
             if most <= 0:
                 return False  # cannot be met at all: left to the full check
             need = max(need, -(-missing // most))
-    return (low, need * low, need) > best[:3]
+    latest = max((job.first_start or 0.0) for job, _ in candidates if job.spec.priority == low)
+    return (low, need * low, need, -latest) >= best[:4]
 
 
 PRIORITY_KILL = Policy(
