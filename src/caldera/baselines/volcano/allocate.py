@@ -16,7 +16,6 @@ from caldera.baselines.common import (
     domain_of,
     missing_tasks,
     running_with_missing,
-    sorted_by_rank,
 )
 from caldera.baselines.volcano.session import Scope, Session, session_for, volcano_job_order
 from caldera.core.context import CycleContext
@@ -36,22 +35,20 @@ def volcano_allocate(cycle: CycleContext) -> None:
         if queue in session.queues:
             groups.setdefault(queue, []).append(group)
     running: dict[str, list[JobView]] = {}
-    for job in running_with_missing(cycle):
-        if job.spec.queue in session.queues:
-            running.setdefault(job.spec.queue, []).append(job)
+    for hung in running_with_missing(cycle):
+        if hung.spec.queue in session.queues:
+            running.setdefault(hung.spec.queue, []).append(hung)
     heap = [(session.queues[name].share, name) for name in groups.keys() | running.keys()]
     heapq.heapify(heap)
     failed: set[int] = set()
-    in_order: dict[str, list[JobView]] = {}  # queues that got a turn: jobs sorted, pop() = next
+    backlogs: dict[str, _Backlog] = {}  # queues that got a turn
     while heap:
         _, name = heapq.heappop(heap)
         share = session.queues[name]
         if share.overused:
             # Not allocated this cycle: those not ready are starving (V5).
-            if name in in_order:
-                for job in in_order[name]:
-                    if _starving_as_is(session, job):
-                        session.starve(job)
+            if name in backlogs:
+                backlogs[name].starve_rest()
                 continue
             for group in groups.get(name, ()):  # pending jobs: all starving, a group at once
                 session.starving.setdefault((name, group[0].spec.priority), []).extend(group)
@@ -59,39 +56,98 @@ def volcano_allocate(cycle: CycleContext) -> None:
                 if _starving_as_is(session, job):
                     session.starve(job)
             continue
-        jobs = in_order.get(name)
-        if jobs is None:
-            jobs = [job for group in groups.get(name, ()) for job in group]
-            if name in running:
-                jobs.extend(running[name])
-                jobs.sort(key=lambda j: volcano_job_order(session, j), reverse=True)
-            else:  # pending jobs only: V3's order is their rank (none is ready)
-                jobs = sorted_by_rank(f"volcano {name}", jobs, reverse=True)
-            in_order[name] = jobs
+        backlog = backlogs.get(name)
+        if backlog is None:
+            backlog = _Backlog(session, groups.get(name, []), running.get(name, []))
+            backlogs[name] = backlog
         # A job that places nothing leaves every share as it was, so this queue would be
         # next again: keep its turn until a job changes its allocation.
         # A pending job whose shape found no room, or that its queue's deserved does not
-        # allow, starves without a try (as `_allocate_job` would find): backlogs are long.
-        # Until a job is placed the share stays as it is: a shape it does not allow is
-        # looked at once (`refused`; a shape fixes the request per task).
-        starving = session.starving
+        # allow, starves without a try (as `_allocate_job` would find), and so does the
+        # rest of its group (`_Backlog`): a shape its deserved refuses is looked at once
+        # (`refused`; a shape fixes the request per task).
         refused: set[int] = set()
-        while jobs:
-            job = jobs.pop()
-            spec = job.spec
-            if job.state is not _RUNNING:
-                shape = spec.shape
-                if shape in failed or shape in refused:
-                    starving.setdefault((name, spec.priority), []).append(job)
-                    continue
-                if not share.allows(spec.task_request):
-                    refused.add(shape)
-                    starving.setdefault((name, spec.priority), []).append(job)
-                    continue
-            if _allocate_job(session, job, failed):
+        while (chosen := backlog.next_job(failed, refused)) is not None:
+            spec = chosen.spec
+            if chosen.state is not _RUNNING and not share.allows(spec.task_request):
+                refused.add(spec.shape)
+                session.starve(chosen)
+                continue
+            if _allocate_job(session, chosen, failed):
                 break
-        if jobs:
+        if backlog.left:
             heapq.heappush(heap, (share.share, name))
+
+
+class _Backlog:
+    """A queue's jobs in V3's order, handed out one at a time to allocate's turns: its
+    pending groups (the job index's own lists, each in rank order already; read, never
+    changed) and its running jobs with missing pods, merged by a heap over their heads.
+
+    Backlogs are long (~1,300 jobs a cycle under seed 001) and most of their jobs starve
+    without a try: those of a pending group whose shape found no room or whose request
+    the queue's deserved refuses. Neither clears within allocate (room only shrinks while
+    it places, and the queue's allocation only grows), so the rest of such a group starves
+    at once, not job by job (`next_job`). The starving lists' order is read by no action:
+    preempt and reclaim sort them, close asks whether any is left."""
+
+    def __init__(
+        self, session: Session, groups: list[list[JobView]], running: list[JobView]
+    ) -> None:
+        self._session = session
+        self._groups = [*groups, *([job] for job in running)]
+        self._pending = len(groups)  # groups below this index are pending groups
+        self._next = [0] * len(self._groups)  # per group: the position of its next job
+        self._heap = [
+            (volcano_job_order(session, group[0]), i) for i, group in enumerate(self._groups)
+        ]
+        heapq.heapify(self._heap)
+        self.left = sum(map(len, self._groups))  # jobs neither handed out nor starved
+
+    def next_job(self, failed: set[int], refused: set[int]) -> JobView | None:
+        """The next job to try, or None when none is left; pending groups whose shape is in
+        `failed` or `refused` starve whole on the way."""
+        heap = self._heap
+        while heap:
+            i = heap[0][1]
+            group = self._groups[i]
+            position = self._next[i]
+            job = group[position]
+            if i < self._pending and (job.spec.shape in failed or job.spec.shape in refused):
+                heapq.heappop(heap)
+                self._starve_group(i)
+                continue
+            position += 1
+            self._next[i] = position
+            self.left -= 1
+            if position < len(group):
+                heapq.heapreplace(heap, (volcano_job_order(self._session, group[position]), i))
+            else:
+                heapq.heappop(heap)
+            return job
+        return None
+
+    def starve_rest(self) -> None:
+        """The queue is overused: every job left that is not ready starves (V5)."""
+        for _, i in self._heap:
+            if i < self._pending:
+                self._starve_group(i)
+            else:
+                job = self._groups[i][self._next[i]]
+                if _starving_as_is(self._session, job):
+                    self._session.starve(job)
+                self.left -= 1
+        self._heap.clear()
+
+    def _starve_group(self, i: int) -> None:
+        """A pending group's jobs left all starve."""
+        group = self._groups[i]
+        rest = group[self._next[i] :]
+        self._session.starving.setdefault((group[0].spec.queue, group[0].spec.priority), []).extend(
+            rest
+        )
+        self.left -= len(rest)
+        self._next[i] = len(group)
 
 
 _RUNNING = JobState.RUNNING
