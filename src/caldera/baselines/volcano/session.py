@@ -11,10 +11,10 @@ It decides nothing itself: the actions (`allocate`, `preempt`, `reclaim`, `close
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from operator import attrgetter
+from operator import attrgetter, is_
 
 from caldera.baselines.common import FutureRoom, Staged, StagedEvictions
 from caldera.baselines.ledger import RunningLedger, ledger_for
@@ -94,9 +94,10 @@ def _open(cycle: CycleContext, one_tier: bool = False) -> Session:
     # queue -> [allocated gpu, cpu, memory, requested gpu, cpu, memory, …]: running jobs'
     # (kept by the ledger), then the pending groups'
     held = ledger_for(cycle).held_without(gone)
-    for (queue, _, _), group in cycle.eligible_groups:
+    for key, group in cycle.eligible_groups:
+        queue = key[0]
         spec = group[0].spec  # one shape per group: same request per task
-        tasks = sum(map(_TASKS, group))
+        tasks = _tasks_of(key, group)
         sums = held.setdefault(queue, [0, 0, 0, 0, 0, 0, 0])
         sums[3] += spec.gpu * tasks
         sums[4] += spec.cpu * tasks
@@ -113,6 +114,24 @@ def _open(cycle: CycleContext, one_tier: bool = False) -> Session:
 
 
 _TASKS = attrgetter("spec.tasks")
+_GROUP_TASKS: dict[Hashable, tuple[list[JobView], int]] = {}
+_MAX_GROUPS = 4096  # groups whose sums are kept; beyond that, forgotten all at once
+
+
+def _tasks_of(key: Hashable, group: list[JobView]) -> int:
+    """The tasks of a pending group's jobs. A group waits cycle after cycle with the same
+    jobs: its sum is kept (under its group key) with a copy of its members, and reused
+    when the group is those very job views in the same order (checked object by object,
+    in C — cheaper than reading every job's tasks)."""
+    known = _GROUP_TASKS.get(key)
+    if known is not None and len(known[0]) == len(group) and all(map(is_, known[0], group)):
+        return known[1]
+    tasks: int = sum(map(_TASKS, group))
+    if len(_GROUP_TASKS) >= _MAX_GROUPS:
+        _GROUP_TASKS.clear()
+    _GROUP_TASKS[key] = (group.copy(), tasks)
+    return tasks
+
 
 _CAPACITY: dict[int, tuple[tuple[Node, ...], Vector]] = {}
 
