@@ -232,6 +232,7 @@ def test_a_large_job_preempts_normal_jobs_with_the_grace_period_and_takes_their_
         assert status["evictions"] == 1
         assert status["lostGPUSeconds"] == pytest.approx(8 * 601)
         assert [e for e in world.events(name) if e != "Waiting"][-1] == "Requeued"
+    world.step()  # its status follows its pods, once they run
     assert world.state("big") == "Running"
     assert world.pinned("big") == [p["node"] for p in nomination["placement"]]
     assert world.nomination("big") is None
@@ -247,6 +248,7 @@ def test_a_victim_that_checkpoints_on_sigterm_frees_its_node_early() -> None:
     world.cluster.exit_on_sigterm(NAMESPACE, "small1-1-0", after=25)
     submit_large(world)
     world.step(30)
+    world.step()  # its status follows its pods, once they run
     assert world.state("big") == "Running"
     assert world.state("small0") == "Pending"
 
@@ -274,6 +276,7 @@ def test_only_the_tasks_above_min_available_give_way_when_that_is_enough() -> No
     assert len(world.cluster.deletions) == 1
     assert world.state("elastic") == "Running"
     world.step(GRACE)
+    world.step()  # its status follows its pods, once they run
     assert world.state("big") == "Running"
     assert world.state("elastic") == "Running"
     assert len([p for p in world.pods("elastic") if p["status"]["phase"] == "Running"]) == 1
@@ -331,6 +334,7 @@ def test_protection_comes_from_the_job_not_from_labels_a_user_can_write() -> Non
     submit_large(world)
     assert sorted(world.deleted()) == ["small0-1-0", "small1-1-0"]
     world.step(GRACE + 1)
+    world.step()  # its status follows its pods, once they run
     assert world.state("big") == "Running"
 
 
@@ -540,6 +544,7 @@ def test_the_throttle_holds_small_submissions_until_the_large_job_runs() -> None
     assert world.status("late")["controller"]["hold_reason"] == "throttle"
     assert world.condition("late", "Held") == ("True", "Held")
     world.step(GRACE)
+    world.step()  # its status follows its pods, once they run
     assert world.state("big") == "Running"
     assert world.state("late") == "Pending"
     assert world.condition("late", "Held") == ("False", "Released")
@@ -807,6 +812,7 @@ def test_an_eviction_a_disruption_budget_refuses_is_rolled_back_and_the_preempto
     world.step(1)  # re-planned: the other job gives way
     assert world.state("small0") == "Releasing"
     world.step(GRACE + 1)
+    world.step()  # its status follows its pods, once they run
     assert world.state("big") == "Running"
     assert world.pinned("big") != world.pinned("small1")
     assert world.state("small1") == "Running" and world.status("small1")["evictions"] == 0

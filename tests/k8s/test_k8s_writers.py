@@ -349,3 +349,25 @@ def test_an_admission_that_fails_during_a_flush_loses_none_of_the_flushs_writes(
     world.rt.actuator.between = world.rt.admit_new
     world.step()
     assert world.state("late") == "Running"
+
+
+def test_a_start_whose_pods_do_not_run_says_starting_after_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 40: a job that waited (its Pending status written) and starts has its pods
+    created first; its status waits for them to run, and says Starting once
+    `SAY_STARTING_AFTER` seconds pass without (a slow image pull, a busy scheduler)."""
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("first", gpus=8)
+    world.step()
+    world.submit("second", gpus=8)
+    world.step()
+    assert world.state("second") == "Pending"
+    monkeypatch.setattr(world.cluster, "_bind", lambda: None)  # no pod is bound: none runs
+    world.cluster.finish(NAMESPACE, "first-1-0")
+    world.step()
+    assert world.pods("second") and world.status("second")["phase"] == "Pending"
+    world.step(flush.SAY_STARTING_AFTER - 1)
+    assert world.status("second")["phase"] == "Pending"
+    world.step(1)
+    assert (world.state("second"), world.status("second")["phase"]) == ("Running", "Starting")

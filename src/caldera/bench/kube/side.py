@@ -93,7 +93,14 @@ from caldera.bench.kube.counts import (
     per_pod,
     ratios,
 )
-from caldera.bench.kube.measure import cpu, cpu_and_rss, percentile, server_requests, wait_for
+from caldera.bench.kube.measure import (
+    cpu,
+    cpu_and_rss,
+    events_by_reason,
+    percentile,
+    server_requests,
+    wait_for,
+)
 from caldera.bench.kube.watch import NAMESPACE, PodWatch
 from caldera.bench.kube.workload import (
     HIGH,
@@ -143,6 +150,8 @@ class SideResult:
     server_requests: dict[str, int] = field(default_factory=dict)  # by `VERB resource`
     background: dict[str, int] = field(default_factory=dict)  # leases, heartbeats, /metrics
     cpu_s: dict[str, float] = field(default_factory=dict)  # by process, over the window
+    # the cluster's Events at the end, by `component reason` (fillers' included)
+    events: dict[str, int] = field(default_factory=dict)
     rss_mib: dict[str, float] = field(default_factory=dict)  # peak, by process
     # the machine's 1-minute load average at the first submission and at the end: other
     # users of a shared machine show here
@@ -367,6 +376,8 @@ def _run_mode(
             for name, pid in pids.items():
                 with contextlib.suppress(OSError, IndexError, ValueError):
                     result.rss_mib[name] = round(cpu_and_rss(pid)[1], 1)
+            with contextlib.suppress(kubernetes.client.ApiException):
+                result.events = events_by_reason(api)
             say(
                 f"{mode.value}: {pods} pods bound in {result.all_bound_s:.1f} s "
                 f"({result.pods_per_s:.1f}/s)"

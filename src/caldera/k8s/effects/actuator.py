@@ -121,8 +121,10 @@ class KubeActuator(Flusher):
     # The status last written for each live job (by uid), as sorted JSON: an unchanged one is
     # not written again. Jobs no longer live are dropped from it at each flush's end.
     _written: dict[str, str] = field(default_factory=dict)
-    # Starts whose status is written after their pods, at the next flush (`Flusher`).
+    # Starts whose status is written after their pods, at a later flush (`Flusher`), and
+    # since when each has waited (by uid: its attempt, the runtime's clock).
     _after_pods: dict[str, KubeJob] = field(default_factory=dict)
+    _starting: dict[str, tuple[int, float]] = field(default_factory=dict)
     # Admitted Events of jobs admitted between two rounds of this flush, and those of the last
     # flush, sent with the next flush's Events (merged with a Started one when the job starts).
     _held: list[JobEvent] = field(default_factory=list)

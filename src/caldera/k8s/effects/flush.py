@@ -16,9 +16,10 @@ after the burst of starts (`Flusher._admit_meanwhile`).
 
 A start's status after its pods (issue 40, three writes per start): a job whose status this
 controller already wrote (admitted Pending, or requeued) and that starts now has its pods
-created at once and its status written at the next flush, where it usually says Running
-already — one status write for the start and the run, not two. A job's first status still
-goes before its objects: it carries the submit time and queue a restarted controller needs.
+created at once and its status written once they run — one status write for the start and
+the run, not two — or after `SAY_STARTING_AFTER` seconds, saying Starting, if they do not.
+A job's first status still goes before its objects: it carries the submit time and queue a
+restarted controller needs.
 Should the controller stop between the two, its successor finds the job Pending and the pods
 of an attempt it does not know: orphans, deleted, their room held until they are gone, and
 the job started again (`caldera.k8s.observe.pods`) — nothing is double-booked.
@@ -48,7 +49,7 @@ from caldera.k8s.settings import KubeSettings
 from caldera.model import JobState, Node
 from caldera.runtime.wire import ByName
 
-__all__ = ["ADMIT_EVERY", "ROUND", "Flusher", "open_gate"]
+__all__ = ["ADMIT_EVERY", "ROUND", "SAY_STARTING_AFTER", "Flusher", "open_gate"]
 
 log = logging.getLogger("caldera.k8s")
 
@@ -61,6 +62,10 @@ ROUND = 100
 # this long (issue 40: it waited for the round, 12–37 s). A flush shorter than this admits
 # none: the next step admits and starts them in one status write.
 ADMIT_EVERY = 1.0
+# Seconds a started job's status may wait for its pods to run before it is written saying
+# Starting (`Flusher._defer_starts`): most pods run within it, and their job's status is then
+# written once, saying Running.
+SAY_STARTING_AFTER = 10.0
 
 
 _T = TypeVar("_T")
@@ -98,6 +103,7 @@ class Flusher(IntentCarrier):
     _keys: ByName | None
     _written: dict[str, str]
     _after_pods: dict[str, KubeJob]
+    _starting: dict[str, tuple[int, float]]
     _held: list[JobEvent]
     _carried: list[JobEvent]
 
@@ -145,6 +151,7 @@ class Flusher(IntentCarrier):
         if len(self._written) > len(self.jobs):
             live = {job.uid for job in self.jobs.values()}
             self._written = {uid: said for uid, said in self._written.items() if uid in live}
+            self._starting = {uid: at for uid, at in self._starting.items() if uid in live}
 
     def _admit_meanwhile(self) -> None:
         """Admit the TrainingJobs that came since the flush began (`between`) and write their
@@ -307,19 +314,30 @@ class Flusher(IntentCarrier):
 
     def _defer_starts(self) -> None:
         """Move out of `dirty` the starts whose status can follow their pods (see the
-        module's docstring): jobs this controller has written a status for, that start now
-        (their pods are queued) and do not yet run. Their objects go this flush; their status
-        at the next, with whatever their pods say by then."""
-        if not self.pending:
-            return
-        starting = {
+        module's docstring): jobs this controller has written a status for, started and not
+        yet running, whose objects go this flush or went less than `SAY_STARTING_AFTER`
+        seconds ago. Their status is written at a later flush: once their pods run, or once
+        that time is up (then it says Starting)."""
+        now = self.clock()
+        going = {
             intent.job.id
             for intent in self.pending
             if isinstance(intent, Create) and intent.job.running_since is None
         }
-        for job_id in [j for j in self.dirty if j in starting]:
-            job = self.dirty[job_id]
-            if job.uid in self._written and job.state is JobState.RUNNING:
+        for job_id, job in list(self.dirty.items()):
+            if (
+                job.state is not JobState.RUNNING
+                or job.running_since is not None
+                or job.uid not in self._written
+            ):
+                continue
+            attempt, since = self._starting.get(job.uid, (0, now))
+            if attempt != job.attempts:
+                if job_id not in going:
+                    continue  # its objects went out with its status: nothing to fold
+                since = now
+            if now - since < SAY_STARTING_AFTER:
+                self._starting[job.uid] = (job.attempts, since)
                 self._after_pods[job_id] = self.dirty.pop(job_id)
 
     def _write_status(self, job: KubeJob) -> None:
