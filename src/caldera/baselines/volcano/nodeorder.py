@@ -90,6 +90,8 @@ def nodeorder_place(
     call; the states are kept across calls (`nodestates`)."""
     models = spec.gpu_models
     profile = spec.gpu_profile
+    if profile is None and spec.gpu >= GPU_MILLI and not _some_node_has(room, spec.gpu):
+        return None  # most failed tries, cheaper than a look at every state
     states = node_states(room, profile)
     looks = states.looks(spec.gpu, spec.cpu, spec.memory)  # state -> score, -1: no fit
     candidates: Iterable[tuple[int, int]]  # (state, node)
@@ -112,6 +114,13 @@ def nodeorder_place(
         if score > best_score or (score == best_score and score >= 0 and index < best):
             best, best_score = index, score
     return _take(room, spec, best, states)
+
+
+def _some_node_has(room: Room, gpu: int) -> bool:
+    """Has any node the whole free GPUs a pod of `gpu` milli-GPUs needs (`fit_on_node`'s
+    first check)? The room buckets nodes by their whole free GPUs: a few list reads."""
+    need = gpu // GPU_MILLI
+    return any(any(buckets[need:]) for buckets in room.buckets.values())
 
 
 def _look(room: Room, index: int, spec: JobSpec) -> int:
