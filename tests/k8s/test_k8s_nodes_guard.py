@@ -114,6 +114,31 @@ def test_cordoned_and_not_ready_nodes_are_closed() -> None:
     assert [n.name for n in state.nodes] == ["cordoned", "ok", "sick"]  # held, not dropped
 
 
+def test_a_node_kubernetes_taints_for_its_conditions_is_closed() -> None:
+    """Issue 40: the node lifecycle controller lifts `node.kubernetes.io/not-ready` some time
+    after the node turns Ready; a pod pinned there meanwhile waited, with a FailedScheduling
+    Event at every try of the scheduler. Other taints (a team's own, PreferNoSchedule) are
+    the pods' tolerations' business."""
+
+    def tainted(name: str, key: str, effect: str = "NoSchedule") -> dict[str, Any]:
+        row = node(name)
+        row["spec"]["taints"] = [{"key": key, "effect": effect}]
+        return row
+
+    state = read_nodes(
+        [
+            tainted("fresh", "node.kubernetes.io/not-ready"),
+            tainted("gone", "node.kubernetes.io/unreachable", "NoExecute"),
+            tainted("soft", "node.kubernetes.io/memory-pressure", "PreferNoSchedule"),
+            tainted("teams", "example.com/dedicated"),
+            node("ok"),
+        ],
+        SETTINGS,
+    )
+    assert state.closed == frozenset({"fresh", "gone"})
+    assert state.sick == {}  # closed for now, not a sick GPU
+
+
 def pod(
     name: str,
     node_name: str | None,
