@@ -12,8 +12,9 @@ Whether anything changed since the last look, the room's change count says (`Roo
 undos included): after the caller's own take, nothing else to do. Which nodes changed is found
 without more help from the room: the index keeps a copy of the values it last saw (free cpu,
 memory, pod slots, devices) and compares them with the room's in C — the pod slots first,
-since every take and give moves them, then whole lists, then element by element where they
-differ. Rollbacks, evictions and a runtime's starts between cycles are all seen the same way.
+since every take and give moves them by one; only where they moved by fewer than the room's
+change count says (a take and a give on one node), whole lists, then element by element
+where they differ. Rollbacks, evictions and a runtime's starts between cycles are all seen the same way.
 """
 
 from __future__ import annotations
@@ -116,18 +117,23 @@ class NodeStates:
 
     def refresh(self) -> None:
         """Bring every node's state up to date with the room."""
-        if self.room.changes == self._changes:
-            return
-        self._changes = self.room.changes
-        if self._same():
-            return
-        # Every take and give changes a node's pod slots: those nodes first, and only if
-        # something else still differs (a take and a give on one node), every value.
         room = self.room
+        changes = room.changes - self._changes
+        if not changes:
+            return
+        self._changes = room.changes
+        # Every take and give moves its node's pod slots by one and counts once in
+        # `Room.changes`: those nodes first. Where the slots moved by as many as were
+        # counted, every change shows there and nothing else changed; otherwise (a take and
+        # a give on one node, values given back) every value is compared.
         every = range(len(room.nodes))
-        for index in list(compress(every, map(ne, room.pods, self._pods))):
+        moved = list(compress(every, map(ne, room.pods, self._pods)))
+        if not moved and self._same():
+            return
+        shifted = sum(abs(room.pods[index] - self._pods[index]) for index in moved)
+        for index in moved:
             self.touched(index)
-        if not self._same():
+        if shifted != changes and not self._same():
             changed = set(compress(every, map(ne, room.cpu, self._cpu)))
             changed.update(compress(every, map(ne, room.memory, self._memory)))
             changed.update(compress(every, map(ne, room.free, self._free)))
