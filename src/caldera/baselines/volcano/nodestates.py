@@ -14,7 +14,8 @@ without more help from the room: the index keeps a copy of the values it last sa
 memory, pod slots, devices) and compares them with the room's in C — the pod slots first,
 since every take and give moves them by one; only where they moved by fewer than the room's
 change count says (a take and a give on one node), whole lists, then element by element
-where they differ. Rollbacks, evictions and a runtime's starts between cycles are all seen the same way.
+where they differ. Rollbacks, evictions and a runtime's starts between cycles are all seen the
+same way.
 """
 
 from __future__ import annotations
