@@ -33,6 +33,7 @@ __all__ = [
     "install_training_jobs",
     "start_controller",
     "stop_controller",
+    "untainted",
     "write_config",
 ]
 
@@ -65,6 +66,24 @@ def bench_cluster(
         volcano=volcano,
         volcano_conf=volcano_conf,
     )
+
+
+def untainted(api: Any, timeout: float) -> None:
+    """Wait until no node carries one of Kubernetes' own condition taints. The node lifecycle
+    controller lifts `node.kubernetes.io/not-ready` only some seconds after KWOK makes a node
+    Ready (longer on a loaded machine): a burst sent before that measures the cluster's
+    warm-up — pods the scheduler refuses there, jobs caldera holds back — not the runtime (a
+    real cluster's nodes are ready long before a burst)."""
+    core = k8s.client.CoreV1Api(api)
+
+    def clear() -> bool:
+        return not any(
+            (taint.key or "").startswith("node.kubernetes.io/")
+            for node in core.list_node().items
+            for taint in (node.spec.taints or [])
+        )
+
+    wait_for("the nodes' not-ready taints to be lifted", clear, timeout)
 
 
 def install_training_jobs(api: Any) -> None:

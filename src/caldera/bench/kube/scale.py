@@ -68,6 +68,7 @@ from caldera.bench.kube.cluster import (
     install_training_jobs,
     start_controller,
     stop_controller,
+    untainted,
     write_config,
 )
 from caldera.bench.kube.measure import cpu, cpu_and_rss, percentile, server_requests, wait_for
@@ -251,8 +252,9 @@ def bench_k8s(
         cluster = bench_cluster(folder, nodes, gpus_per_node)
         began = time.monotonic()
         cluster.start()
-        result.cluster_start_s = time.monotonic() - began
         api = load_api_client(str(cluster.kubeconfig()))
+        untainted(api, cluster.start_timeout)
+        result.cluster_start_s = time.monotonic() - began
         controller: subprocess.Popen[bytes] | None = None
         watch = PodWatch(KubeClusterAPI(api), label=f"{MANAGED}=true")
         try:

@@ -83,6 +83,7 @@ from caldera.bench.kube.cluster import (
     install_training_jobs,
     start_controller,
     stop_controller,
+    untainted,
     write_config,
 )
 from caldera.bench.kube.counts import (
@@ -287,9 +288,10 @@ def _run_mode(
         )
         began = time.monotonic()
         cluster.start()
+        api = load_api_client(str(cluster.kubeconfig()))
+        untainted(api, cluster.start_timeout)
         result.cluster_start_s = round(time.monotonic() - began, 1)
         say(f"{mode.value}: cluster of {result.nodes} nodes up in {result.cluster_start_s:.0f} s")
-        api = load_api_client(str(cluster.kubeconfig()))
         watch = PodWatch(KubeClusterAPI(api))
         jobs = PodWatch(KubeClusterAPI(api), kind="trainingjobs")
         started: list[subprocess.Popen[bytes]] = []
