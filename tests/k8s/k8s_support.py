@@ -177,6 +177,17 @@ class World:
         self.cluster.submit(namespace, name, training_job(**fields))
         return names.job_id(namespace, name)
 
+    def one_waits_for_another(self) -> World:
+        """On one 8-GPU node: `first` runs; `second` is admitted and waits, its Pending status
+        written (a start after that is a waiting job's: its status follows its pods)."""
+        self.hypernode("a", "n", count=1).start()
+        self.submit("first", gpus=8)
+        self.step()
+        self.submit("second", gpus=8)
+        self.step()
+        assert self.state("second") == "Pending"
+        return self
+
     def step(self, seconds: float = 0.0) -> None:
         if seconds:
             self.cluster.advance(seconds)

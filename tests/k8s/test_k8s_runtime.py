@@ -853,16 +853,11 @@ def test_a_gang_that_lost_pods_to_an_eviction_before_the_refusal_is_stopped_whol
 
 
 def test_a_controller_gone_between_a_start_s_pods_and_its_status_starts_the_job_anew() -> None:
-    """Issue 40: a start's status follows its pods, at the next flush. Should the controller
+    """Issue 40: a waiting job's start has its status follow its pods. Should the controller
     stop in between, its successor finds the job Pending beside pods of an attempt its status
     does not name: orphans, deleted, their room held until they are gone; the job starts
     again as a later attempt under other names, and the node is never booked twice."""
-    world = World().hypernode("a", "n", count=1).start()
-    world.submit("first", gpus=8)
-    world.step()
-    world.submit("second", gpus=8)
-    world.step()
-    assert world.state("second") == "Pending"
+    world = World().one_waits_for_another()
     world.cluster.finish(NAMESPACE, "first-1-0")
     world.step()
     (orphan,) = [p["metadata"]["name"] for p in world.pods("second")]

@@ -357,12 +357,7 @@ def test_a_start_whose_pods_do_not_run_says_starting_after_a_while(
     """Issue 40: a job that waited (its Pending status written) and starts has its pods
     created first; its status waits for them to run, and says Starting once
     `SAY_STARTING_AFTER` seconds pass without (a slow image pull, a busy scheduler)."""
-    world = World().hypernode("a", "n", count=1).start()
-    world.submit("first", gpus=8)
-    world.step()
-    world.submit("second", gpus=8)
-    world.step()
-    assert world.state("second") == "Pending"
+    world = World().one_waits_for_another()
     monkeypatch.setattr(world.cluster, "_bind", lambda: None)  # no pod is bound: none runs
     world.cluster.finish(NAMESPACE, "first-1-0")
     world.step()
