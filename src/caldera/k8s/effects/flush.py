@@ -19,10 +19,11 @@ controller already wrote (admitted Pending, or requeued) and that starts now has
 created at once and its status written once they run — one status write for the start and
 the run, not two — or after `SAY_STARTING_AFTER` seconds, saying Starting, if they do not.
 A job's first status still goes before its objects: it carries the submit time and queue a
-restarted controller needs.
-Should the controller stop between the two, its successor finds the job Pending and the pods
-of an attempt it does not know: orphans, deleted, their room held until they are gone, and
-the job started again (`caldera.k8s.observe.pods`) — nothing is double-booked.
+restarted controller needs. Should the controller stop between the pods and the status, its
+successor finds the job Pending beside pods of an attempt its status does not name: orphans,
+deleted, their room held until they are gone (`caldera.k8s.observe.pods`), and the job
+started again as a later attempt under other names (`caldera.k8s.observe.intake`) — nothing
+is double-booked.
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ class Flusher(IntentCarrier):
             self._send_events()
         finally:
             self._admitted_at = None
-            # the starts whose status waits for their pods: written at the next flush
+            # the starts whose status waits for their pods: written at a later flush
             self.dirty = {**self._after_pods, **self.dirty}
             self._after_pods = {}
         self._carried, self._held = self._held, []  # to the next flush (one step at most)
