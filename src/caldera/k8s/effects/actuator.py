@@ -118,13 +118,13 @@ class KubeActuator(Flusher):
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _keys: ByName | None = None
     _inflight: list[deque[tuple[int, Intent]]] = field(default_factory=list)
-    # The status last written for each live job (by uid), as sorted JSON: an unchanged one is
-    # not written again. Jobs no longer live are dropped from it at each flush's end.
-    _written: dict[str, str] = field(default_factory=dict)
-    # Starts whose status is written after their pods, at a later flush (`Flusher`), and
-    # since when each has waited (by uid: its attempt, the runtime's clock).
+    # The status last written for each live job (by uid), as sorted JSON, and the attempt it
+    # was written at: an unchanged one is not written again, and a start whose last status
+    # says nothing of it may follow its pods (`Flusher._defer_starts`). Jobs no longer live
+    # are dropped from it at each flush's end.
+    _written: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # Starts whose status is written after their pods, at a later flush (`Flusher`).
     _after_pods: dict[str, KubeJob] = field(default_factory=dict)
-    _starting: dict[str, tuple[int, float]] = field(default_factory=dict)
     # Admitted Events of jobs admitted between two rounds of this flush, and those of the last
     # flush, sent with the next flush's Events (merged with a Started one when the job starts).
     _held: list[JobEvent] = field(default_factory=list)

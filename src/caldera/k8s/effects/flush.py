@@ -102,9 +102,8 @@ class Flusher(IntentCarrier):
     _round: set[str]
     _intake_idle: threading.Event
     _keys: ByName | None
-    _written: dict[str, str]
+    _written: dict[str, tuple[str, int]]
     _after_pods: dict[str, KubeJob]
-    _starting: dict[str, tuple[int, float]]
     _held: list[JobEvent]
     _carried: list[JobEvent]
 
@@ -152,7 +151,6 @@ class Flusher(IntentCarrier):
         if len(self._written) > len(self.jobs):
             live = {job.uid for job in self.jobs.values()}
             self._written = {uid: said for uid, said in self._written.items() if uid in live}
-            self._starting = {uid: at for uid, at in self._starting.items() if uid in live}
 
     def _admit_meanwhile(self) -> None:
         """Admit the TrainingJobs that came since the flush began (`between`) and write their
@@ -315,30 +313,23 @@ class Flusher(IntentCarrier):
 
     def _defer_starts(self) -> None:
         """Move out of `dirty` the starts whose status can follow their pods (see the
-        module's docstring): jobs this controller has written a status for, started and not
-        yet running, whose objects go this flush or went less than `SAY_STARTING_AFTER`
-        seconds ago. Their status is written at a later flush: once their pods run, or once
+        module's docstring): jobs started less than `SAY_STARTING_AFTER` seconds ago and not
+        yet running, whose last status this controller wrote says nothing of this attempt
+        (it said Pending, or an earlier attempt; a first status went before the objects and
+        named it). Their status is written at a later flush: once their pods run, or once
         that time is up (then it says Starting)."""
         now = self.clock()
-        going = {
-            intent.job.id
-            for intent in self.pending
-            if isinstance(intent, Create) and intent.job.running_since is None
-        }
+        written = self._written
         for job_id, job in list(self.dirty.items()):
+            said = written.get(job.uid)
             if (
-                job.state is not JobState.RUNNING
-                or job.running_since is not None
-                or job.uid not in self._written
+                said is not None
+                and said[1] < job.attempts
+                and job.state is JobState.RUNNING
+                and job.running_since is None
+                and job.start_time is not None
+                and now - job.start_time < SAY_STARTING_AFTER
             ):
-                continue
-            attempt, since = self._starting.get(job.uid, (0, now))
-            if attempt != job.attempts:
-                if job_id not in going:
-                    continue  # its objects went out with its status: nothing to fold
-                since = now
-            if now - since < SAY_STARTING_AFTER:
-                self._starting[job.uid] = (job.attempts, since)
                 self._after_pods[job_id] = self.dirty.pop(job_id)
 
     def _write_status(self, job: KubeJob) -> None:
@@ -347,11 +338,11 @@ class Flusher(IntentCarrier):
         status patch per start)."""
         body = status_body(job, self.keys)
         said = json.dumps(body, sort_keys=True, default=str)
-        if self._written.get(job.uid) == said:
+        if self._written.get(job.uid) == (said, job.attempts):
             return
         if self._patch_status(job.id, job.namespace, job.name, body):
             with self._lock:
-                self._written[job.uid] = said
+                self._written[job.uid] = (said, job.attempts)
 
     def _write_rejection(self, rejection: tuple[str, str, Object]) -> bool:
         """A refused TrainingJob's status (namespace, name, body): whether it was written."""
