@@ -19,7 +19,9 @@ from caldera.bench.kube.measure import wait_for
 from caldera.bench.kube.watch import NAMESPACE
 from caldera.devcluster import DevCluster, NodeShape, find_bins
 from caldera.devcluster.volcano import SEED_001, VolcanoBins
+from caldera.k8s.cluster.client import KubeClusterAPI
 from caldera.k8s.crd import training_job_crd
+from caldera.k8s.reading.nodes import condition_tainted
 from caldera.trainingjob_api import GROUP, PLURAL
 
 __all__ = [
@@ -74,14 +76,10 @@ def untainted(api: Any, timeout: float) -> None:
     Ready (longer on a loaded machine): a burst sent before that measures the cluster's
     warm-up — pods the scheduler refuses there, jobs caldera holds back — not the runtime (a
     real cluster's nodes are ready long before a burst)."""
-    core = k8s.client.CoreV1Api(api)
+    nodes = KubeClusterAPI(api)
 
     def clear() -> bool:
-        return not any(
-            (taint.key or "").startswith("node.kubernetes.io/")
-            for node in core.list_node().items
-            for taint in (node.spec.taints or [])
-        )
+        return not any(map(condition_tainted, nodes.list_nodes()))
 
     wait_for("the nodes' not-ready taints to be lifted", clear, timeout)
 

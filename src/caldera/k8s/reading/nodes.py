@@ -55,6 +55,7 @@ __all__ = [
     "HEALTH_TAINTS",
     "Blocked",
     "NodeState",
+    "condition_tainted",
     "foreign_usage",
     "pod_requests",
     "read_nodes",
@@ -122,7 +123,7 @@ def _sick(node: Mapping[str, Any], taints: Sequence[str], conditions: Sequence[s
     return ""
 
 
-def _condition_tainted(node: Mapping[str, Any]) -> bool:
+def condition_tainted(node: Mapping[str, Any]) -> bool:
     """Whether Kubernetes itself taints the node against new pods (see the module's
     docstring)."""
     return any(
@@ -209,7 +210,7 @@ def read_nodes(
         if why:
             sick[name] = why
         unschedulable = (row.get("spec") or {}).get("unschedulable")
-        if unschedulable or not _ready(row) or why or _condition_tainted(row):
+        if unschedulable or not _ready(row) or why or condition_tainted(row):
             closed.add(name)
     return NodeState(tuple(nodes), frozenset(closed), sick)
 
