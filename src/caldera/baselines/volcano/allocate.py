@@ -51,7 +51,7 @@ def volcano_allocate(cycle: CycleContext) -> None:
                 backlogs[name].starve_rest()
                 continue
             for group in groups.get(name, ()):  # pending jobs: all starving, a group at once
-                session.starving.setdefault((name, group[0].spec.priority), []).extend(group)
+                session.starve_all(group)
             for job in running.get(name, ()):
                 if _starving_as_is(session, job):
                     session.starve(job)
@@ -143,9 +143,7 @@ class _Backlog:
         """A pending group's jobs left all starve."""
         group = self._groups[i]
         rest = group[self._next[i] :]
-        self._session.starving.setdefault((group[0].spec.queue, group[0].spec.priority), []).extend(
-            rest
-        )
+        self._session.starve_all(rest)
         self.left -= len(rest)
         self._next[i] = len(group)
 

@@ -67,6 +67,12 @@ class Session:
     def starve(self, job: JobView) -> None:
         self.starving.setdefault((job.spec.queue, job.spec.priority), []).append(job)
 
+    def starve_all(self, group: Sequence[JobView]) -> None:
+        """Jobs of one pending group (one queue and priority) all starve, in their order."""
+        if group:
+            spec = group[0].spec
+            self.starving.setdefault((spec.queue, spec.priority), []).extend(group)
+
     def queue_add(self, job: JobView, sign: int) -> None:
         """One task of `job` placed (+1) or evicted (-1): the queue's allocated follows."""
         share = self.queues.get(job.spec.queue)
