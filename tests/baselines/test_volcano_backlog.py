@@ -34,7 +34,11 @@ def _backlog(rng: random.Random) -> list[list[JobView]]:
 
 
 def _session() -> Any:
-    return SimpleNamespace(starving={})
+    """What a backlog uses of a session: its starving lists, filled by the session's own
+    `starve_all`."""
+    stub = SimpleNamespace(starving={})
+    stub.starve_all = lambda group: volcano_session.Session.starve_all(stub, group)
+    return stub
 
 
 def test_jobs_come_in_v3_order_each_once() -> None:
