@@ -178,9 +178,10 @@ class KubeRuntime:
     def next_wakeup(self) -> float | None:
         """When the loop must step even if nothing happens: a decision's wake-up, the cycle's
         timer (`SchedulerLoop.next_due`: effective weights move with time), a Volcano queue to
-        look at again, a start's status that waits for its pods (written at the next flush,
-        `caldera.k8s.effects.flush`). Nothing else wakes a quiet cluster's loop — not even node
-        heartbeats, which change nothing the controller reads."""
+        look at again, a start's status that waits for its pods (written once they run, at
+        most `SAY_STARTING_AFTER` after the start: `caldera.k8s.effects.flush`). Nothing else
+        wakes a quiet cluster's loop — not even node heartbeats, which change nothing the
+        controller reads."""
         times = [t for t in (self.loop.next_due(), *self.volcano_waits.times()) if t is not None]
         if self.actuator.dirty:
             times.append(self.clock() + STATUS_AFTER_PODS)
