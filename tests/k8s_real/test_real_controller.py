@@ -50,7 +50,7 @@ def test_a_gang_applied_with_kubectl_runs_on_the_nodes_caldera_chose_then_succee
     # Events follow the status and the clean-up in each step: wait for it, as a user would.
     wait_for(
         "the Succeeded event last",
-        lambda: clean.events("team-a", "train")[-1] == "Succeeded",
+        lambda: clean.events("team-a", "train")[-1:] == ["Succeeded"],
         timeout=20,
     )
 

@@ -50,7 +50,10 @@ def test_a_victim_stuck_terminating_is_forced_then_left_behind_and_its_preemptor
         clean.wait("team-a", "big", "Running", timeout=90)
         held = core.read_namespaced_pod(stuck, "team-a")
         assert held.metadata.deletion_timestamp is not None  # still there, still terminating
-        wait_for("big bound", lambda: clean.pods("team-a", "big")[0].spec.node_name)
+        wait_for(
+            "big bound",
+            lambda: [bool(p.spec.node_name) for p in clean.pods("team-a", "big")] == [True],
+        )
         (big,) = clean.pods("team-a", "big")
         assert big.spec.node_name != held.spec.node_name  # planned around the stuck pod
         assert clean.state("team-a", victim) in ("Pending", "Running")  # requeued, not lost
@@ -184,7 +187,10 @@ def test_an_eviction_a_disruption_budget_refuses_is_rolled_back_and_the_preempto
         pods = {n: clean.pods("team-a", n)[0] for n in guarded}
         assert clean.apply("alice", "team-a", training_job("big", type="large-job")).returncode == 0
         clean.wait("team-a", "big", "Running", timeout=90)
-        wait_for("big bound", lambda: clean.pods("team-a", "big")[0].spec.node_name)
+        wait_for(
+            "big bound",
+            lambda: [bool(p.spec.node_name) for p in clean.pods("team-a", "big")] == [True],
+        )
         (big,) = clean.pods("team-a", "big")
         refused = [n for n in guarded if "EvictionRefused" in clean.events("team-a", n)]
         assert refused, "no guarded filler was tried first: the test shows nothing"
