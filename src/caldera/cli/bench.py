@@ -123,7 +123,7 @@ def k8s_command(
 
         run_side_by_side(
             modes, nodes, gpus_per_node, jobs, gpus_per_job, gang_share, seed, submitters,
-            timeout, json_output, gangs,
+            timeout, json_output, gangs, logs,
         )  # fmt: skip
         return
     try:

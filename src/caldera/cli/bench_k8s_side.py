@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -34,6 +35,7 @@ def run_side_by_side(
     timeout: float,
     json_output: bool,
     gangs: int = 0,
+    logs: Path | None = None,
 ) -> None:
     """Check the input (one line on bad input, before any cluster starts), run, print."""
     from caldera.bench.kube.side import bench_side_by_side
@@ -83,7 +85,7 @@ def run_side_by_side(
 
     report = bench_side_by_side(
         modes, nodes, gpus_per_node, pods, gpus_per_pod, gang_share, seed, volcano,
-        submitters, timeout, say, gangs,
+        submitters, timeout, say, gangs, logs,
     )  # fmt: skip
     if json_output:
         sys.stdout.write(json.dumps(report) + "\n")
@@ -136,6 +138,14 @@ def _print(report: dict[str, object]) -> None:
         )
     console = Console(width=230)
     console.print(table)
+    for r in rows:
+        if r["mode"].startswith("caldera"):
+            console.print(
+                "admission, {}: sent -> TrainingJob seen {:.2f}/{:.2f} s, seen -> status "
+                "{:.2f}/{:.2f} s (p50/p99)".format(
+                    r["mode"], *r["admit_create_s"], *r["admit_controller_s"]
+                )
+            )
     ratios = report["ratios"]
     assert isinstance(ratios, dict)
     for name, value in ratios.items():

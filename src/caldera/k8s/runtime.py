@@ -76,6 +76,9 @@ __all__ = ["KubeRuntime", "KubeStats"]
 # Seconds after a flush that left statuses to write (a start's, after its pods) before the
 # loop steps again even if nothing happens: by then the pods usually run.
 STATUS_AFTER_PODS = 1.0
+# A step longer than this is logged with where its time went (reading, deciding, writing):
+# what an operator looks at when admissions or starts lag during a burst.
+LONG_STEP = 2.0
 
 log = logging.getLogger("caldera.k8s")
 
@@ -111,6 +114,7 @@ class KubeRuntime:
         self.clock = clock
         self.loop = SchedulerLoop(clock)
         self._took = 0.0  # wall seconds of the last cycle's caldera.core.run
+        self._deciding = 0.0  # the same, summed over the step's cycles
         self.queues: dict[str, Queue] = {q.name: q for q in queues}
         self.node_state = NodeState((), frozenset())
         self.room = Room(())
@@ -197,11 +201,23 @@ class KubeRuntime:
         status written once, Running, not Pending and then Running."""
         self.stats.steps += 1
         now = self.clock()
+        began = time.perf_counter()
+        self._deciding = 0.0
         self.observe(now)
-        if self.loop.due(now):
-            return self.cycle()
-        self.actuator.flush()
-        return None
+        read = time.perf_counter() - began
+        decisions = self.cycle() if self.loop.due(now) else None
+        if decisions is None:
+            self.actuator.flush()
+        took = time.perf_counter() - began
+        if took > LONG_STEP:
+            log.info(
+                "a long step: %.1f s (reading %.1f s, deciding %.1f s, writing the rest); %d jobs",
+                took,
+                read,
+                self._deciding,
+                len(self.actuator.jobs),
+            )
+        return decisions
 
     def observe(self, now: float) -> None:
         """Bring memory in line with the cluster: nodes, jobs, pods, foreign room. Writes
@@ -254,6 +270,7 @@ class KubeRuntime:
         began = time.perf_counter()
         decisions = run(snapshot, self.policy)
         self._took = time.perf_counter() - began
+        self._deciding += self._took
         self.stats.cycles += 1
         return decisions
 

@@ -65,6 +65,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -163,6 +164,11 @@ class SideResult:
     admit_p50_s: float = 0.0  # jobs sent in the middle third of the submissions
     admit_p99_s: float = 0.0
     admit_all_p99_s: float = 0.0
+    # admission's two parts, the same middle third, p50/p99: sent → the TrainingJob first
+    # seen by the bench's watch (the API server's create) and first seen → status seen (the
+    # controller's share; both sightings through the same watch)
+    admit_create_s: tuple[float, float] = (0.0, 0.0)
+    admit_controller_s: tuple[float, float] = (0.0, 0.0)
     decision_bind_p50_s: float = 0.0
     decision_bind_p99_s: float = 0.0
     # the preemption case: fillers bound before the measured jobs, and the evictions
@@ -275,6 +281,7 @@ def _run_mode(
     timeout: float,
     say: Callable[[str], None],
     fill: int = 0,
+    logs: Path | None = None,
 ) -> None:
     pods = sum(sizes)
     with tempfile.TemporaryDirectory(prefix=f"caldera-bench-{mode.value}-") as tmp:
@@ -391,6 +398,9 @@ def _run_mode(
                 stop_controller(controller)
             api.close()
             cluster.stop()
+            if logs is not None and (folder / "controller.log").exists():
+                logs.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(folder / "controller.log", logs / f"{mode.value}-controller.log")
 
 
 def _fill(
@@ -422,6 +432,10 @@ def _fill(
     return took
 
 
+def _p50_p99(values: list[float]) -> tuple[float, float]:
+    return round(percentile(values, 0.50), 2), round(percentile(values, 0.99), 2)
+
+
 def _admission(
     result: SideResult,
     sizes: Sequence[int],
@@ -438,6 +452,11 @@ def _admission(
     result.admit_p50_s = round(percentile(mid, 0.50), 2)
     result.admit_p99_s = round(percentile(mid, 0.99), 2)
     result.admit_all_p99_s = round(percentile(list(waits.values()), 0.99), 2)
+    seen = [n for n in middle if n in jobs.seen]
+    create = [jobs.seen[n] - sent[n] for n in seen]
+    controller = [jobs.admitted[n] - jobs.seen[n] for n in seen if n in jobs.admitted]
+    result.admit_create_s = _p50_p99(create)
+    result.admit_controller_s = _p50_p99(controller)
     to_bind = [
         t - jobs.decided[pods.job_of[pod]]
         for pod, t in pods.bound_wall.items()
@@ -460,12 +479,14 @@ def bench_side_by_side(
     timeout: float = 900.0,
     say: Callable[[str], None] = lambda line: None,
     gangs: int = 0,
+    logs: Path | None = None,
 ) -> dict[str, Any]:
     """Run the workload through each mode on its own fresh dev cluster, one after the other.
     A mode that fails (a timeout, a component that died) keeps what it measured and says why
     in `error`; the next mode still runs. `gangs` > 0: the preemption case — the cluster
     filled with low-priority single-pod jobs first, then `gangs` gangs (`gang_sizes`) at high
-    priority (`pods` and `gang_share` are then not used)."""
+    priority (`pods` and `gang_share` are then not used). `logs`: a folder that keeps each
+    caldera mode's controller log (`MODE-controller.log`)."""
     sizes = gang_sizes(gangs, seed) if gangs else workload(pods, gang_share, seed)
     fill = nodes * (gpus_per_node // gpus_per_pod) if gangs else 0
     results = []
@@ -474,7 +495,9 @@ def bench_side_by_side(
             mode.value, nodes, gpus_per_node, sum(sizes), len(sizes), sum(1 for s in sizes if s > 1)
         )
         try:
-            _run_mode(mode, sizes, result, gpus_per_pod, volcano, submitters, timeout, say, fill)
+            _run_mode(
+                mode, sizes, result, gpus_per_pod, volcano, submitters, timeout, say, fill, logs
+            )
         except (
             TimeoutError, RuntimeError, ClusterError, DevClusterError, k8s.client.ApiException
         ) as error:  # fmt: skip

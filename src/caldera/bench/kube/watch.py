@@ -33,7 +33,8 @@ class PodWatch:
     kind: str = "pods"
     label: str = ""
     job_of: dict[str, str] = field(default_factory=dict)
-    seen: dict[str, float] = field(default_factory=dict)  # pod → first seen (monotonic)
+    # pod (or TrainingJob) → first seen (monotonic)
+    seen: dict[str, float] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)  # pod → first seen bound
     bound_wall: dict[str, float] = field(default_factory=dict)  # the same, in unix time
     admitted: dict[str, float] = field(default_factory=dict)  # TrainingJob → status seen
@@ -44,6 +45,7 @@ class PodWatch:
     def _note(self, obj: dict[str, Any], now: float, deleted: bool = False) -> None:
         meta = obj["metadata"]
         if self.kind == "trainingjobs":
+            self.seen.setdefault(meta["name"], now)
             self._note_job(meta["name"], obj.get("status") or {}, now)
             return
         labels = meta.get("labels") or {}
