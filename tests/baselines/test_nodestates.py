@@ -128,3 +128,59 @@ def test_a_give_and_a_take_that_leave_every_count_equal_are_seen() -> None:
     want = fit_on_node(room, 0, 4000, 0, 0)  # node 0's first island, free now
     assert want is not None and want.devices == (0, 1, 2, 3)
     assert nodeorder_place(room, spec, [0, 2]) == want
+
+
+def _take_or_give(room: Room, rng: random.Random, held: list[TaskPlacement]) -> None:
+    """One change: a pod placed by nodeorder (the index told), or one given back or taken
+    behind the index's back (as a runtime or a rollback does)."""
+    roll = rng.random()
+    if roll < 0.3 and held:
+        room.give(held.pop(rng.randrange(len(held))))
+    elif roll < 0.5:
+        spec = _spec(rng)
+        for index in rng.sample(range(len(room.nodes)), len(room.nodes)):
+            task = fit_on_node(room, index, spec.gpu, spec.cpu, spec.memory, spec.gpu_profile)
+            if task is not None:
+                room.take(task)
+                held.append(task)
+                break
+    else:
+        spec = _spec(rng)
+        want = _afresh(room, spec, None)
+        task = nodeorder_place(room, spec, None)
+        assert (task.node if task is not None else -1) == want
+        if task is not None:
+            held.append(task)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_looks_across_partial_rollbacks_and_scratches_match_a_fresh_look(seed: int) -> None:
+    """The index learns what changed from the room's journal inside a scratch, and from what
+    its own entries were after one: rollbacks to marks before and after its last look,
+    scratches opened and closed with and without changes outside between them."""
+    rng = random.Random(1000 + seed)
+    room = Room(_nodes())
+    held: list[TaskPlacement] = []
+    for _ in range(8):
+        for _ in range(rng.randrange(4)):  # outside a scratch: a runtime's starts and ends
+            _take_or_give(room, rng, held)
+        with room.scratch():
+            outer = list(held)
+            marks: list[tuple[int, list[TaskPlacement]]] = []
+            for _ in range(40):
+                roll = rng.random()
+                if roll < 0.15:
+                    marks.append((room.mark(), list(held)))
+                elif roll < 0.3 and marks:
+                    mark, kept = marks.pop(rng.randrange(len(marks)))
+                    del marks[sum(1 for m, _ in marks if m <= mark) :]
+                    room.rollback(mark)
+                    held = kept
+                elif roll < 0.4:
+                    _check_index(room, None)
+                    _check_index(room, PROFILE)
+                else:
+                    _take_or_give(room, rng, held)
+        held = outer
+        _check_index(room, None)
+        _check_index(room, PROFILE)

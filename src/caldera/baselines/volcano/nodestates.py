@@ -9,13 +9,17 @@ keeps them per room (and profile) and works out again only the nodes whose value
 since the last look.
 
 Whether anything changed since the last look, the room's change count says (`Room.changes`,
-undos included): after the caller's own take, nothing else to do. Which nodes changed is found
-without more help from the room: the index keeps a copy of the values it last saw (free cpu,
-memory, pod slots, devices) and compares them with the room's in C — the pod slots first,
-since every take and give moves them by one; only where they moved by fewer than the room's
-change count says (a take and a give on one node), whole lists, then element by element
-where they differ. Rollbacks, evictions and a runtime's starts between cycles are all seen the
-same way.
+undos included): after the caller's own take, nothing else to do. Which nodes changed, the
+room's undo journal says while the scratch of the last look is open and its entries up to
+that look are still there: the nodes of the entries after them (an entry undone since gave
+back what it took). Otherwise (a scratch ended, or rolled back below the look) the room is
+its state outside any scratch plus the open scratch's entries, and the look saw that state
+plus its own entries: only the nodes of those two sets of entries changed — unless the room
+changed outside a scratch since (`Room.version`: a runtime's starts and ends between cycles).
+Then the index compares the pod slots it last saw with the room's, in C: every change moves
+them by one, so where they moved, beyond what the entries account for, by as many as were
+made, every change shows there; only where they did not (a take and a give on one node) are
+the other values (free cpu, memory, devices) compared, whole lists, then element by element.
 """
 
 from __future__ import annotations
@@ -24,13 +28,16 @@ from bisect import bisect_left, insort
 from itertools import compress
 from operator import methodcaller, ne
 
-from caldera.core.room import Room
+from caldera.core.room import Room, TaskPlacement
 from caldera.model import Node
 
 __all__ = ["NodeState", "NodeStates", "node_state", "node_states"]
 
 NodeState = tuple[object, ...]
 """(shape, free cpu, free memory, takes another pod, free devices, has a free slice)."""
+
+Journal = list[tuple[TaskPlacement, int]]
+"""A room's undo journal: (task, sign) per change inside a scratch, -1 a take, +1 a give."""
 
 _HOLDS_A_POD = (0).__lt__
 """pods > 0: the node takes another pod."""
@@ -71,6 +78,13 @@ class NodeStates:
         self._free = [free.copy() for free in room.free]
         self._slices = self._has_slice()
         self._changes = room.changes
+        self._version = room.version
+        # Where the room's journal stood at the last look, and the pod slots its entries up
+        # to there moved per node (a take moves them by -1): what `refresh` reads.
+        self._journal: Journal | None = None
+        self._seen = 0
+        self._last: tuple[TaskPlacement, int] | None = None
+        self._entered: dict[int, int] = {}
         self._numbers: dict[NodeState, int] = {}
         self._looks: dict[tuple[int, int, int], dict[int, int]] = {}
         self.state_of: list[int] = [
@@ -79,6 +93,9 @@ class NodeStates:
         self._members: dict[int, list[int]] = {}
         for index, state in enumerate(self.state_of):
             self._members.setdefault(state, []).append(index)
+        journal = _journal_of(room)
+        self._looked(journal)
+        self._entered = _pods_moved(journal)
 
     def _number(self, state: NodeState) -> int:
         """The state's number, a new one for a state not seen before."""
@@ -119,25 +136,74 @@ class NodeStates:
     def refresh(self) -> None:
         """Bring every node's state up to date with the room."""
         room = self.room
-        changes = room.changes - self._changes
-        if not changes:
+        if room.changes == self._changes:
             return
+        journal = _journal_of(room)
+        seen = self._seen
+        if (
+            journal is not None
+            and journal is self._journal
+            and len(journal) >= seen
+            and (not seen or journal[seen - 1] is self._last)
+        ):
+            # Inside the scratch of the last look, whose entries up to it are all still
+            # there: every change since is an entry after them, or one undone since (which
+            # gave back what it took).
+            entered = self._entered
+            for task, sign in journal[seen:]:
+                index = task.node
+                entered[index] = entered.get(index, 0) + sign
+                self.touched(index)
+        else:
+            self._catch_up(journal)
+            self._entered = _pods_moved(journal)
+        self._looked(journal)
+
+    def _looked(self, journal: Journal | None) -> None:
+        """The index is up to date: remember where the room's counts and journal stood."""
+        room = self.room
         self._changes = room.changes
-        # Every take and give moves its node's pod slots by one and counts once in
-        # `Room.changes`: those nodes first. Where the slots moved by as many as were
-        # counted, every change shows there and nothing else changed; otherwise (a take and
-        # a give on one node, values given back) every value is compared.
-        every = range(len(room.nodes))
-        moved = list(compress(every, map(ne, room.pods, self._pods)))
-        if not moved and self._same():
-            return
-        shifted = sum(abs(room.pods[index] - self._pods[index]) for index in moved)
-        for index in moved:
+        self._version = room.version
+        self._journal = journal
+        self._seen = 0 if journal is None else len(journal)
+        self._last = journal[-1] if journal else None
+
+    def _catch_up(self, journal: Journal | None) -> None:
+        """Find the nodes that changed since the last look when the journal alone cannot
+        say: a scratch ended since, or entries the last look saw were undone.
+
+        The room is its state outside any scratch plus the open scratch's entries; the last
+        look saw that state (then) plus its own scratch's entries up to it (`_entered`), all
+        undone since. So only the nodes of those two sets of entries (`suspects`) changed,
+        unless something changed outside a scratch since (`Room.version` counts those)."""
+        room = self.room
+        entered = _pods_moved(journal)
+        undone = self._entered
+        suspects = entered.keys() | undone.keys()
+        outside = room.version - self._version
+        pods, seen_pods = room.pods, self._pods
+        # Every change outside a scratch moves its node's pod slots by one. Where the slots
+        # moved, less what the entries account for, by as many as were made, every one shows
+        # there; otherwise (a take and a give on one node) every value is compared.
+        visible = 0
+        if outside:
+            for index in suspects:
+                moved = pods[index] - seen_pods[index]
+                visible += abs(moved - entered.get(index, 0) + undone.get(index, 0))
+        for index in suspects:
             self.touched(index)
-        if shifted != changes and not self._same():
+        if not outside:
+            return
+        every = range(len(room.nodes))
+        for index in compress(every, map(ne, pods, seen_pods)):
+            if index not in suspects:
+                visible += abs(pods[index] - seen_pods[index])
+                self.touched(index)
+        if visible != outside and not self._same():
             changed = set(compress(every, map(ne, room.cpu, self._cpu)))
             changed.update(compress(every, map(ne, room.memory, self._memory)))
             changed.update(compress(every, map(ne, room.free, self._free)))
+            changed.update(compress(every, map(ne, pods, seen_pods)))
             slices = self._has_slice()
             if slices is not None and self._slices is not None:
                 changed.update(compress(every, map(ne, slices, self._slices)))
@@ -182,15 +248,38 @@ class NodeStates:
         insort(self._members.setdefault(state, []), index)
 
     def took(self, index: int) -> None:
-        """The caller took one pod's room on node `index`, the room's only change since the
-        last look: the next look need not compare."""
+        """The caller took one pod's room on node `index`: when that is the room's only
+        change since the last look, the index is up to date."""
         self.touched(index)
-        if self.room.changes == self._changes + 1:
-            self._changes += 1
+        if self.room.changes != self._changes + 1:
+            return  # other changes too: the next look finds them
+        journal = _journal_of(self.room)
+        if journal is None:
+            self._entered = {}
+        else:
+            if journal is not self._journal:  # a scratch opened since, the last one empty
+                self._entered = {}
+            self._entered[index] = self._entered.get(index, 0) - 1
+        self._looked(journal)
 
     def lowest_of_each(self) -> list[tuple[int, int]]:
         """Per state, its number and the lowest node that has it."""
         return [(state, members[0]) for state, members in self._members.items()]
+
+
+def _journal_of(room: Room) -> Journal | None:
+    """The room's undo journal while a scratch is open (None outside one): every change
+    made inside the scratch and not undone, in order (core/room.py). Read only, to learn
+    which nodes changed without comparing every node."""
+    return room._journal
+
+
+def _pods_moved(journal: Journal | None) -> dict[int, int]:
+    """Per node, how far the journal's entries moved its pod slots (a take: -1)."""
+    moved: dict[int, int] = {}
+    for task, sign in journal or ():
+        moved[task.node] = moved.get(task.node, 0) + sign
+    return moved
 
 
 _MAX_STATES = 1 << 16

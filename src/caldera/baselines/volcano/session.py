@@ -126,18 +126,55 @@ _MAX_GROUPS = 4096  # groups whose sums are kept; beyond that, forgotten all at 
 
 def _tasks_of(key: Hashable, group: list[JobView]) -> int:
     """The tasks of a pending group's jobs. A group waits cycle after cycle with the same
-    jobs: its sum is kept (under its group key) with a copy of its members, and reused
-    while the group equals that copy — a list comparison in C that passes the very same
-    views by identity (equal views would have the same tasks), far cheaper than reading
-    every job's tasks."""
+    jobs, or a few come (at its end, mostly) and go (from its head): its sum is kept (under
+    its group key) with a copy of its members, and only the jobs between the longest run
+    that starts both lists alike and the longest that ends both alike are read — list
+    comparisons in C that pass the very same views by identity (equal views would have the
+    same tasks), far cheaper than reading every job's tasks."""
     known = _GROUP_TASKS.get(key)
-    if known is not None and known[0] == group:
-        return known[1]
-    tasks: int = sum(map(_TASKS, group))
+    if known is None:
+        tasks: int = sum(map(_TASKS, group))
+    else:
+        old, tasks = known
+        if old == group:
+            return tasks
+        head = _alike_from_start(old, group)
+        tail = _alike_from_end(old, group, min(len(old), len(group)) - head)
+        tasks += sum(map(_TASKS, group[head : len(group) - tail]))
+        tasks -= sum(map(_TASKS, old[head : len(old) - tail]))
     if len(_GROUP_TASKS) >= _MAX_GROUPS:
         _GROUP_TASKS.clear()
     _GROUP_TASKS[key] = (group.copy(), tasks)
     return tasks
+
+
+def _alike_from_start(a: list[JobView], b: list[JobView]) -> int:
+    """How many items start both lists alike: halves compared in C."""
+    low, high = 0, min(len(a), len(b))  # a[:low] == b[:low]; they differ at or before high
+    if a[:high] == b[:high]:
+        return high
+    while high - low > 1:
+        middle = (low + high) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def _alike_from_end(a: list[JobView], b: list[JobView], most: int) -> int:
+    """How many items (at most `most`) end both lists alike: halves compared in C."""
+    la, lb = len(a), len(b)
+    low, high = 0, most  # the last `low` items alike; they differ within the last `high`
+    if a[la - high :] == b[lb - high :]:
+        return high
+    while high - low > 1:
+        middle = (low + high) // 2
+        if a[la - middle : la - low] == b[lb - middle : lb - low]:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 _CAPACITY: dict[int, tuple[tuple[Node, ...], Vector]] = {}
