@@ -212,13 +212,16 @@ def test_a_burst_is_written_in_rounds_and_newcomers_are_admitted_between_them(
     assert set(pod_at) == {f"{NAMESPACE}/{name}" for name in singles}
     assert all(status_at[job] < at for job, at in pod_at.items())  # status first, each job
     assert min(pod_at.values()) < max(status_at[f"{NAMESPACE}/{n}"] for n in singles)
-    # its status went at the next round's start, ahead of the backlog (it went after it)
-    second_round = sorted(status_at[f"{NAMESPACE}/{n}"] for n in singles)[4]
-    assert status_at[f"{NAMESPACE}/late"] < second_round
-    # and with it the first statuses of the backlog, up to a round's worth (4 here): before
-    # the second round's pods, 4 + (late + 3) + 4 statuses, not 4 + 4
+    # its status went between the rounds, before the second round's pods (it went after
+    # every pod), and after the backlog's next first statuses, a round's worth (4 here):
+    # they came before it (a burst of newcomers pushed them back)
     fifth_pod = sorted(pod_at.values())[4]
-    assert sum(1 for at in status_at.values() if at < fifth_pod) == 12
+    late = status_at[f"{NAMESPACE}/late"]
+    assert late < fifth_pod
+    second_round = sorted(status_at[f"{NAMESPACE}/{n}"] for n in singles)[4:8]
+    assert max(second_round) < late
+    # before the second round's pods: 4 + (4 + late) + 4 statuses, not 4 + 4
+    assert sum(1 for at in status_at.values() if at < fifth_pod) == 13
     assert world.state("late") == "Pending"  # admitted during the step, its start to come
     assert world.events("late") == []  # its Admitted Event waits for its start
     world.step()

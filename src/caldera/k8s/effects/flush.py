@@ -158,7 +158,8 @@ class Flusher(IntentCarrier):
         the backlog of starts. Their starts are the next step's: the cycle decides them, as
         every start. With them go the first statuses of the backlog's jobs this controller
         has not written yet (admitted at the step's start, their start waiting for its
-        round), up to `ROUND` in all, oldest first: the same status written earlier, so
+        round), up to `ROUND` of them, oldest first and ahead of the newcomers, who came
+        after them: the same status written earlier, so
         each job's admission is said within seconds; their objects still wait for it, as
         always, and the rounds' pods are not held up behind thousands of statuses. While
         these go, the flush's writers start no new request (the API server answers the
@@ -192,8 +193,8 @@ class Flusher(IntentCarrier):
                 r for r, e in zip(rejections, written, strict=True) if e is not None
             ]
             with self._lock:
-                jobs = [job for job in admitted if self.dirty.get(job.id) is job]
-                new = {job.id for job in jobs}
+                fresh_jobs = [job for job in admitted if self.dirty.get(job.id) is job]
+                new = {job.id for job in fresh_jobs}
                 backlog = (
                     job
                     for job in self.dirty.values()
@@ -201,7 +202,9 @@ class Flusher(IntentCarrier):
                     and job.id not in self._round
                     and job.id not in new
                 )
-                jobs += itertools.islice(backlog, max(ROUND - len(jobs), 0))
+                # the backlog's first: they came before the newcomers (a burst of newcomers
+                # kept pushing them back, issue 40's 10 s admission tail)
+                jobs = [*itertools.islice(backlog, ROUND), *fresh_jobs]
             raised = self._each(self._write_status, jobs, intake=True)
             with self._lock:
                 for job, error in zip(jobs, raised, strict=True):
