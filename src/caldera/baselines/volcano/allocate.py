@@ -17,11 +17,14 @@ from caldera.baselines.common import (
     missing_tasks,
     running_with_missing,
 )
+from caldera.baselines.proportion import QueueShare
+from caldera.baselines.volcano.nodeorder import most_pods, nodeorder_place
 from caldera.baselines.volcano.session import Scope, Session, session_for, volcano_job_order
 from caldera.core.context import CycleContext
 from caldera.core.room import Room, TaskPlacement
 from caldera.core.snapshot import JobView
-from caldera.model import JobState
+from caldera.core.usage import QueueUsage
+from caldera.model import JobSpec, JobState
 
 __all__ = ["volcano_allocate"]
 
@@ -177,6 +180,34 @@ def _scopes(session: Session, job: JobView, room: Room) -> list[Scope]:
     return [*usable]
 
 
+def _runs_out_of_room(
+    session: Session, spec: JobSpec, share: QueueShare, usage: QueueUsage, want: int
+) -> bool:
+    """Would the placement loop below, for a job with none of its `want` pods running, run
+    out of room in every scope — a pod finding no node, idle or future — before it places
+    `min_available` pods, and before its queue's deserved or capability stop it? Then its
+    outcome is known without placing a pod: the shape failed, the job starves.
+
+    Only where one room serves both views (nothing is being released: a pod that finds no
+    idle room finds no future room) and nodeorder places (seed 001): no more pods fit than
+    `most_pods` says, in any scope; the checks that come before each pod are made as the
+    loop makes them, on a copy of the queue's share. Most tries of a long backlog of
+    whole-node gangs end so, each after placing pods one by one and rolling them back."""
+    staged = session.staged
+    if staged.place is not nodeorder_place or not staged.shared:
+        return False
+    most = most_pods(staged.idle, spec)
+    if most is None or most >= spec.min_available or most >= want:
+        return False
+    trial = QueueShare(share.queue, allocated=list(share.allocated), deserved=share.deserved)
+    request = spec.task_request
+    for placed in range(most + 1):  # the checks before pod `placed + 1`
+        if not trial.allows(request) or not usage.within_capability(request.scaled(placed + 1)):
+            return False
+        trial.add(request)
+    return True
+
+
 def _allocate_job(session: Session, job: JobView, failed: set[int]) -> bool:
     """V4 for one job. True when its queue's allocation changed (tasks kept)."""
     cycle = session.cycle
@@ -190,8 +221,13 @@ def _allocate_job(session: Session, job: JobView, failed: set[int]) -> bool:
         if ready_now < spec.min_available:
             session.starve(job)
         return False
+    scopes = _scopes(session, job, cycle.room)
+    if not running and scopes and _runs_out_of_room(session, spec, share, usage, want):
+        failed.add(spec.shape)
+        session.starve(job)
+        return False
     no_room = False
-    for scope in _scopes(session, job, cycle.room):
+    for scope in scopes:
         mark = session.staged.mark()
         placed: list[TaskPlacement] = []
         pipelined = 0

@@ -30,7 +30,7 @@ from caldera.core.placement import fit_on_node
 from caldera.core.room import Room, TaskPlacement
 from caldera.model import GPU_MILLI, JobSpec
 
-__all__ = ["nodeorder_place", "nodeorder_score"]
+__all__ = ["fits_nowhere", "most_pods", "nodeorder_place", "nodeorder_score"]
 
 _MAX_NODE_SCORE = 100  # fwk.MaxNodeScore
 _NON_ZERO_CPU = 100  # schedutil.DefaultMilliCPURequest, millicores
@@ -88,10 +88,10 @@ def nodeorder_place(
     Whether the pod fits a node and the node's score depend only on the node's state, and
     most nodes of a pool look alike (empty, or full), so each state is worked out once per
     call; the states are kept across calls (`nodestates`)."""
+    if fits_nowhere(room, spec):
+        return None  # most failed tries, cheaper than a look at every state
     models = spec.gpu_models
     profile = spec.gpu_profile
-    if profile is None and spec.gpu >= GPU_MILLI and not _some_node_has(room, spec.gpu):
-        return None  # most failed tries, cheaper than a look at every state
     states = node_states(room, profile)
     looks = states.looks(spec.gpu, spec.cpu, spec.memory)  # state -> score, -1: no fit
     candidates: Iterable[tuple[int, int]]  # (state, node)
@@ -116,11 +116,33 @@ def nodeorder_place(
     return _take(room, spec, best, states)
 
 
-def _some_node_has(room: Room, gpu: int) -> bool:
-    """Has any node the whole free GPUs a pod of `gpu` milli-GPUs needs (`fit_on_node`'s
-    first check)? The room buckets nodes by their whole free GPUs: a few list reads."""
-    need = gpu // GPU_MILLI
-    return any(any(buckets[need:]) for buckets in room.buckets.values())
+def most_pods(room: Room, spec: JobSpec) -> int | None:
+    """At most how many pods of `spec` the room takes, all its nodes together: a pod of one
+    GPU or more takes that many whole GPUs of its node (`fit_on_node`), so a node takes no
+    more pods than its whole free GPUs hold. The room buckets nodes by them: a few list
+    reads. None where it cannot say so at once (a MIG profile, less than a GPU)."""
+    if spec.gpu_profile is not None or spec.gpu < GPU_MILLI:
+        return None
+    need = spec.gpu // GPU_MILLI
+    most = 0
+    for buckets in room.buckets.values():
+        for whole in range(need, len(buckets)):
+            most += len(buckets[whole]) * (whole // need)
+    return most
+
+
+def fits_nowhere(room: Room, spec: JobSpec) -> bool:
+    """Does a pod of `spec` need more whole free GPUs than any node of `room` has
+    (`fit_on_node`'s first check), so that `nodeorder_place` finds no node without looking
+    at one? The room buckets nodes by their whole free GPUs: a few list reads. False where
+    it cannot say so at once (a MIG profile, less than a GPU)."""
+    if spec.gpu_profile is not None or spec.gpu < GPU_MILLI:
+        return False
+    need = spec.gpu // GPU_MILLI
+    for buckets in room.buckets.values():  # noqa: SIM110 - no generator for each call
+        if any(buckets[need:]):
+            return False
+    return True
 
 
 def _look(room: Room, index: int, spec: JobSpec) -> int:
