@@ -88,21 +88,38 @@ class QueueShare:
         self.allocated[2] += sign * request.memory
 
 
+def _name(share: QueueShare) -> str:
+    return share.queue.name
+
+
+_LIMITS: dict[int, tuple[Queue, tuple[str, int, Vector, Vector]]] = {}
+_MAX_LIMITS = 1024  # queues whose limits are kept; beyond that, forgotten all at once
+
+
+def _limits(queue: Queue) -> tuple[str, int, Vector, Vector]:
+    """What water-filling reads of a queue's configuration: its name, weight, capability
+    (unset: no limit) and guarantee. Worked out once per queue (configurations are
+    frozen; a changed queue is another object)."""
+    known = _LIMITS.get(id(queue))
+    if known is None or known[0] is not queue:
+        if len(_LIMITS) >= _MAX_LIMITS:
+            _LIMITS.clear()
+        limits = (
+            queue.name,
+            max(queue.weight, 0),
+            vector(queue.capability, unset=float("inf")),
+            vector(queue.guarantee),
+        )
+        _LIMITS[id(queue)] = known = (queue, limits)
+    return known[1]
+
+
 def water_fill(total: Vector, queues: Iterable[QueueShare]) -> None:
     """Set every queue's `deserved` (BASELINES.md `volcano` point 2, proportion plugin).
 
     Runs every cycle, so it is written out per resource, with each queue's weight,
     capability and guarantee read once; the arithmetic is the same, in the same order."""
-    pool = [
-        (
-            q,
-            q.name,
-            max(q.queue.weight, 0),
-            vector(q.queue.capability, unset=float("inf")),
-            vector(q.queue.guarantee),
-        )
-        for q in sorted(queues, key=lambda q: q.name)
-    ]
+    pool = [(q, *_limits(q.queue)) for q in sorted(queues, key=_name)]
     r0, r1, r2 = total
     met: set[str] = set()
     for _ in range(_MAX_ROUNDS):

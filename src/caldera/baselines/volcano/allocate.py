@@ -199,8 +199,10 @@ def _runs_out_of_room(
     most = most_pods(staged.idle, spec)
     if most is None or most >= spec.min_available or most >= want:
         return False
-    trial = QueueShare(share.queue, allocated=list(share.allocated), deserved=share.deserved)
     request = spec.task_request
+    if not most:  # the checks before the first pod, on the share as it is
+        return share.allows(request) and usage.within_capability(request.scaled(1))
+    trial = QueueShare(share.queue, allocated=list(share.allocated), deserved=share.deserved)
     for placed in range(most + 1):  # the checks before pod `placed + 1`
         if not trial.allows(request) or not usage.within_capability(request.scaled(placed + 1)):
             return False
