@@ -230,6 +230,42 @@ def test_a_burst_is_written_in_rounds_and_newcomers_are_admitted_between_them(
     assert world.events("late") == []  # a first start: its conditions say it all
 
 
+def test_newcomers_in_numbers_do_not_push_the_step_s_own_admissions_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 40: during a burst, each admission between rounds wrote the newcomers and then
+    the backlog's first statuses only up to a round's worth in all, so a step's own
+    admissions waited behind every later wave (a 10 s admission tail). The backlog's go
+    first, as many as the newcomers."""
+    monkeypatch.setattr(flush, "ROUND", 4)
+    world = World().hypernode("a", "n", count=2).start()
+    singles = [f"one{i:02d}" for i in range(12)]
+    for name in singles:
+        world.submit(name, gpus=1)
+    create_pod = world.cluster.create_pod
+    late = [f"late{i}" for i in range(6)]
+
+    def create_and_submit(namespace: str, body: Any) -> Any:
+        if not any(key == f"{NAMESPACE}/late0" for _, _, key in world.cluster.actions):
+            for name in late:
+                world.submit(name, gpus=1)  # a wave of users while the burst is written
+        return create_pod(namespace, body)
+
+    world.cluster.create_pod = create_and_submit  # type: ignore[method-assign]
+    mark = len(world.cluster.actions)
+    world.rt.step()
+    order = [
+        key.rsplit("/", 1)[1]
+        for _, kind, key in world.cluster.actions[mark:]
+        if kind == "trainingjob/status"
+    ]
+    first_late = min(order.index(name) for name in late)
+    # a round (4), then as many of the backlog as the 6 newcomers, then the newcomers
+    assert sorted(order[:first_late]) == singles[:10]
+    assert sorted(order[first_late : first_late + 6]) == late
+    assert all(world.state(name) == "Pending" for name in late)
+
+
 class SlowPods:
     """The API for the writers: each pod create waits `seconds` (a busy API server) outside
     the fake's lock; the first one applies the TrainingJob `late` first, as a user would

@@ -158,8 +158,8 @@ class Flusher(IntentCarrier):
         the backlog of starts. Their starts are the next step's: the cycle decides them, as
         every start. With them go the first statuses of the backlog's jobs this controller
         has not written yet (admitted at the step's start, their start waiting for its
-        round), up to `ROUND` of them, oldest first and ahead of the newcomers, who came
-        after them: the same status written earlier, so
+        round), oldest first and ahead of the newcomers, who came after them — as many as
+        the newcomers, at least `ROUND`: the same status written earlier, so
         each job's admission is said within seconds; their objects still wait for it, as
         always, and the rounds' pods are not held up behind thousands of statuses. While
         these go, the flush's writers start no new request (the API server answers the
@@ -202,9 +202,11 @@ class Flusher(IntentCarrier):
                     and job.id not in self._round
                     and job.id not in new
                 )
-                # the backlog's first: they came before the newcomers (a burst of newcomers
-                # kept pushing them back, issue 40's 10 s admission tail)
-                jobs = [*itertools.islice(backlog, ROUND), *fresh_jobs]
+                # the backlog's first, as many as the newcomers and at least a round's worth:
+                # they came earlier, and a burst of newcomers kept pushing them back (issue
+                # 40's 10 s admission tail); after a restart (no newcomers) a round's worth
+                older = itertools.islice(backlog, max(ROUND, len(fresh_jobs)))
+                jobs = [*older, *fresh_jobs]
             raised = self._each(self._write_status, jobs, intake=True)
             with self._lock:
                 for job, error in zip(jobs, raised, strict=True):
