@@ -179,6 +179,23 @@ def test_a_job_marked_changed_with_the_same_status_is_not_written_again() -> Non
     assert written == [("patch", "trainingjob/status", f"{NAMESPACE}/one0")]
 
 
+def _burst_with_newcomers(world: World, burst: list[str], newcomers: list[str]) -> None:
+    """`burst`'s one-GPU jobs submitted now; `newcomers` applied by users at the first pod
+    the controller creates, while the burst is written."""
+    for name in burst:
+        world.submit(name, gpus=1)
+    create_pod = world.cluster.create_pod
+
+    def create_and_submit(namespace: str, body: Any) -> Any:
+        first = f"{NAMESPACE}/{newcomers[0]}"
+        if not any(key == first for _, _, key in world.cluster.actions):
+            for name in newcomers:
+                world.submit(name, gpus=1)
+        return create_pod(namespace, body)
+
+    world.cluster.create_pod = create_and_submit  # type: ignore[method-assign]
+
+
 def test_a_burst_is_written_in_rounds_and_newcomers_are_admitted_between_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -190,16 +207,7 @@ def test_a_burst_is_written_in_rounds_and_newcomers_are_admitted_between_them(
     monkeypatch.setattr(flush, "ROUND", 4)
     world = World().hypernode("a", "n", count=2).start()
     singles = [f"one{i}" for i in range(12)]
-    for name in singles:
-        world.submit(name, gpus=1)
-    create_pod = world.cluster.create_pod
-
-    def create_and_submit(namespace: str, body: Any) -> Any:
-        if not any(key == f"{NAMESPACE}/late" for _, _, key in world.cluster.actions):
-            world.submit("late", gpus=1)  # applied by a user while the burst is written
-        return create_pod(namespace, body)
-
-    world.cluster.create_pod = create_and_submit  # type: ignore[method-assign]
+    _burst_with_newcomers(world, singles, ["late"])
     mark = len(world.cluster.actions)
     world.rt.step()
     actions = world.cluster.actions[mark:]
@@ -240,18 +248,8 @@ def test_newcomers_in_numbers_do_not_push_the_step_s_own_admissions_back(
     monkeypatch.setattr(flush, "ROUND", 4)
     world = World().hypernode("a", "n", count=2).start()
     singles = [f"one{i:02d}" for i in range(12)]
-    for name in singles:
-        world.submit(name, gpus=1)
-    create_pod = world.cluster.create_pod
     late = [f"late{i}" for i in range(6)]
-
-    def create_and_submit(namespace: str, body: Any) -> Any:
-        if not any(key == f"{NAMESPACE}/late0" for _, _, key in world.cluster.actions):
-            for name in late:
-                world.submit(name, gpus=1)  # a wave of users while the burst is written
-        return create_pod(namespace, body)
-
-    world.cluster.create_pod = create_and_submit  # type: ignore[method-assign]
+    _burst_with_newcomers(world, singles, late)
     mark = len(world.cluster.actions)
     world.rt.step()
     order = [
