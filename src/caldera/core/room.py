@@ -115,6 +115,13 @@ class Room:
         self.version = 0  # changes made outside scratch(): a runtime's starts and releases
         self.changes = 0  # every change and every undo: an unchanged count, an unchanged room
 
+    @property
+    def journal(self) -> list[tuple[TaskPlacement, int]] | None:
+        """The open scratch's undo journal (None outside a scratch): every change made in it
+        and not undone, in order. Read only: an observer learns from it which nodes changed
+        without comparing every node (the Volcano baseline's node states)."""
+        return self._journal
+
     def domain_layout(self, tier: int, models: frozenset[str] | None) -> DomainLayout:
         """Per domain of `tier` (1 or 2): its nodes of the allowed GPU models and their
         capacity in milli-GPUs. The nodes never change, so this is worked out once."""

@@ -271,7 +271,7 @@ def _journal_of(room: Room) -> Journal | None:
     """The room's undo journal while a scratch is open (None outside one): every change
     made inside the scratch and not undone, in order (core/room.py). Read only, to learn
     which nodes changed without comparing every node."""
-    return room._journal
+    return room.journal
 
 
 def _pods_moved(journal: Journal | None) -> dict[int, int]:
