@@ -13,7 +13,7 @@ import pytest
 from k8s_support import NAMESPACE, World, training_job
 
 from caldera.core import Decisions, Evict, EvictReason
-from caldera.k8s import ClusterUnavailable, Invalid, NamespaceBinding, QuotaExceeded, names
+from caldera.k8s import ClusterUnavailable, Invalid, NamespaceBinding, QuotaExceeded, names, runtime
 from caldera.model import JobState
 from caldera.trainingjob_api import CHECKPOINT, NOMINATION, PROTECTED
 
@@ -873,3 +873,21 @@ def test_a_controller_gone_between_a_start_s_pods_and_its_status_starts_the_job_
     assert world.state("second") == "Running"
     assert [p["metadata"]["name"] for p in world.pods("second")] == ["second-2-0"]
     assert world.status("second")["attempts"] == 2
+
+
+def test_a_long_step_says_where_its_time_went(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator whose admissions lag during a burst reads in the log how long a long step
+    read, decided and wrote; a short step says nothing."""
+    world = World().hypernode("a", "n", count=1).start()
+    world.submit("one", gpus=1)
+    caplog.set_level("INFO", logger="caldera.k8s")
+    world.step()
+    assert "a long step" not in caplog.text
+    monkeypatch.setattr(runtime, "LONG_STEP", 0.0)
+    world.submit("two", gpus=1)
+    world.step()
+    said = [r.getMessage() for r in caplog.records if "a long step" in r.getMessage()]
+    assert len(said) == 1 and "reading" in said[0] and "deciding" in said[0], said
+    assert said[0].endswith("; 2 jobs"), said
