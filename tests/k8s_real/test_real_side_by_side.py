@@ -114,3 +114,8 @@ def test_caldera_writes_per_started_single_pod_job_behind_kube_scheduler(
     assert writes.get("PATCH trainingjobs/status", 0) >= 2 * SINGLES, writes  # start, running
     assert writes.get("POST events", 0) <= SINGLES / 4, writes  # no Event per start
     assert caldera["controller_writes_per_job"] <= WRITES_PER_START, writes
+    # the same per job, from the TrainingJobs' watch: every job its pod and at least two
+    # status writes (before the pod, once it runs), the mean within the bound
+    spread = caldera["single_pod_writes_spread"]
+    assert sum(spread.values()) == SINGLES and min(spread) >= 3, spread
+    assert caldera["single_pod_writes"] <= WRITES_PER_START, spread

@@ -146,6 +146,11 @@ def _print(report: dict[str, object]) -> None:
                     r["mode"], *r["admit_create_s"], *r["admit_controller_s"]
                 )
             )
+            spread = ", ".join(f"{n}: {k}" for n, k in r["single_pod_writes_spread"].items())
+            console.print(
+                f"writes per single-pod job, {r['mode']}: {r['single_pod_writes']:.2f} "
+                f"(jobs by writes: {spread})"
+            )
     ratios = report["ratios"]
     assert isinstance(ratios, dict)
     for name, value in ratios.items():

@@ -39,6 +39,9 @@ In the caldera modes, also (issue 40, items 1 and 2):
   pods' creates and deletes, evictions, the TrainingJobs' status patches, PodGroups,
   Services, its state ConfigMap) and the Events beyond those of the mode behind it in the
   same run (kube-scheduler's, KWOK's, Volcano's own Events are in both);
+- writes per single-pod job: its pod (and PodGroup, in front of Volcano) and each change of
+  its TrainingJob the bench's watch saw (its status patches), the mean and how many jobs took
+  how many;
 - admission: from the moment a TrainingJob was sent to the first sight of its status (the
   controller admitted it), p50/p99 over the jobs sent in the middle third of the submissions
   (in the thick of the burst) and p99 over all;
@@ -70,6 +73,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,6 +173,11 @@ class SideResult:
     # controller's share; both sightings through the same watch)
     admit_create_s: tuple[float, float] = (0.0, 0.0)
     admit_controller_s: tuple[float, float] = (0.0, 0.0)
+    # the controller's writes per single-pod job, from the TrainingJobs' watch: its pod and
+    # each change of the TrainingJob seen (status patches); the mean, and how many jobs
+    # took how many writes
+    single_pod_writes: float = 0.0
+    single_pod_writes_spread: dict[int, int] = field(default_factory=dict)
     decision_bind_p50_s: float = 0.0
     decision_bind_p99_s: float = 0.0
     # the preemption case: fillers bound before the measured jobs, and the evictions
@@ -368,7 +377,7 @@ def _run_mode(
             result.bind_p50_s = round(percentile(delays, 0.50), 2)
             result.bind_p99_s = round(percentile(delays, 0.99), 2)
             if mode.controller:
-                _admission(result, sizes, sent, watch, jobs)
+                _admission(result, sizes, sent, watch, jobs, 2 if mode.needs_volcano else 1)
             grown = {
                 k: n - requests_before.get(k, 0)
                 for k, n in requests_after.items()
@@ -442,8 +451,11 @@ def _admission(
     sent: dict[str, float],
     pods: PodWatch,
     jobs: PodWatch,
+    objects: int = 1,
 ) -> None:
-    """Admission (sent → status first seen) and decision → bind, for a caldera mode."""
+    """Admission (sent → status first seen), decision → bind and the writes per single-pod
+    job (`objects` created for each: its pod, and its PodGroup in front of Volcano), for a
+    caldera mode."""
     names_in_order = [f"job-{i:05d}" for i in range(len(sizes))]
     third = len(names_in_order) // 3
     middle = names_in_order[third : len(names_in_order) - third] or names_in_order
@@ -457,6 +469,10 @@ def _admission(
     controller = [jobs.admitted[n] - jobs.seen[n] for n in seen if n in jobs.admitted]
     result.admit_create_s = _p50_p99(create)
     result.admit_controller_s = _p50_p99(controller)
+    singles = [n for n, size in zip(names_in_order, sizes, strict=True) if size == 1]
+    writes = [objects + jobs.changes.get(n, 0) for n in singles if n in jobs.decided]
+    result.single_pod_writes = round(sum(writes) / max(len(writes), 1), 2)
+    result.single_pod_writes_spread = dict(sorted(Counter(writes).items()))
     to_bind = [
         t - jobs.decided[pods.job_of[pod]]
         for pod, t in pods.bound_wall.items()

@@ -39,14 +39,22 @@ class PodWatch:
     bound_wall: dict[str, float] = field(default_factory=dict)  # the same, in unix time
     admitted: dict[str, float] = field(default_factory=dict)  # TrainingJob → status seen
     decided: dict[str, float] = field(default_factory=dict)  # TrainingJob → its start, unix
+    # TrainingJob → changes seen after its creation (new resourceVersions): the controller's
+    # writes to it, its status patches (the bench's users never change one)
+    changes: dict[str, int] = field(default_factory=dict)
+    _versions: dict[str, str] = field(default_factory=dict)
     gone: set[str] = field(default_factory=set)  # pods seen deleted or being deleted
     stop: threading.Event = field(default_factory=threading.Event)
 
     def _note(self, obj: dict[str, Any], now: float, deleted: bool = False) -> None:
         meta = obj["metadata"]
         if self.kind == "trainingjobs":
-            self.seen.setdefault(meta["name"], now)
-            self._note_job(meta["name"], obj.get("status") or {}, now)
+            name, version = meta["name"], str(meta.get("resourceVersion") or "")
+            self.seen.setdefault(name, now)
+            if self._versions.setdefault(name, version) != version:
+                self.changes[name] = self.changes.get(name, 0) + 1
+                self._versions[name] = version
+            self._note_job(name, obj.get("status") or {}, now)
             return
         labels = meta.get("labels") or {}
         job = labels.get(BENCH_JOB) or labels.get(JOB)
