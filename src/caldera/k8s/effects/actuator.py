@@ -122,7 +122,7 @@ class KubeActuator(Flusher):
     # was written at: an unchanged one is not written again, and a start whose last status
     # says nothing of it may follow its pods (`Flusher._defer_starts`). Jobs no longer live
     # are dropped from it at each flush's end.
-    _written: dict[str, tuple[str, int]] = field(default_factory=dict)
+    _written: dict[str, tuple[str, int, str]] = field(default_factory=dict)
     # Starts whose status is written after their pods, at a later flush (`Flusher`).
     _after_pods: dict[str, KubeJob] = field(default_factory=dict)
     # Admitted Events of jobs admitted between two rounds of this flush, and those of the last

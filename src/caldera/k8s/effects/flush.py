@@ -50,7 +50,14 @@ from caldera.k8s.settings import KubeSettings
 from caldera.model import JobState, Node
 from caldera.runtime.wire import ByName
 
-__all__ = ["ADMIT_EVERY", "ROUND", "SAY_STARTING_AFTER", "Flusher", "open_gate"]
+__all__ = [
+    "ADMIT_EVERY",
+    "ROUND",
+    "SAY_STARTING_AFTER",
+    "SAY_STARTING_AFTER_PENDING",
+    "Flusher",
+    "open_gate",
+]
 
 log = logging.getLogger("caldera.k8s")
 
@@ -67,9 +74,21 @@ ADMIT_EVERY = 1.0
 # Starting (`Flusher._defer_starts`): most pods run within it, and their job's status is then
 # written once, saying Running.
 SAY_STARTING_AFTER = 10.0
+# The same for a job whose last status said Pending (admitted while a flush ran, its start
+# decided at a later step): during a burst its pods wait in the binder's queue — at 200
+# nodes × 1,600 pods half of them 11 s and more after the start — and with 10 s a third of
+# the single-pod starts paid a Starting patch (4 writes, not 3). Its pods are there to see
+# meanwhile. A job that said more (Held with its reason, Running an earlier attempt) is told
+# after `SAY_STARTING_AFTER`: what it said is no longer so.
+SAY_STARTING_AFTER_PENDING = 30.0
 
 
 _T = TypeVar("_T")
+
+
+def _fold_for(said: str) -> float:
+    """How long a start's status may wait for its pods after a status that said `said`."""
+    return SAY_STARTING_AFTER_PENDING if said == JobState.PENDING.value else SAY_STARTING_AFTER
 
 
 def open_gate() -> threading.Event:
@@ -102,7 +121,7 @@ class Flusher(IntentCarrier):
     _round: set[str]
     _intake_idle: threading.Event
     _keys: ByName | None
-    _written: dict[str, tuple[str, int]]
+    _written: dict[str, tuple[str, int, str]]  # uid → the status, its attempt, its state
     _after_pods: dict[str, KubeJob]
     _held: list[JobEvent]
     _carried: list[JobEvent]
@@ -322,7 +341,8 @@ class Flusher(IntentCarrier):
         yet running, whose last status this controller wrote says nothing of this attempt
         (it said Pending, or an earlier attempt; a first status went before the objects and
         named it). Their status is written at a later flush: once their pods run, or once
-        that time is up (then it says Starting)."""
+        that time is up (then it says Starting; `SAY_STARTING_AFTER_PENDING` when it said
+        Pending)."""
         now = self.clock()
         written = self._written
         for job_id, job in list(self.dirty.items()):
@@ -333,7 +353,7 @@ class Flusher(IntentCarrier):
                 and job.state is JobState.RUNNING
                 and job.running_since is None
                 and job.start_time is not None
-                and now - job.start_time < SAY_STARTING_AFTER
+                and now - job.start_time < _fold_for(said[2])
             ):
                 self._after_pods[job_id] = self.dirty.pop(job_id)
 
@@ -343,11 +363,11 @@ class Flusher(IntentCarrier):
         status patch per start)."""
         body = status_body(job, self.keys)
         said = json.dumps(body, sort_keys=True, default=str)
-        if self._written.get(job.uid) == (said, job.attempts):
+        if self._written.get(job.uid, ("", 0, ""))[:2] == (said, job.attempts):
             return
         if self._patch_status(job.id, job.namespace, job.name, body):
             with self._lock:
-                self._written[job.uid] = (said, job.attempts)
+                self._written[job.uid] = (said, job.attempts, str(body.get("state")))
 
     def _write_rejection(self, rejection: tuple[str, str, Object]) -> bool:
         """A refused TrainingJob's status (namespace, name, body): whether it was written."""
