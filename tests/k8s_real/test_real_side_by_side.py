@@ -87,9 +87,10 @@ SINGLES = 40
 # written at once) costs the same: its start's status follows its pod and says it runs.
 # Three (2.9 measured: the Events of the scheduler and KWOK count as the difference with
 # kube-scheduler alone, a few either way); the margin is for a pod slower than
-# `SAY_STARTING_AFTER` to run, whose job's status says Starting first. It was about six (a
-# PodGroup kube-scheduler never reads, an Admitted Event beside the Started one, a status
-# patch when the pod was seen bound), then four (a Started Event): docs/benchmarks.md.
+# `SAY_STARTING_AFTER_PENDING` (30 s) to run, whose job's status says Starting first. It
+# was about six (a PodGroup kube-scheduler never reads, an Admitted Event beside the
+# Started one, a status patch when the pod was seen bound), then four (a Started Event):
+# docs/benchmarks.md.
 WRITES_PER_START = 3.25
 
 
