@@ -70,6 +70,17 @@ def _check_index(room: Room, profile: str | None) -> None:
     assert sorted(index for _, index in states.lowest_of_each()) == sorted(lowest.values())
 
 
+def _place_as_a_fresh_look_would(
+    room: Room, spec: JobSpec, within: list[int] | None, held: list[TaskPlacement]
+) -> None:
+    """Place `spec` by nodeorder (the index told) on the node a look at every node picks."""
+    want = _afresh(room, spec, within)
+    task = nodeorder_place(room, spec, within)
+    assert (task.node if task is not None else -1) == want
+    if task is not None:
+        held.append(task)
+
+
 def _steps(room: Room, rng: random.Random, steps: int, held: list[TaskPlacement]) -> None:
     for _ in range(steps):
         spec = _spec(rng)
@@ -81,11 +92,7 @@ def _steps(room: Room, rng: random.Random, steps: int, held: list[TaskPlacement]
             _check_index(room, PROFILE)
         else:
             within = rng.sample(range(len(room.nodes)), 5) if rng.random() < 0.3 else None
-            want = _afresh(room, spec, within)
-            task = nodeorder_place(room, spec, within)
-            assert (task.node if task is not None else -1) == want
-            if task is not None:
-                held.append(task)
+            _place_as_a_fresh_look_would(room, spec, within, held)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -145,12 +152,7 @@ def _take_or_give(room: Room, rng: random.Random, held: list[TaskPlacement]) -> 
                 held.append(task)
                 break
     else:
-        spec = _spec(rng)
-        want = _afresh(room, spec, None)
-        task = nodeorder_place(room, spec, None)
-        assert (task.node if task is not None else -1) == want
-        if task is not None:
-            held.append(task)
+        _place_as_a_fresh_look_would(room, _spec(rng), None, held)
 
 
 @pytest.mark.parametrize("seed", range(16))
