@@ -93,7 +93,7 @@ class NodeStates:
         self._members: dict[int, list[int]] = {}
         for index, state in enumerate(self.state_of):
             self._members.setdefault(state, []).append(index)
-        journal = _journal_of(room)
+        journal = room.journal
         self._looked(journal)
         self._entered = _pods_moved(journal)
 
@@ -138,7 +138,7 @@ class NodeStates:
         room = self.room
         if room.changes == self._changes:
             return
-        journal = _journal_of(room)
+        journal = room.journal
         seen = self._seen
         if (
             journal is not None
@@ -253,7 +253,7 @@ class NodeStates:
         self.touched(index)
         if self.room.changes != self._changes + 1:
             return  # other changes too: the next look finds them
-        journal = _journal_of(self.room)
+        journal = self.room.journal
         if journal is None:
             self._entered = {}
         else:
@@ -265,13 +265,6 @@ class NodeStates:
     def lowest_of_each(self) -> list[tuple[int, int]]:
         """Per state, its number and the lowest node that has it."""
         return [(state, members[0]) for state, members in self._members.items()]
-
-
-def _journal_of(room: Room) -> Journal | None:
-    """The room's undo journal while a scratch is open (None outside one): every change
-    made inside the scratch and not undone, in order (core/room.py). Read only, to learn
-    which nodes changed without comparing every node."""
-    return room.journal
 
 
 def _pods_moved(journal: Journal | None) -> dict[int, int]:
