@@ -116,14 +116,22 @@ def nodeorder_place(
     return _take(room, spec, best, states)
 
 
+def _whole_gpus(spec: JobSpec) -> int | None:
+    """The whole GPUs a pod of `spec` takes of its node (`fit_on_node`'s first check); None
+    for a MIG profile or less than a GPU, where the room's buckets say nothing at once."""
+    if spec.gpu_profile is not None or spec.gpu < GPU_MILLI:
+        return None
+    return spec.gpu // GPU_MILLI
+
+
 def most_pods(room: Room, spec: JobSpec) -> int | None:
     """At most how many pods of `spec` the room takes, all its nodes together: a pod of one
     GPU or more takes that many whole GPUs of its node (`fit_on_node`), so a node takes no
     more pods than its whole free GPUs hold. The room buckets nodes by them: a few list
     reads. None where it cannot say so at once (a MIG profile, less than a GPU)."""
-    if spec.gpu_profile is not None or spec.gpu < GPU_MILLI:
+    need = _whole_gpus(spec)
+    if need is None:
         return None
-    need = spec.gpu // GPU_MILLI
     most = 0
     for buckets in room.buckets.values():
         for whole in range(need, len(buckets)):
@@ -136,9 +144,9 @@ def fits_nowhere(room: Room, spec: JobSpec) -> bool:
     (`fit_on_node`'s first check), so that `nodeorder_place` finds no node without looking
     at one? The room buckets nodes by their whole free GPUs: a few list reads. False where
     it cannot say so at once (a MIG profile, less than a GPU)."""
-    if spec.gpu_profile is not None or spec.gpu < GPU_MILLI:
+    need = _whole_gpus(spec)
+    if need is None:
         return False
-    need = spec.gpu // GPU_MILLI
     for buckets in room.buckets.values():  # noqa: SIM110 - no generator for each call
         if any(buckets[need:]):
             return False
