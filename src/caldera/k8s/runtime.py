@@ -183,7 +183,8 @@ class KubeRuntime:
         """When the loop must step even if nothing happens: a decision's wake-up, the cycle's
         timer (`SchedulerLoop.next_due`: effective weights move with time), a Volcano queue to
         look at again, a start's status that waits for its pods (written once they run, at
-        most `SAY_STARTING_AFTER` after the start: `caldera.k8s.effects.flush`). Nothing else
+        most `SAY_STARTING_AFTER` or `SAY_STARTING_AFTER_PENDING` after the start:
+        `caldera.k8s.effects.flush`). Nothing else
         wakes a quiet cluster's loop — not even node heartbeats, which change nothing the
         controller reads."""
         times = [t for t in (self.loop.next_due(), *self.volcano_waits.times()) if t is not None]
@@ -205,8 +206,10 @@ class KubeRuntime:
         self._deciding = 0.0
         self.observe(now)
         read = time.perf_counter() - began
-        decisions = self.cycle() if self.loop.due(now) else None
-        if decisions is None:
+        decisions = None
+        if self.loop.due(now):
+            decisions = self.cycle()  # its flush goes with each result (`_apply`)
+        else:
             self.actuator.flush()
         took = time.perf_counter() - began
         if took > LONG_STEP:

@@ -374,8 +374,7 @@ def _run_mode(
                 for pod, t in watch.bound.items()
                 if watch.job_of.get(pod) in sent
             ]
-            result.bind_p50_s = round(percentile(delays, 0.50), 2)
-            result.bind_p99_s = round(percentile(delays, 0.99), 2)
+            result.bind_p50_s, result.bind_p99_s = _p50_p99(delays)
             if mode.controller:
                 _admission(result, sizes, sent, watch, jobs, 2 if mode.needs_volcano else 1)
             grown = {
@@ -461,8 +460,7 @@ def _admission(
     middle = names_in_order[third : len(names_in_order) - third] or names_in_order
     waits = {n: jobs.admitted[n] - sent[n] for n in names_in_order if n in jobs.admitted}
     mid = [waits[n] for n in middle if n in waits]
-    result.admit_p50_s = round(percentile(mid, 0.50), 2)
-    result.admit_p99_s = round(percentile(mid, 0.99), 2)
+    result.admit_p50_s, result.admit_p99_s = _p50_p99(mid)
     result.admit_all_p99_s = round(percentile(list(waits.values()), 0.99), 2)
     seen = [n for n in middle if n in jobs.seen]
     create = [jobs.seen[n] - sent[n] for n in seen]
@@ -478,8 +476,7 @@ def _admission(
         for pod, t in pods.bound_wall.items()
         if pods.job_of.get(pod) in jobs.decided
     ]
-    result.decision_bind_p50_s = round(percentile(to_bind, 0.50), 2)
-    result.decision_bind_p99_s = round(percentile(to_bind, 0.99), 2)
+    result.decision_bind_p50_s, result.decision_bind_p99_s = _p50_p99(to_bind)
 
 
 def bench_side_by_side(

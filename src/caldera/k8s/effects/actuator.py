@@ -118,10 +118,11 @@ class KubeActuator(Flusher):
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _keys: ByName | None = None
     _inflight: list[deque[tuple[int, Intent]]] = field(default_factory=list)
-    # The status last written for each live job (by uid), as sorted JSON, and the attempt it
-    # was written at: an unchanged one is not written again, and a start whose last status
-    # says nothing of it may follow its pods (`Flusher._defer_starts`). Jobs no longer live
-    # are dropped from it at each flush's end.
+    # The status last written for each live job (by uid), as sorted JSON, the attempt it was
+    # written at and the state it said: an unchanged one is not written again, and a start
+    # whose last status says nothing of it may follow its pods, the longer when it said
+    # Pending (`Flusher._defer_starts`). Jobs no longer live are dropped from it at each
+    # flush's end.
     _written: dict[str, tuple[str, int, str]] = field(default_factory=dict)
     # Starts whose status is written after their pods, at a later flush (`Flusher`).
     _after_pods: dict[str, KubeJob] = field(default_factory=dict)

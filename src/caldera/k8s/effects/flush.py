@@ -17,7 +17,8 @@ after the burst of starts (`Flusher._admit_meanwhile`).
 A start's status after its pods (issue 40, three writes per start): a job whose status this
 controller already wrote (admitted Pending, or requeued) and that starts now has its pods
 created at once and its status written once they run — one status write for the start and
-the run, not two — or after `SAY_STARTING_AFTER` seconds, saying Starting, if they do not.
+the run, not two — or, if they do not, saying Starting after `SAY_STARTING_AFTER_PENDING`
+seconds when its last status said Pending, after `SAY_STARTING_AFTER` when it said more.
 A job's first status still goes before its objects: it carries the submit time and queue a
 restarted controller needs. Should the controller stop between the pods and the status, its
 successor finds the job Pending beside pods of an attempt its status does not name: orphans,
@@ -337,12 +338,11 @@ class Flusher(IntentCarrier):
 
     def _defer_starts(self) -> None:
         """Move out of `dirty` the starts whose status can follow their pods (see the
-        module's docstring): jobs started less than `SAY_STARTING_AFTER` seconds ago and not
-        yet running, whose last status this controller wrote says nothing of this attempt
-        (it said Pending, or an earlier attempt; a first status went before the objects and
-        named it). Their status is written at a later flush: once their pods run, or once
-        that time is up (then it says Starting; `SAY_STARTING_AFTER_PENDING` when it said
-        Pending)."""
+        module's docstring): jobs started and not yet running, whose last status this
+        controller wrote says nothing of this attempt (it said Pending, or an earlier
+        attempt; a first status went before the objects and named it), less than
+        `_fold_for` what it said ago. Their status is written at a later flush: once their
+        pods run, or once that time is up (then it says Starting)."""
         now = self.clock()
         written = self._written
         for job_id, job in list(self.dirty.items()):
