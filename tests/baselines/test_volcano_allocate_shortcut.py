@@ -100,9 +100,7 @@ def _result(jobs: int, nodes: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("jobs", "nodes"), [(400, 40), (1000, 100)])
-def test_a_backlog_of_whole_node_gangs_decides_the_same(
-    jobs: int, nodes: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_backlog_of_whole_node_gangs_decides_the_same(jobs: int, nodes: int) -> None:
     with pytest.MonkeyPatch.context() as checking:
         answers = _checked(checking)
         plain = _result(jobs, nodes)

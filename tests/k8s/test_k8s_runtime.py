@@ -883,6 +883,7 @@ def test_a_long_step_says_where_its_time_went(
     world = World().hypernode("a", "n", count=1).start()
     world.submit("one", gpus=1)
     caplog.set_level("INFO", logger="caldera.k8s")
+    monkeypatch.setattr(runtime, "LONG_STEP", 60.0)  # far above a step here, even loaded
     world.step()
     assert "a long step" not in caplog.text
     monkeypatch.setattr(runtime, "LONG_STEP", 0.0)
