@@ -87,8 +87,9 @@ def k8s_command(
     modes: Annotated[
         str | None,
         typer.Option(
-            help="Side by side: a comma list out of kube-scheduler, volcano, caldera, "
-            "caldera-volcano, each on its own fresh dev cluster; --jobs is then the pods in "
+            help="Side by side: a comma list out of kube-scheduler, volcano (PodGroups and "
+            "pods), volcano-job (Volcano Jobs), caldera, caldera-volcano, each on its own fresh "
+            "dev cluster; --jobs is then the pods in "
             "all, every one fitting at once. Without it: caldera alone, as before."
         ),
     ] = None,

@@ -77,7 +77,10 @@ def run_side_by_side(
     except DevClusterError as error:
         fail(str(error))
     if volcano is None and any(m.needs_volcano for m in modes):
-        fail("modes volcano and caldera-volcano need the real Volcano (make cluster-bins)")
+        fail(
+            "modes volcano, volcano-job and caldera-volcano need the real Volcano "
+            "(make cluster-bins)"
+        )
 
     def say(line: str) -> None:
         sys.stderr.write(f"bench k8s: {line}\n")

@@ -70,10 +70,12 @@ def controller_writes(caldera: dict[str, int], behind: dict[str, int]) -> dict[s
 
 
 def ratios(pods_per_s: dict[str, float]) -> dict[str, float]:
-    """caldera + Volcano / Volcano and caldera / kube-scheduler in pods bound per second, for
-    each pair that both ran (and bound something)."""
+    """caldera + Volcano / Volcano (PodGroups and pods, and Volcano Jobs) and caldera /
+    kube-scheduler in pods bound per second, for each pair that both ran (and bound
+    something)."""
     pairs = {
         "caldera-volcano/volcano": ("caldera-volcano", "volcano"),
+        "caldera-volcano/volcano-job": ("caldera-volcano", "volcano-job"),
         "caldera/kube-scheduler": ("caldera", "kube-scheduler"),
     }
     return {

@@ -11,6 +11,10 @@ What each mode submits, as its users would:
 - `kube-scheduler`: plain pods (a gang's pods too: kube-scheduler knows no gangs);
 - `volcano`: a PodGroup per job (`minMember`: its size, queue `bench`) and its pods with
   `schedulerName: volcano`, bound by the real vc-scheduler (seed 001's configuration);
+- `volcano-job`: a Volcano Job per job (`batch.volcano.sh/v1alpha1`, one task of the job's
+  size, `minAvailable` all of it, queue `bench`; `workload.volcano_job`), as Volcano's users
+  submit: vc-controller-manager's job controller creates its PodGroup and its pods (once
+  vc-scheduler has let the PodGroup in), the same vc-scheduler binds them;
 - `caldera`: a TrainingJob per job, applied to caldera's controller (`caldera k8s run`, its own
   process, leader election on), which creates the pods; kube-scheduler binds them;
 - `caldera-volcano`: the same controller in front of the real vc-scheduler
@@ -55,12 +59,15 @@ The preemption-heavy case (`fill`, issue 40 item 3): before the measured workloa
 single-pod jobs of low priority take every GPU of the cluster (submitted and bound first,
 not measured); then the measured jobs — gangs (`gang_sizes`) — come at high priority, so
 every start needs victims. Each mode as its users would: PriorityClasses `bench-low` and
-`bench-high` on the plain pods (kube-scheduler's preemption) and on the PodGroups and pods
-(Volcano's preempt action); TrainingJobs of type `normal` and `large-job` for caldera (its
-preemption, through the Eviction API, grace period 1 s, no cooldown). Besides the figures
+`bench-high` on the plain pods (kube-scheduler's preemption) and on the PodGroups and pods,
+or the Volcano Jobs and their pod templates (Volcano's preempt action); TrainingJobs of type
+`normal` and `large-job` for caldera (its preemption, through the Eviction API, grace period
+1 s, no cooldown). Besides the figures
 above (over the gangs' pods), the victims: pods seen deleted or being deleted in the window
 (through the Eviction API for caldera, `POST pods/eviction`; kube-scheduler and Volcano
-delete them), per second from the first gang sent to the last gang pod bound.
+delete them), per second from the first gang sent to the last gang pod bound. Victims are
+counted by pod name: Volcano's job controller creates a filler's pod again under the same
+name (pending: no room), so a filler evicted twice counts once in `volcano-job`.
 """
 
 from __future__ import annotations
@@ -221,7 +228,7 @@ def _prepare(
         ),
         60,
     )
-    if mode is SideMode.VOLCANO:
+    if mode.volcano_alone:
         queue = {
             "apiVersion": "scheduling.volcano.sh/v1beta1",
             "kind": "Queue",
@@ -300,7 +307,7 @@ def _run_mode(
             result.nodes,
             result.gpus_per_node,
             volcano=volcano if mode.needs_volcano else None,
-            volcano_conf=SEED_001 if mode is SideMode.VOLCANO else VOLCANO_FOR_CALDERA,
+            volcano_conf=SEED_001 if mode.volcano_alone else VOLCANO_FOR_CALDERA,
         )
         began = time.monotonic()
         cluster.start()

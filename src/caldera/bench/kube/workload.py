@@ -1,7 +1,8 @@
 """The side-by-side bench's workload and how each mode's users submit it: the runtimes
 (`SideMode`), the jobs' sizes (seeded: single-pod jobs and gangs of GANG_MIN..GANG_MAX), and
 the objects sent — plain pods for kube-scheduler, a PodGroup and its pods for Volcano, a
-TrainingJob for caldera's controller; in the preemption case at a low or high priority."""
+Volcano Job for Volcano's job controller, a TrainingJob for caldera's controller; in the
+preemption case at a low or high priority."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ __all__ = [
     "SideMode",
     "gang_sizes",
     "submit",
+    "volcano_job",
     "workload",
 ]
 
@@ -37,19 +39,28 @@ GANG_MIN, GANG_MAX = 8, 64
 LOW, HIGH = "bench-low", "bench-high"  # the preemption case's PriorityClasses
 PRIORITY = {LOW: 100, HIGH: 100000}
 JOB_TYPE = {LOW: "normal", HIGH: "large-job"}  # what caldera's users ask for instead
+VOLCANO_MAX_RETRY = 3  # what Volcano's job webhook writes where a Job says none (v1.14)
 
 
 class SideMode(Enum):
     """A runtime the workload goes through."""
 
     KUBE_SCHEDULER = "kube-scheduler"
-    VOLCANO = "volcano"
+    VOLCANO = "volcano"  # PodGroups and pods
+    VOLCANO_JOB = "volcano-job"  # Volcano Jobs
     CALDERA = "caldera"
     CALDERA_VOLCANO = "caldera-volcano"
 
     @property
     def needs_volcano(self) -> bool:
-        return self in (SideMode.VOLCANO, SideMode.CALDERA_VOLCANO)
+        return self.volcano_alone or self is SideMode.CALDERA_VOLCANO
+
+    @property
+    def volcano_alone(self) -> bool:
+        """Volcano's own users submit: the bench opens Volcano's queue `bench` itself, and
+        vc-scheduler runs seed 001's configuration (caldera's controller, in front of it,
+        opens its own queues and configures it as docs/kubernetes.md says)."""
+        return self in (SideMode.VOLCANO, SideMode.VOLCANO_JOB)
 
     @property
     def controller(self) -> bool:
@@ -83,12 +94,8 @@ def gang_sizes(gangs: int, seed: int) -> list[int]:
     return [rng.randint(GANG_MIN, GANG_MAX) for _ in range(gangs)]
 
 
-def _plain_pod(
-    job: str, rank: int, gpus: int, mode: SideMode, priority: str | None = None
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": f"{job}-{rank}", "labels": {BENCH_JOB: job}}
-    if mode is SideMode.VOLCANO:
-        meta["annotations"] = {names.GROUP_NAME: job}
+def _pod_spec(gpus: int, mode: SideMode, priority: str | None = None) -> dict[str, Any]:
+    """What the bench asks of every pod it (or Volcano's job controller) creates."""
     spec: dict[str, Any] = {
         "schedulerName": mode.scheduler_name,
         "restartPolicy": "Never",
@@ -103,7 +110,21 @@ def _plain_pod(
     if priority is not None:
         spec["priorityClassName"] = priority
         spec["terminationGracePeriodSeconds"] = 1  # as caldera's victims in this case
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    return spec
+
+
+def _plain_pod(
+    job: str, rank: int, gpus: int, mode: SideMode, priority: str | None = None
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": f"{job}-{rank}", "labels": {BENCH_JOB: job}}
+    if mode is SideMode.VOLCANO:
+        meta["annotations"] = {names.GROUP_NAME: job}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": _pod_spec(gpus, mode, priority),
+    }
 
 
 def _pod_group(job: str, size: int, priority: str | None = None) -> dict[str, Any]:
@@ -113,6 +134,44 @@ def _pod_group(job: str, size: int, priority: str | None = None) -> dict[str, An
     return {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
         "kind": "PodGroup",
+        "metadata": {"name": job},
+        "spec": spec,
+    }
+
+
+def volcano_job(job: str, size: int, gpus: int, priority: str | None = None) -> dict[str, Any]:
+    """A Volcano Job as its users write it: one task `worker` of `size` replicas, all needed
+    (`minAvailable`, the job's and the task's), in the queue `bench`, bound by vc-scheduler;
+    its pod template the volcano mode's pod (the bench's job label: the pods Volcano's job
+    controller creates, `JOB-worker-RANK`, carry the template's labels, and the watch finds
+    them by it). What Volcano v1.14's admission webhook would default is written out (no
+    vc-webhook-manager in the bench's cluster): the scheduler, the queue, `minAvailable`,
+    `maxRetry` 3 (job and task) and the task's name. No `policies`: the job controller's
+    default action, a pod gone is created again, is what a Volcano user gets."""
+    template = {
+        "metadata": {"labels": {BENCH_JOB: job}},
+        "spec": _pod_spec(gpus, SideMode.VOLCANO_JOB, priority),
+    }
+    spec: dict[str, Any] = {
+        "schedulerName": SideMode.VOLCANO_JOB.scheduler_name,
+        "queue": QUEUE,
+        "minAvailable": size,
+        "maxRetry": VOLCANO_MAX_RETRY,
+        "tasks": [
+            {
+                "name": "worker",
+                "replicas": size,
+                "minAvailable": size,
+                "maxRetry": VOLCANO_MAX_RETRY,
+                "template": template,
+            }
+        ],
+    }
+    if priority is not None:
+        spec["priorityClassName"] = priority
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
         "metadata": {"name": job},
         "spec": spec,
     }
@@ -160,6 +219,14 @@ def submit(
             create_retrying(
                 lambda: custom.create_namespaced_custom_object(
                     GROUP, VERSION, NAMESPACE, PLURAL, body
+                )
+            )
+            return
+        if mode is SideMode.VOLCANO_JOB:
+            vcjob = volcano_job(job, size, gpus, priority)
+            create_retrying(
+                lambda: custom.create_namespaced_custom_object(
+                    "batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", vcjob
                 )
             )
             return
