@@ -1,6 +1,7 @@
 """`caldera bench k8s --modes …`, small (issue 40, item 4): the same 48 pods — single-pod jobs
-and two gangs of 8–16 — through kube-scheduler, Volcano, caldera and caldera + Volcano, each on
-its own fresh dev cluster of four KWOK nodes; every mode binds every pod, caldera's API
+and two gangs of 8–16 — through kube-scheduler, Volcano (PodGroups and pods, then Volcano Jobs
+whose pods Volcano's job controller creates), caldera and caldera + Volcano, each on its own
+fresh dev cluster of four KWOK nodes; every mode binds every pod, caldera's API
 requests per started pod stay within a bound of the runtime it stands in front of, and its
 admission and decision → bind times are measured. Then single-pod jobs alone through
 kube-scheduler and caldera: caldera's writes per started job stay at three.
@@ -30,7 +31,7 @@ SEED = 3
 CALDERA_EXTRA = 7.0  # requests per pod caldera may add to the runtime behind it (see above)
 
 
-@pytest.mark.timeout(900)  # four dev clusters one after the other on a shared machine
+@pytest.mark.timeout(1100)  # five dev clusters one after the other on a shared machine
 def test_every_mode_binds_the_same_pods_and_caldera_stays_within_its_request_bound(
     cluster_bins: Path, volcano_bins: VolcanoBins
 ) -> None:
@@ -59,7 +60,13 @@ def test_every_mode_binds_the_same_pods_and_caldera_stays_within_its_request_bou
         assert r["writes_per_pod"] <= r["requests_per_pod"]
         assert r["cpu_s"].get("kube-apiserver", 0) > 0 and r["rss_mib"]["kube-apiserver"] > 0
     assert by_mode["caldera"]["rss_mib"]["caldera-controller"] > 0
-    assert "vc-scheduler" in by_mode["volcano"]["cpu_s"]
+    for alone in ("volcano", "volcano-job"):
+        assert {"vc-scheduler", "vc-controller-manager"} <= set(by_mode[alone]["cpu_s"]), alone
+    # Volcano Jobs: one per job from the bench, and Volcano's job controller made each one's
+    # PodGroup and its pods (the bench sent none)
+    made = by_mode["volcano-job"]["server_requests"]
+    assert made.get("POST jobs", 0) >= len(sizes), made
+    assert made.get("POST podgroups", 0) >= len(sizes), made
     pairs = [("caldera", "kube-scheduler"), ("caldera-volcano", "volcano")]
     for front, behind in pairs:
         caldera, alone = by_mode[front], by_mode[behind]
@@ -70,7 +77,11 @@ def test_every_mode_binds_the_same_pods_and_caldera_stays_within_its_request_bou
             alone["requests_per_pod"],
             caldera["server_requests"],
         )
-    assert set(report["ratios"]) == {"caldera/kube-scheduler", "caldera-volcano/volcano"}
+    assert set(report["ratios"]) == {
+        "caldera/kube-scheduler",
+        "caldera-volcano/volcano",
+        "caldera-volcano/volcano-job",
+    }
     for front in ("caldera", "caldera-volcano"):
         r = by_mode[front]
         # every job was admitted (its status seen) and every pod's start decision is known
