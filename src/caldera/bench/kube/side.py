@@ -62,12 +62,12 @@ every start needs victims. Each mode as its users would: PriorityClasses `bench-
 `bench-high` on the plain pods (kube-scheduler's preemption) and on the PodGroups and pods,
 or the Volcano Jobs and their pod templates (Volcano's preempt action); TrainingJobs of type
 `normal` and `large-job` for caldera (its preemption, through the Eviction API, grace period
-1 s, no cooldown). Besides the figures
-above (over the gangs' pods), the victims: pods seen deleted or being deleted in the window
-(through the Eviction API for caldera, `POST pods/eviction`; kube-scheduler and Volcano
-delete them), per second from the first gang sent to the last gang pod bound. Victims are
-counted by pod name: Volcano's job controller creates a filler's pod again under the same
-name (pending: no room), so a filler evicted twice counts once in `volcano-job`.
+1 s, no cooldown). Besides the figures above (over the gangs' pods), the victims: pods seen
+deleted or being deleted in the window (through the Eviction API for caldera, `POST
+pods/eviction`; kube-scheduler and Volcano delete them), per second from the first gang sent
+to the last gang pod bound. Victims are counted by pod name: Volcano's job controller creates
+a filler's pod again under the same name (pending: no room), so a filler evicted twice counts
+once in `volcano-job`.
 """
 
 from __future__ import annotations
