@@ -9,6 +9,7 @@ from caldera.bench.kube.counts import controller_writes, is_write, per_pod, rati
 from caldera.bench.kube.scale import finishing
 from caldera.bench.kube.workload import GANG_MAX, GANG_MIN, gang_sizes, workload
 from caldera.cli.main import app
+from caldera.devcluster.volcano import controllers_args
 
 
 @pytest.mark.parametrize(
@@ -49,6 +50,8 @@ def test_more_jobs_than_fit_at_once_have_the_first_ones_make_room(
         (["--modes", "caldera", "--nodes", "2", "--jobs", "17"], "every pod fits at once"),
         (["--modes", "caldera", "--nodes", "2", "--gangs", "3"], "room for every gang at once"),
         (["--modes", "caldera", "--gangs", "-1"], "--gangs must be 0 or more"),
+        (["--modes", "volcano", "--volcano-controller-args", "qps=9"], "each --NAME=VALUE"),
+        (["--modes", "volcano", "--volcano-controller-args", "'--v=2"], "closing quotation"),
     ],
 )
 def test_bench_k8s_side_by_side_refuses_bad_input_in_one_line(args: list[str], want: str) -> None:
@@ -117,3 +120,10 @@ def test_the_preemption_case_has_its_gangs_of_8_to_64_seeded() -> None:
     sizes = gang_sizes(200, 1)
     assert len(sizes) == 200 and all(GANG_MIN <= s <= GANG_MAX for s in sizes)
     assert gang_sizes(200, 1) == sizes and gang_sizes(200, 2) != sizes
+
+
+def test_a_tuned_vc_controller_manager_gets_its_flags_after_the_defaults() -> None:
+    args = controllers_args("admin.conf", ["--kube-api-qps=1000", "--worker-threads=8"])
+    assert args[0] == "--kubeconfig=admin.conf"
+    assert args[-2:] == ["--kube-api-qps=1000", "--worker-threads=8"]  # the last one wins
+    assert controllers_args("admin.conf")[-1] == "--v=2"  # Volcano's own defaults otherwise

@@ -105,6 +105,14 @@ def k8s_command(
             "(--jobs and --gang-share are then not used)."
         ),
     ] = 0,
+    volcano_controller_args: Annotated[
+        str,
+        typer.Option(
+            help="Side by side: more flags for vc-controller-manager wherever it runs, e.g. "
+            "'--kube-api-qps=1000 --kube-api-burst=2000 --worker-threads=8' (its defaults: "
+            "50 requests/s, 3 job workers)."
+        ),
+    ] = "",
 ) -> None:
     """The controller on a real control plane (dev cluster): decision-to-bind latency,
     CPU and memory, recovery after a crash; with --modes, the same workload through each
@@ -124,7 +132,7 @@ def k8s_command(
 
         run_side_by_side(
             modes, nodes, gpus_per_node, jobs, gpus_per_job, gang_share, seed, submitters,
-            timeout, json_output, gangs, logs,
+            timeout, json_output, gangs, logs, volcano_controller_args,
         )  # fmt: skip
         return
     try:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -36,6 +37,7 @@ def run_side_by_side(
     json_output: bool,
     gangs: int = 0,
     logs: Path | None = None,
+    volcano_args: str = "",
 ) -> None:
     """Check the input (one line on bad input, before any cluster starts), run, print."""
     from caldera.bench.kube.side import bench_side_by_side
@@ -70,6 +72,16 @@ def run_side_by_side(
             f"need more than the {room} places of {nodes} nodes",
             EXIT_BAD_INPUT,
         )
+    try:
+        volcano_flags = shlex.split(volcano_args)
+    except ValueError as error:
+        fail(f"--volcano-controller-args: {error}", EXIT_BAD_INPUT)
+    if any(not flag.startswith("--") for flag in volcano_flags):
+        fail(
+            "--volcano-controller-args: flags of vc-controller-manager, each --NAME=VALUE "
+            f"(got {volcano_args!r})",
+            EXIT_BAD_INPUT,
+        )
     modes = [known[m] for m in asked]
     try:
         find_bins()
@@ -88,7 +100,7 @@ def run_side_by_side(
 
     report = bench_side_by_side(
         modes, nodes, gpus_per_node, pods, gpus_per_pod, gang_share, seed, volcano,
-        submitters, timeout, say, gangs, logs,
+        submitters, timeout, say, gangs, logs, volcano_flags,
     )  # fmt: skip
     if json_output:
         sys.stdout.write(json.dumps(report) + "\n")
@@ -154,6 +166,9 @@ def _print(report: dict[str, object]) -> None:
                 f"writes per single-pod job, {r['mode']}: {r['single_pod_writes']:.2f} "
                 f"(jobs by writes: {spread})"
             )
+    flags = report.get("volcano_controller_flags")
+    if flags:
+        console.print(f"vc-controller-manager ran with {' '.join(map(str, flags))}")
     ratios = report["ratios"]
     assert isinstance(ratios, dict)
     for name, value in ratios.items():

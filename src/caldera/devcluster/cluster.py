@@ -106,6 +106,10 @@ class DevCluster:
     volcano: VolcanoBins | None = None
     volcano_conf: Mapping[str, Any] = field(default_factory=lambda: SEED_001)
     volcano_period: float = 1.0  # seconds between vc-scheduler's cycles (its default: 1 s)
+    # More flags for vc-controller-manager: its client's rate (`--kube-api-qps`, default 50 a
+    # second) and its job workers (`--worker-threads`, default 3) bound how fast Volcano Jobs
+    # become pods.
+    volcano_controller_flags: Sequence[str] = ()
     # vc-webhook-manager too: Volcano's admission of Queues, PodGroups, Pods and Volcano Jobs.
     volcano_webhook: bool = False
     # Seconds a node's heartbeat may be late before the node lifecycle controller declares it
@@ -464,7 +468,12 @@ class DevCluster:
             scheduler_args(admin, conf, self.volcano_period),
             exe=volcano.scheduler,
         )
-        self._spawn(bins, "vc-controller-manager", controllers_args(admin), exe=volcano.controllers)
+        self._spawn(
+            bins,
+            "vc-controller-manager",
+            controllers_args(admin, self.volcano_controller_flags),
+            exe=volcano.controllers,
+        )
 
     def _save_state(self) -> None:
         assert self.folder is not None

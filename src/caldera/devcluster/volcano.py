@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -268,9 +268,10 @@ def scheduler_args(
     ]
 
 
-def controllers_args(kubeconfig: str) -> list[str]:
+def controllers_args(kubeconfig: str, extra: Sequence[str] = ()) -> list[str]:
     """vc-controller-manager's command line: Volcano's default controllers (job, podgroup,
-    queue, gc, …), no leader election, listeners on 127.0.0.1 (off by default anyway)."""
+    queue, gc, …), no leader election, listeners on 127.0.0.1 (off by default anyway), then
+    `extra` (a tuning such as `--kube-api-qps=1000`: the last of a flag given twice wins)."""
     return [
         f"--kubeconfig={kubeconfig}",
         "--scheduler-name=volcano",
@@ -279,6 +280,7 @@ def controllers_args(kubeconfig: str) -> list[str]:
         "--healthz-address=127.0.0.1:0",
         "--logtostderr=true",
         "--v=2",
+        *extra,
     ]
 
 

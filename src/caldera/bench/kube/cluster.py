@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ def bench_cluster(
     gpus_per_node: int,
     volcano: VolcanoBins | None = None,
     volcano_conf: Mapping[str, Any] = SEED_001,
+    volcano_controller_flags: Sequence[str] = (),
 ) -> DevCluster:
     """A dev cluster (not started) in `folder`/cluster: `nodes` KWOK nodes, 8 to a leaf
     switch and 8 leaves to a spine. Nodes are created one by one and KWOK makes each Ready:
@@ -67,6 +68,7 @@ def bench_cluster(
         node_grace=NODE_GRACE,
         volcano=volcano,
         volcano_conf=volcano_conf,
+        volcano_controller_flags=volcano_controller_flags,
     )
 
 

@@ -298,6 +298,7 @@ def _run_mode(
     say: Callable[[str], None],
     fill: int = 0,
     logs: Path | None = None,
+    volcano_flags: Sequence[str] = (),
 ) -> None:
     pods = sum(sizes)
     with tempfile.TemporaryDirectory(prefix=f"caldera-bench-{mode.value}-") as tmp:
@@ -308,6 +309,7 @@ def _run_mode(
             result.gpus_per_node,
             volcano=volcano if mode.needs_volcano else None,
             volcano_conf=SEED_001 if mode.volcano_alone else VOLCANO_FOR_CALDERA,
+            volcano_controller_flags=volcano_flags,
         )
         began = time.monotonic()
         cluster.start()
@@ -500,13 +502,16 @@ def bench_side_by_side(
     say: Callable[[str], None] = lambda line: None,
     gangs: int = 0,
     logs: Path | None = None,
+    volcano_flags: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Run the workload through each mode on its own fresh dev cluster, one after the other.
     A mode that fails (a timeout, a component that died) keeps what it measured and says why
     in `error`; the next mode still runs. `gangs` > 0: the preemption case — the cluster
     filled with low-priority single-pod jobs first, then `gangs` gangs (`gang_sizes`) at high
     priority (`pods` and `gang_share` are then not used). `logs`: a folder that keeps each
-    caldera mode's controller log (`MODE-controller.log`)."""
+    caldera mode's controller log (`MODE-controller.log`). `volcano_flags`: more flags for
+    vc-controller-manager wherever it runs (its client's rate and job workers: a tuned
+    Volcano), in the report as given."""
     sizes = gang_sizes(gangs, seed) if gangs else workload(pods, gang_share, seed)
     fill = nodes * (gpus_per_node // gpus_per_pod) if gangs else 0
     results = []
@@ -516,8 +521,9 @@ def bench_side_by_side(
         )
         try:
             _run_mode(
-                mode, sizes, result, gpus_per_pod, volcano, submitters, timeout, say, fill, logs
-            )
+                mode, sizes, result, gpus_per_pod, volcano, submitters, timeout, say, fill, logs,
+                volcano_flags,
+            )  # fmt: skip
         except (
             TimeoutError, RuntimeError, ClusterError, DevClusterError, k8s.client.ApiException
         ) as error:  # fmt: skip
@@ -536,5 +542,6 @@ def bench_side_by_side(
             )
     return {
         "modes": results,
+        "volcano_controller_flags": list(volcano_flags),
         "ratios": ratios({r["mode"]: r["pods_per_s"] for r in results if not r["error"]}),
     }
