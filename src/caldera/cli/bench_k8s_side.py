@@ -167,8 +167,8 @@ def _print(report: dict[str, object]) -> None:
                 f"(jobs by writes: {spread})"
             )
     flags = report.get("volcano_controller_flags")
-    if flags:
-        console.print(f"vc-controller-manager ran with {' '.join(map(str, flags))}")
+    if isinstance(flags, list) and flags:
+        console.print(f"vc-controller-manager ran with {' '.join(flags)}")
     ratios = report["ratios"]
     assert isinstance(ratios, dict)
     for name, value in ratios.items():
