@@ -205,6 +205,7 @@ def test_a_burst_is_written_in_rounds_and_newcomers_are_admitted_between_them(
     go before the last statuses; a TrainingJob that came during the flush is admitted
     (its status written) in the same step."""
     monkeypatch.setattr(flush, "ROUND", 4)
+    monkeypatch.setattr(flush, "BACKLOG_AT_ONCE", 4)
     world = World().hypernode("a", "n", count=2).start()
     singles = [f"one{i}" for i in range(12)]
     _burst_with_newcomers(world, singles, ["late"])
@@ -246,6 +247,7 @@ def test_newcomers_in_numbers_do_not_push_the_step_s_own_admissions_back(
     admissions waited behind every later wave (a 10 s admission tail). The backlog's go
     first, as many as the newcomers."""
     monkeypatch.setattr(flush, "ROUND", 4)
+    monkeypatch.setattr(flush, "BACKLOG_AT_ONCE", 4)
     world = World().hypernode("a", "n", count=2).start()
     singles = [f"one{i:02d}" for i in range(12)]
     late = [f"late{i}" for i in range(6)]
@@ -262,6 +264,30 @@ def test_newcomers_in_numbers_do_not_push_the_step_s_own_admissions_back(
     assert sorted(order[:first_late]) == singles[:10]
     assert sorted(order[first_late : first_late + 6]) == late
     assert all(world.state(name) == "Pending" for name in late)
+
+
+def test_an_admission_writes_more_of_the_step_s_backlog_than_a_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 40: with a round's worth of the backlog per admission, the last of 446 jobs
+    read at a step's start during a burst waited 7 s for its first status. An admission
+    during the flush writes `BACKLOG_AT_ONCE` of them, more than a round, before the
+    newcomer: here the first round's 4, then 8 of the backlog, then the newcomer (not 4 and 4)."""
+    monkeypatch.setattr(flush, "ROUND", 4)
+    monkeypatch.setattr(flush, "BACKLOG_AT_ONCE", 8)
+    world = World().hypernode("a", "n", count=2).start()
+    singles = [f"one{i:02d}" for i in range(16)]
+    _burst_with_newcomers(world, singles, ["late"])
+    mark = len(world.cluster.actions)
+    world.rt.step()
+    actions = world.cluster.actions[mark:]
+    pods = [i for i, (verb, kind, _) in enumerate(actions) if (verb, kind) == ("create", "pod")]
+    statuses = [
+        key.rsplit("/", 1)[1] for _, kind, key in actions[: pods[4]] if kind == "trainingjob/status"
+    ]
+    # the first round's 4, then 8 of the backlog (4 with a round's worth), then the newcomer
+    assert statuses.index("late") == 12
+    assert sorted(statuses[:12]) == singles[:12]
 
 
 class SlowPods:

@@ -53,6 +53,7 @@ from caldera.runtime.wire import ByName
 
 __all__ = [
     "ADMIT_EVERY",
+    "BACKLOG_AT_ONCE",
     "ROUND",
     "SAY_STARTING_AFTER",
     "SAY_STARTING_AFTER_PENDING",
@@ -71,6 +72,13 @@ ROUND = 100
 # this long (issue 40: it waited for the round, 12–37 s). A flush shorter than this admits
 # none: the next step admits and starts them in one status write.
 ADMIT_EVERY = 1.0
+# First statuses of the step's own backlog (jobs admitted at its start, their objects waiting
+# for their round) that each admission during a flush writes at least, oldest first, beside
+# as many as the newcomers: about what the intake's writers send in a second on a busy API
+# server (250–430 measured at 200 nodes). With a round's worth (100), the last of 446 jobs
+# read at a step's start during a burst waited 7 s for its first status (issue 40: 5 s at
+# p99); their pods wait for those statuses anyway.
+BACKLOG_AT_ONCE = 300
 # Seconds a started job's status may wait for its pods to run before it is written saying
 # Starting (`Flusher._defer_starts`): most pods run within it, and their job's status is then
 # written once, saying Running.
@@ -179,7 +187,7 @@ class Flusher(IntentCarrier):
         every start. With them go the first statuses of the backlog's jobs this controller
         has not written yet (admitted at the step's start, their start waiting for its
         round), oldest first and ahead of the newcomers, who came after them — as many as
-        the newcomers, at least `ROUND`: the same status written earlier, so
+        the newcomers, at least `BACKLOG_AT_ONCE`: the same status written earlier, so
         each job's admission is said within seconds; their objects still wait for it, as
         always, and the rounds' pods are not held up behind thousands of statuses. While
         these go, the flush's writers start no new request (the API server answers the
@@ -222,10 +230,10 @@ class Flusher(IntentCarrier):
                     and job.id not in self._round
                     and job.id not in new
                 )
-                # the backlog's first, as many as the newcomers and at least a round's worth:
+                # the backlog's first, as many as the newcomers and at least BACKLOG_AT_ONCE:
                 # they came earlier, and a burst of newcomers kept pushing them back (issue
-                # 40's 10 s admission tail); after a restart (no newcomers) a round's worth
-                older = itertools.islice(backlog, max(ROUND, len(fresh_jobs)))
+                # 40's 10 s admission tail)
+                older = itertools.islice(backlog, max(BACKLOG_AT_ONCE, len(fresh_jobs)))
                 jobs = [*older, *fresh_jobs]
             raised = self._each(self._write_status, jobs, intake=True)
             with self._lock:
