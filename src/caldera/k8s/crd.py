@@ -216,10 +216,11 @@ def _status_schema() -> dict[str, Any]:
                 "x-kubernetes-list-map-keys": ["type"],
             },
             # Atomic: the API server's field manager tracks it as one field, not each of
-            # its ~25 leaves, and every status write pays for that tracking — measured on
-            # the dev cluster, a status patch cost its API server 2.6–2.9 ms of CPU with
-            # it atomic against 3.5 ms without (issue 40). The controller always writes it
-            # whole, with a merge patch, which the map type does not change.
+            # its leaves, and every status write pays for that tracking — a started job's
+            # status patch cost the dev cluster's API server 3.1 ms of CPU against 3.7 ms
+            # (scripts/apiserver-write-cost.py's statuses, both CRDs in one run; an
+            # admission's, mostly nulls, the same; issue 40). The controller always writes
+            # it whole, with a merge patch, which the map type does not change.
             "controller": {
                 "type": "object",
                 "description": "what a restarted controller needs; not an interface",
