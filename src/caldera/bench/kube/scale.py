@@ -65,6 +65,7 @@ from caldera.bench.kube.cluster import (
     SUBMITTERS,
     bench_cluster,
     create_retrying,
+    garbage_collector_knows,
     install_training_jobs,
     start_controller,
     stop_controller,
@@ -259,7 +260,7 @@ def bench_k8s(
         watch = PodWatch(KubeClusterAPI(api), label=f"{MANAGED}=true")
         try:
             k8s.client.CoreV1Api(api).create_namespace({"metadata": {"name": NAMESPACE}})
-            install_training_jobs(api)
+            installed = install_training_jobs(api)
             config = write_config(folder, "default-scheduler")
             log = folder / "controller.log"
             controller = start_controller(cluster, config, log)
@@ -268,6 +269,7 @@ def bench_k8s(
                 lambda: "controller running" in log.read_text(errors="replace"),
                 120,
             )
+            garbage_collector_knows(installed)
             thread = threading.Thread(target=watch.run, daemon=True)
             thread.start()
             custom = k8s.client.CustomObjectsApi(api)

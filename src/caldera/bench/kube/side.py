@@ -92,6 +92,7 @@ from caldera.bench.kube.cluster import (
     QUEUE,
     SUBMITTERS,
     bench_cluster,
+    garbage_collector_knows,
     install_training_jobs,
     start_controller,
     stop_controller,
@@ -244,7 +245,7 @@ def _prepare(
         if mode.needs_volcano:
             wait_for("Volcano to open the queue", lambda: _queue_open(custom), 120)
         return None
-    install_training_jobs(api)
+    installed = install_training_jobs(api)
     config = write_config(folder, mode.scheduler_name, PREEMPT_POLICY if preempt else None)
     log = folder / "controller.log"
     controller = start_controller(cluster, config, log)
@@ -259,6 +260,7 @@ def _prepare(
     wait_for("the controller to lead", leading, 120)
     if mode.needs_volcano:
         wait_for("Volcano to open caldera's queue", lambda: _queue_open(custom), 120)
+    garbage_collector_knows(installed)
     return controller
 
 
