@@ -196,6 +196,21 @@ def _burst_with_newcomers(world: World, burst: list[str], newcomers: list[str]) 
     world.cluster.create_pod = create_and_submit  # type: ignore[method-assign]
 
 
+def _step_a_burst(
+    monkeypatch: pytest.MonkeyPatch, burst: list[str], newcomers: list[str], backlog: int = 4
+) -> tuple[World, list[tuple[str, str, str]]]:
+    """One step over `burst` with `newcomers` applied during its flush, in rounds of 4 jobs
+    and `backlog` of the step's own first statuses per admission: the world and the
+    step's writes."""
+    monkeypatch.setattr(flush, "ROUND", 4)
+    monkeypatch.setattr(flush, "BACKLOG_AT_ONCE", backlog)
+    world = World().hypernode("a", "n", count=2).start()
+    _burst_with_newcomers(world, burst, newcomers)
+    mark = len(world.cluster.actions)
+    world.rt.step()
+    return world, world.cluster.actions[mark:]
+
+
 def test_a_burst_is_written_in_rounds_and_newcomers_are_admitted_between_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -204,14 +219,8 @@ def test_a_burst_is_written_in_rounds_and_newcomers_are_admitted_between_them(
     rounds of `ROUND` jobs, each job's status still goes before its objects; the first pods
     go before the last statuses; a TrainingJob that came during the flush is admitted
     (its status written) in the same step."""
-    monkeypatch.setattr(flush, "ROUND", 4)
-    monkeypatch.setattr(flush, "BACKLOG_AT_ONCE", 4)
-    world = World().hypernode("a", "n", count=2).start()
     singles = [f"one{i}" for i in range(12)]
-    _burst_with_newcomers(world, singles, ["late"])
-    mark = len(world.cluster.actions)
-    world.rt.step()
-    actions = world.cluster.actions[mark:]
+    world, actions = _step_a_burst(monkeypatch, singles, ["late"])
     status_at = {key: i for i, (_, kind, key) in enumerate(actions) if kind == "trainingjob/status"}
     pod_at = {
         key.rsplit("-", 2)[0]: i
@@ -246,19 +255,10 @@ def test_newcomers_in_numbers_do_not_push_the_step_s_own_admissions_back(
     the backlog's first statuses only up to a round's worth in all, so a step's own
     admissions waited behind every later wave (a 10 s admission tail). The backlog's go
     first, as many as the newcomers."""
-    monkeypatch.setattr(flush, "ROUND", 4)
-    monkeypatch.setattr(flush, "BACKLOG_AT_ONCE", 4)
-    world = World().hypernode("a", "n", count=2).start()
     singles = [f"one{i:02d}" for i in range(12)]
     late = [f"late{i}" for i in range(6)]
-    _burst_with_newcomers(world, singles, late)
-    mark = len(world.cluster.actions)
-    world.rt.step()
-    order = [
-        key.rsplit("/", 1)[1]
-        for _, kind, key in world.cluster.actions[mark:]
-        if kind == "trainingjob/status"
-    ]
+    world, actions = _step_a_burst(monkeypatch, singles, late)
+    order = [key.rsplit("/", 1)[1] for _, kind, key in actions if kind == "trainingjob/status"]
     first_late = min(order.index(name) for name in late)
     # a round (4), then as many of the backlog as the 6 newcomers, then the newcomers
     assert sorted(order[:first_late]) == singles[:10]
@@ -273,14 +273,8 @@ def test_an_admission_writes_more_of_the_step_s_backlog_than_a_round(
     read at a step's start during a burst waited 7 s for its first status. An admission
     during the flush writes `BACKLOG_AT_ONCE` of them, more than a round, before the
     newcomer: here the first round's 4, then 8 of the backlog, then the newcomer (not 4 and 4)."""
-    monkeypatch.setattr(flush, "ROUND", 4)
-    monkeypatch.setattr(flush, "BACKLOG_AT_ONCE", 8)
-    world = World().hypernode("a", "n", count=2).start()
     singles = [f"one{i:02d}" for i in range(16)]
-    _burst_with_newcomers(world, singles, ["late"])
-    mark = len(world.cluster.actions)
-    world.rt.step()
-    actions = world.cluster.actions[mark:]
+    _, actions = _step_a_burst(monkeypatch, singles, ["late"], backlog=8)
     pods = [i for i, (verb, kind, _) in enumerate(actions) if (verb, kind) == ("create", "pod")]
     statuses = [
         key.rsplit("/", 1)[1] for _, kind, key in actions[: pods[4]] if kind == "trainingjob/status"

@@ -127,16 +127,18 @@ def _plain_pod(
     }
 
 
-def _pod_group(job: str, size: int, priority: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"minMember": size, "queue": QUEUE}
+def _volcano_object(
+    api_version: str, kind: str, job: str, spec: dict[str, Any], priority: str | None
+) -> dict[str, Any]:
+    """One of Volcano's objects named after the job, at `priority` when given."""
     if priority is not None:
         spec["priorityClassName"] = priority
-    return {
-        "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "kind": "PodGroup",
-        "metadata": {"name": job},
-        "spec": spec,
-    }
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": job}, "spec": spec}
+
+
+def _pod_group(job: str, size: int, priority: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"minMember": size, "queue": QUEUE}
+    return _volcano_object("scheduling.volcano.sh/v1beta1", "PodGroup", job, spec, priority)
 
 
 def volcano_job(job: str, size: int, gpus: int, priority: str | None = None) -> dict[str, Any]:
@@ -167,14 +169,7 @@ def volcano_job(job: str, size: int, gpus: int, priority: str | None = None) -> 
             }
         ],
     }
-    if priority is not None:
-        spec["priorityClassName"] = priority
-    return {
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "metadata": {"name": job},
-        "spec": spec,
-    }
+    return _volcano_object("batch.volcano.sh/v1alpha1", "Job", job, spec, priority)
 
 
 def _training_job(job: str, size: int, gpus: int, priority: str | None = None) -> dict[str, Any]:
