@@ -206,32 +206,23 @@ def submit(
     core = k8s.client.CoreV1Api(api)
     custom = k8s.client.CustomObjectsApi(api)
 
+    def create(group: str, version: str, plural: str, body: dict[str, Any]) -> None:
+        create_retrying(
+            partial(custom.create_namespaced_custom_object, group, version, NAMESPACE, plural, body)
+        )
+
     def one(i: int) -> None:
         job, size = f"{prefix}-{i:05d}", sizes[i]
         sent[job] = time.monotonic()
         if mode.controller:
-            body = _training_job(job, size, gpus, priority)
-            create_retrying(
-                lambda: custom.create_namespaced_custom_object(
-                    GROUP, VERSION, NAMESPACE, PLURAL, body
-                )
-            )
+            create(GROUP, VERSION, PLURAL, _training_job(job, size, gpus, priority))
             return
         if mode is SideMode.VOLCANO_JOB:
-            vcjob = volcano_job(job, size, gpus, priority)
-            create_retrying(
-                lambda: custom.create_namespaced_custom_object(
-                    "batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", vcjob
-                )
-            )
+            create("batch.volcano.sh", "v1alpha1", "jobs", volcano_job(job, size, gpus, priority))
             return
         if mode is SideMode.VOLCANO:
             group = _pod_group(job, size, priority)
-            create_retrying(
-                lambda: custom.create_namespaced_custom_object(
-                    "scheduling.volcano.sh", "v1beta1", NAMESPACE, "podgroups", group
-                )
-            )
+            create("scheduling.volcano.sh", "v1beta1", "podgroups", group)
         for rank in range(size):
             pod = _plain_pod(job, rank, gpus, mode, priority)
             create_retrying(partial(core.create_namespaced_pod, NAMESPACE, pod))
