@@ -165,6 +165,8 @@ def allocate(cycle: CycleContext) -> None:
             job = jobs[position]
             if job.id in handled:
                 outcome = _STARTED
+            elif cycle.out_of_starts(job.spec.priority):
+                return  # paced (`Snapshot.start_budget`): the rest wait for the next cycle
             elif job.spec.shape in failed:
                 outcome = _WAITING  # as _try_allocate: _CAPPED or _WAITING, settled alike
             else:

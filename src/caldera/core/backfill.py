@@ -49,7 +49,7 @@ def _grow_elastic(cycle: CycleContext) -> None:
     growing.sort(key=lambda job: (shares.get(job.spec.queue, (0.0, 0.0)), job_order(job)))
     for job in growing:
         usage = cycle.usage.get(job.spec.queue)
-        if usage is None:
+        if usage is None or cycle.out_of_starts(job.spec.priority):
             continue
         # A task still releasing is still a replica: never more than `tasks` alive at once.
         alive = started.get(job.id, len(job.placement) + len(job.releasing))
@@ -107,6 +107,8 @@ def _fill_planned_room(cycle: CycleContext) -> None:
         heads.append(job)
     heads.sort(key=lambda job: job.spec.rank)
     for job in heads:
+        if cycle.out_of_starts(job.spec.priority):
+            break
         end = expected_end(job, estimates, now)
         usable = [
             plan for plan in planned.values() if end <= plan.at and plan.job in cycle.reservations

@@ -148,6 +148,8 @@ class Decided:
     missed: set[str]  # searched for victims, found none (`Decisions.preempt_misses`)
     wakeups: list[float]  # times the cycle asks to run again at (`Decisions.wakeup`)
     notes: list[str]
+    tasks_started: int  # tasks in `starts` (against the snapshot's `start_budget`)
+    paced: bool  # a start was left for later because the budget ran out
 
     def __init__(self) -> None:
         self.starts = []
@@ -162,6 +164,8 @@ class Decided:
         self.missed = set()
         self.wakeups = []
         self.notes = []
+        self.tasks_started = 0
+        self.paced = False
 
 
 @dataclass(slots=True, init=False)
@@ -317,6 +321,17 @@ class CycleContext:
     def in_pass(self, key: GroupKey) -> bool:
         return self.pass_filter is None or self.pass_filter(key)
 
+    def out_of_starts(self, priority: int) -> bool:
+        """The snapshot's `start_budget` is spent and a job of `priority` waits for the next
+        cycle (a critical one never does); the decisions say the cycle was paced. Checked
+        before a start, so one gang larger than what is left still starts."""
+        budget = self.snapshot.start_budget
+        decided = self.decided
+        if budget is None or priority >= CRITICAL_PRIORITY or decided.tasks_started < budget:
+            return False
+        decided.paced = True
+        return True
+
     @property
     def now(self) -> float:
         return self.snapshot.now
@@ -380,6 +395,7 @@ class CycleContext:
         decided = self.decided
         decided.starts.append(Start(job.id, placement, grow))
         decided.started.add(job.id)
+        decided.tasks_started += len(placement)
         self.caches.usage_generation += 1
         usage = self.usage.get(job.spec.queue)
         if usage is not None:
@@ -395,6 +411,7 @@ class CycleContext:
                 break
         else:
             raise ValueError(f"{job.id} was not started in this cycle")
+        self.decided.tasks_started += len(extra)
         self.caches.usage_generation += 1
         usage = self.usage.get(job.spec.queue)
         if usage is not None:
@@ -472,4 +489,5 @@ class CycleContext:
             wakeup=min(wakeups) if wakeups else None,
             notes=tuple(decided.notes),
             memo=self.caches.searches.memo(),
+            paced=decided.paced,
         )

@@ -41,7 +41,12 @@ def run(snapshot: Snapshot, policy: Policy) -> Decisions:
     this returns. Under a policy that remembers quiet cycles (`CALDERA`), a cycle that can
     only decide what the last one did — nothing — is answered from the last one's record
     without running the phases (core/shortcuts/quiet.py)."""
-    quiet = policy.remembers_quiet_cycles and not snapshot.explain and exact_for(snapshot.config)
+    quiet = (
+        policy.remembers_quiet_cycles
+        and not snapshot.explain
+        and snapshot.start_budget is None  # a paced cycle is not what the next one repeats
+        and exact_for(snapshot.config)
+    )
     known = None
     if quiet:
         replayed = replay(snapshot)

@@ -153,6 +153,9 @@ class Decisions:
     waiting: tuple[Waiting, ...] = field(default=(), compare=False)
     # What the next cycle may reuse (core/shortcuts/memo.py): hand it back with the next snapshot.
     memo: SearchMemo | None = field(default=None, compare=False, repr=False)
+    # The snapshot's `start_budget` ran out: jobs that might have started were not reached,
+    # so the next cycle is due as soon as the budget grows again.
+    paced: bool = False
 
     @property
     def empty(self) -> bool:

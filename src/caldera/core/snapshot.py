@@ -53,6 +53,12 @@ class Snapshot:
     # Per queue: decayed GPU usage (core/fairshare.py), kept by the runtime when
     # `config.fair_share_half_life` is on; empty: fair share over time is off.
     decayed_usage: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    # Tasks the cycle may start for jobs below critical before it stops starting them (None:
+    # no bound). The Kubernetes controller paces its starts to what the binder takes
+    # (caldera.k8s.pacing): a step that decided 1,000 starts at once left the last pod
+    # waiting ~20 s for kube-scheduler. Critical jobs, nominated preemptors and starving large
+    # jobs start regardless; the jobs a paced cycle did not reach wait for the next one.
+    start_budget: int | None = None
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.now):

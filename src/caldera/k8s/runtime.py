@@ -61,6 +61,7 @@ from caldera.k8s.observe.intakefacts import JobAdmitted
 from caldera.k8s.observe.podapply import apply_pod
 from caldera.k8s.observe.pods import PodWatcher, claim_unlabelled
 from caldera.k8s.observe.rekey import rekey
+from caldera.k8s.pacing import StartPacing, unbound_pods
 from caldera.k8s.reading.nodes import Blocked, NodeState, foreign_usage, read_nodes
 from caldera.k8s.reporting.events import Reason
 from caldera.k8s.reporting.waiting import tell_waits
@@ -155,6 +156,8 @@ class KubeRuntime:
         # Queues whose Volcano Queue refused a PodGroup (missing or not Open): their jobs
         # wait as in a Closed queue (running ones carry on) until it reads Open.
         self.volcano_waits = VolcanoWaits()
+        # Starts paced to the binder (`caldera.k8s.pacing`): bounded steps, short binds.
+        self.pacing = StartPacing(self.settings.bind_backlog)
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -281,6 +284,7 @@ class KubeRuntime:
         """The kernel's changes, why pending jobs wait, then one flush of the writes."""
         now = snapshot.now
         self.kernel.apply(decisions, snapshot)
+        self.pacing.paced = decisions.paced
         tell_waits(self, decisions, snapshot)  # why pending jobs wait (issue 34)
         self.actuator.flush()
         self._keep_decayed_usage(now)
@@ -292,7 +296,8 @@ class KubeRuntime:
         for name in self.volcano_waits:
             if name in queues:  # admission still sees the queue Open: no job is rejected
                 queues[name] = replace(queues[name], state=QueueState.CLOSED)
-        return self.kernel.snapshot(now, self.nodes, queues, self.room)
+        budget = self.pacing.budget(unbound_pods(self.jobs.values()), now)
+        return self.kernel.snapshot(now, self.nodes, queues, self.room, budget)
 
     # -- Volcano's queues ------------------------------------------------------------------
 

@@ -130,12 +130,18 @@ class Kernel(Generic[JobT, TaskT]):
         return {queue: totals[0] for queue, totals in self.index.usage.items()}
 
     def snapshot(
-        self, now: float, nodes: tuple[Node, ...], queues: Mapping[str, Queue], room: Room
+        self,
+        now: float,
+        nodes: tuple[Node, ...],
+        queues: Mapping[str, Queue],
+        room: Room,
+        start_budget: int | None = None,
     ) -> Snapshot:
         """The cycle's input. Only the views of jobs that changed since the last snapshot are
         renewed: with thousands of pending jobs a cycle costs what changed, not what exists.
         The room and the index are shared, not copied: use the snapshot before changing
-        anything."""
+        anything. `start_budget`: see `Snapshot.start_budget` (the Kubernetes controller's
+        pacing)."""
         refresh_index(self.index, self.stale, self.jobs)
         decayed: Mapping[str, float] = {}
         if self.config.fair_share_half_life > 0:
@@ -155,6 +161,7 @@ class Kernel(Generic[JobT, TaskT]):
             explain=self.explain,
             estimates=self.estimates.view(),
             decayed_usage=decayed,
+            start_budget=start_budget,
         )
 
     # -- decisions -------------------------------------------------------------------------

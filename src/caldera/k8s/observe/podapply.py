@@ -55,6 +55,9 @@ def apply_pod(runtime: KubeRuntime, seen: PodObservation, now: float) -> None:
             if bound and not task.bound:
                 task.bound = True
                 runtime.kernel.mark(job)
+                runtime.pacing.bound(now)
+                if runtime.pacing.paced:  # room in the binder's queue for what waited
+                    runtime.cycle_needed = True
             task.deleting = deleting
         case StuckTerminating():
             _stuck(runtime, seen, now)
