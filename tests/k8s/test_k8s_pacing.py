@@ -4,10 +4,15 @@ once."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
-from k8s_support import SETTINGS, World
+import pytest
+from k8s_support import NAMESPACE, SETTINGS, World
 
+from caldera.k8s import pacing
+from caldera.k8s.effects import flush
+from caldera.k8s.effects.flush import ADMITTED_WAITS
 from caldera.k8s.pacing import FLOOR, WINDOW, StartPacing
 from caldera.trainingjob_api import JOB
 
@@ -56,3 +61,64 @@ def test_the_budget_follows_the_binds_seen_over_the_window() -> None:
     assert pacing.budget(unbound=150, now=102.0) == 50
     assert pacing.budget(unbound=0, now=102.0 + WINDOW) == FLOOR  # the binds aged out
     assert StartPacing(backlog=0).budget(unbound=10_000, now=0.0) is None
+
+
+def test_a_paced_burst_costs_three_writes_per_single_pod_job_and_no_event() -> None:
+    """Most of a paced burst's jobs are admitted in one step and start a few steps later:
+    their Admitted Event waits for the start and goes with it (quiet: none is sent), so each
+    job is still its admission status, its pod and its status once the pod runs."""
+    world = World(settings=replace(SETTINGS, scheduler_name="default-scheduler"))
+    _burst(world, 150)
+    mark = len(world.cluster.actions)
+    for _ in range(6):
+        world.step()
+    assert {world.state(f"j{number:03d}") for number in range(150)} == {"Running"}
+    writes = Counter(key.split("/")[1].split("-")[0] for _, _, key in world.cluster.actions[mark:])
+    assert set(writes.values()) == {3}, writes
+    assert [e for number in range(150) for e in world.events(f"j{number:03d}")] == []
+
+
+def test_an_admitted_job_that_says_nothing_more_has_its_event_after_a_while() -> None:
+    """Not reached by any cycle (the budget stays spent): no Waiting Event to go with."""
+    world = World().hypernode("a", "n", count=1).start()
+    world.rt.pacing.budget = lambda unbound, now: 0  # type: ignore[method-assign]
+    world.submit("late", gpus=1)
+    world.step()
+    world.step(ADMITTED_WAITS - 1)
+    assert world.state("late") == "Pending" and world.events("late") == []
+    world.step(2)
+    assert world.events("late") == ["Admitted"]
+    world.step(ADMITTED_WAITS + 1)
+    assert world.events("late") == ["Admitted"]  # once
+
+
+def test_the_statuses_a_start_waits_for_go_first_and_a_paced_flush_leaves_the_rest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(flush, "ROUND", 10)
+    monkeypatch.setattr(flush, "PACED_FLUSH", 0.0)
+    monkeypatch.setattr(pacing, "FLOOR", 3)
+    world = World().hypernode("a", "n", count=2).start()
+    world.submit("filler", gpus=8)
+    world.step()
+    for number in range(30):  # admitted before the small ones; they wait while filler runs
+        world.submit(f"big{number:02d}", tasks=2, gpus=8)
+    for number in range(5):
+        world.submit(f"small{number}", gpus=1)
+    mark = len(world.cluster.actions)
+    world.rt.step()  # admits 35 jobs, starts 3 small ones (paced), leaves 2
+    actions = world.cluster.actions[mark:]
+    statuses = [key for _, kind, key in actions if kind == "trainingjob/status"]
+    pods = [i for i, (verb, kind, _) in enumerate(actions) if (verb, kind) == ("create", "pod")]
+    # the starts' first statuses lead the first round, their pods right after it; then the
+    # flush, paced, stops: the statuses left are the next step's
+    assert {f"{NAMESPACE}/small{number}" for number in range(3)} <= set(statuses)
+    assert len(pods) == 3 and len(statuses) == 10
+    burst = {f"{NAMESPACE}/big{n:02d}" for n in range(30)} | {
+        f"{NAMESPACE}/small{n}" for n in range(5)
+    }
+    assert burst - set(statuses) <= set(world.rt.actuator.dirty)  # 25 left, none lost
+    world.cluster.settle()
+    world.rt.step()
+    assert {world.state(f"small{number}") for number in range(5)} <= {"Running", "Pending"}
+    assert all(world.state(f"big{number:02d}") == "Pending" for number in range(30))

@@ -284,7 +284,7 @@ class KubeRuntime:
         """The kernel's changes, why pending jobs wait, then one flush of the writes."""
         now = snapshot.now
         self.kernel.apply(decisions, snapshot)
-        self.pacing.paced = decisions.paced
+        self.pacing.paced = self.actuator.paced = decisions.paced
         tell_waits(self, decisions, snapshot)  # why pending jobs wait (issue 34)
         self.actuator.flush()
         self._keep_decayed_usage(now)

@@ -103,6 +103,9 @@ class KubeActuator(Flusher):
     api_errors: int = 0
     # Requests sent at once by `flush` (1: one after another, in order).
     writers: int = 1
+    # The cycle left starts for later (`caldera.k8s.pacing`): a flush ends once its pods are
+    # out and it has written statuses for `PACED_FLUSH` seconds, so the next step comes soon.
+    paced: bool = False
     _starts: dict[str, list[Object]] = field(default_factory=dict)
     _sequence: int = 0
     _pool: ThreadPoolExecutor | None = None
