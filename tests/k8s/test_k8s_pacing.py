@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from k8s_support import NAMESPACE, SETTINGS, World
 
-from caldera.k8s import pacing
+from caldera.k8s import ClusterUnavailable, pacing
 from caldera.k8s.effects import flush
 from caldera.k8s.effects.flush import ADMITTED_WAITS
 from caldera.k8s.pacing import FLOOR, WINDOW, StartPacing
 from caldera.trainingjob_api import JOB
+from polling import wait_for
 
 
 def _burst(world: World, jobs: int) -> World:
@@ -96,7 +98,6 @@ def test_the_statuses_a_start_waits_for_go_first_and_a_paced_flush_leaves_the_re
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(flush, "ROUND", 10)
-    monkeypatch.setattr(flush, "PACED_FLUSH", 0.0)
     monkeypatch.setattr(pacing, "FLOOR", 3)
     world = World().hypernode("a", "n", count=2).start()
     world.submit("filler", gpus=8)
@@ -122,3 +123,54 @@ def test_the_statuses_a_start_waits_for_go_first_and_a_paced_flush_leaves_the_re
     world.rt.step()
     assert {world.state(f"small{number}") for number in range(5)} <= {"Running", "Pending"}
     assert all(world.state(f"big{number:02d}") == "Pending" for number in range(30))
+
+
+def test_a_paced_flush_leaves_the_admissions_to_the_intake_s_writers_and_loses_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With several writers the admissions' first statuses a paced flush did not write go
+    out while the next step runs; one the server never got is queued again; a start of a
+    job whose first status is still on its way follows it."""
+    monkeypatch.setattr(flush, "ROUND", 10)
+    monkeypatch.setattr(pacing, "FLOOR", 3)
+    world = World().hypernode("a", "n", count=2).start(writers=8)
+    world.submit("filler", gpus=8)
+    world.step()
+    for number in range(30):
+        world.submit(f"big{number:02d}", tasks=2, gpus=8)
+    for number in range(5):
+        world.submit(f"small{number}", gpus=1)
+    patch_status = world.cluster.patch_job_status
+    gone = {"big29"}  # the server is unreachable for its first status
+
+    def patch_or_fail(namespace: str, name: str, status: Any) -> Any:
+        if name in gone:
+            gone.discard(name)
+            raise ClusterUnavailable("cannot reach the Kubernetes API at fake://: reset")
+        return patch_status(namespace, name, status)
+
+    world.cluster.patch_job_status = patch_or_fail  # type: ignore[method-assign]
+    world.rt.step()
+    assert len(world.rt.actuator.dirty) < 10  # the step returned with the rest on their way
+    names = [f"big{n:02d}" for n in range(29)]
+    wait_for("the admissions written behind the flush", lambda: _admitted(world, names))
+    assert "big29" not in _admitted_names(world)
+    world.cluster.settle()
+    world.rt.step()  # queued again, written now; the 2 small jobs left start
+    wait_for("big29 admitted", lambda: "big29" in _admitted_names(world))
+    world.rt.step()
+    assert {world.state(f"small{n}") for n in range(5)} <= {"Running", "Pending"}
+    writes = Counter(key for _, kind, key in world.cluster.actions if kind == "trainingjob/status")
+    assert all(writes[f"{NAMESPACE}/{name}"] == 1 for name in names)  # each once
+
+
+def _admitted_names(world: World) -> set[str]:
+    return {
+        name
+        for (_, name), job in list(world.cluster.jobs.items())
+        if (job.get("status") or {}).get("state")
+    }
+
+
+def _admitted(world: World, names: list[str]) -> bool:
+    return set(names) <= _admitted_names(world)

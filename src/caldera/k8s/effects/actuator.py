@@ -28,7 +28,7 @@ import socket
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,7 +104,7 @@ class KubeActuator(Flusher):
     # Requests sent at once by `flush` (1: one after another, in order).
     writers: int = 1
     # The cycle left starts for later (`caldera.k8s.pacing`): a flush ends once its pods are
-    # out and it has written statuses for `PACED_FLUSH` seconds, so the next step comes soon.
+    # out, the admissions' statuses left written behind it (`Flusher._write_behind`).
     paced: bool = False
     _starts: dict[str, list[Object]] = field(default_factory=dict)
     _sequence: int = 0
@@ -129,6 +129,9 @@ class KubeActuator(Flusher):
     _written: dict[str, tuple[str, int, str]] = field(default_factory=dict)
     # Starts whose status is written after their pods, at a later flush (`Flusher`).
     _after_pods: dict[str, KubeJob] = field(default_factory=dict)
+    # First statuses a paced flush left writing on the intake's writers (`Flusher`): job id
+    # → the job and whether the server took it.
+    _behind: dict[str, tuple[KubeJob, Future[bool]]] = field(default_factory=dict)
     # Admitted Events of jobs admitted between two rounds of this flush, and those of the last
     # flush, sent with the next flush's Events (merged with a Started one when the job starts).
     _held: list[JobEvent] = field(default_factory=list)

@@ -55,7 +55,6 @@ __all__ = [
     "ADMITTED_WAITS",
     "ADMIT_EVERY",
     "BACKLOG_AT_ONCE",
-    "PACED_FLUSH",
     "ROUND",
     "SAY_STARTING_AFTER",
     "SAY_STARTING_AFTER_PENDING",
@@ -92,12 +91,6 @@ SAY_STARTING_AFTER = 10.0
 # meanwhile. A job that said more (Held with its reason, Running an earlier attempt) is told
 # after `SAY_STARTING_AFTER`: what it said is no longer so.
 SAY_STARTING_AFTER_PENDING = 30.0
-# Seconds a paced flush (the cycle left starts for later, `caldera.k8s.pacing`) goes on
-# writing statuses once its pods are out: the statuses left are the next step's, which
-# starts the next pods while the binder still has these to bind. Unbounded, a flush during
-# a burst wrote every newcomer's admission for 6 s while the binder, its 64 pods bound in
-# 1.3 s, waited.
-PACED_FLUSH = 1.0
 # Seconds an admitted job's Admitted Event waits for the job's next Event (its start, quiet
 # for a first start, or why it is held) to go as one with it (`merge_per_job`): with starts
 # paced, most of a burst's jobs start a few steps after their admission, and an Event each
@@ -152,6 +145,7 @@ class Flusher(IntentCarrier):
     _keys: ByName | None
     _written: dict[str, tuple[str, int, str]]  # uid → the status, its attempt, its state
     _after_pods: dict[str, KubeJob]
+    _behind: dict[str, tuple[KubeJob, Future[bool]]]
     _held: list[JobEvent]
     _carried: list[JobEvent]
 
@@ -176,8 +170,11 @@ class Flusher(IntentCarrier):
         TrainingJobs that came meanwhile are admitted and their status written at once, on
         writers of their own, ahead of the backlog (`_admit_meanwhile`)."""
         rounds = -(-len(self.dirty) // ROUND) - 1  # the backlog's rounds
-        began = self._admitted_at = time.monotonic()
+        self._admitted_at = time.monotonic()
+        self._settle_behind()
         try:
+            if self.paced and self.pending:
+                self._carry_out_pending()  # the pods that wait for no status: the binder's
             while self.dirty or self.throttles_dirty or self.pending or self.rejections:
                 self._write_statuses(ROUND)
                 if self.throttles_dirty:
@@ -185,8 +182,9 @@ class Flusher(IntentCarrier):
                     self.throttles_dirty = False
                 if self.pending:
                     self._carry_out_pending()
-                if self.paced and not self.pending and time.monotonic() - began > PACED_FLUSH:
-                    break  # the statuses left go with the next step's pods
+                if self.paced and not self.pending:
+                    self._write_behind()  # the admissions left: while the next step decides
+                    break
                 if rounds > 0 and self.dirty:
                     rounds -= 1
                     self._send_events()
@@ -216,8 +214,8 @@ class Flusher(IntentCarrier):
         admissions first). Nothing when this controller no longer leads: a standby writes
         nothing. A status not written here (the API server failing) stays queued for its
         round."""
-        if self._admitted_at is None:
-            return
+        if self._admitted_at is None or self.paced:
+            return  # a paced flush is short: the next step admits them (`_write_behind`)
         self._admitted_at = None  # no admission inside this one
         if not self.leading():
             self._admitted_at = time.monotonic()
@@ -276,6 +274,68 @@ class Flusher(IntentCarrier):
             self._intake_idle.set()
             self._admitted_at = time.monotonic()
 
+    def _write_behind(self) -> None:
+        """The end of a paced flush, its pods sent: the first statuses still to write (the
+        admissions), oldest first and at most `BACKLOG_AT_ONCE`, go out on the intake's
+        writers while the next step reads, decides and sends its pods — not between this
+        step's pods and the next's (a flush that wrote a burst's admissions for 3–6 s left
+        the binder idle once it had bound its 64 pods). Each counts as written from now
+        (`_written`: the job's start may then follow its pods, `_defer_starts`); what
+        depends on one waits for it (`_after_behind`); one that failed is undone at the
+        next flush (`_settle_behind`). With one writer (tests, `--once`) they stay queued
+        for the next flush."""
+        if self.writers <= 1:
+            return
+        first = (job for job in self.dirty.values() if job.uid not in self._written)
+        jobs = list(itertools.islice(first, BACKLOG_AT_ONCE))
+        if not jobs:
+            return
+        pool = self._intake_writers()
+        for job in jobs:
+            body = status_body(job, self.keys)  # here: the next step changes jobs meanwhile
+            said = json.dumps(body, sort_keys=True, default=str)
+            del self.dirty[job.id]
+            self._written[job.uid] = (said, job.attempts, str(body.get("state")))
+            sent = pool.submit(self._patch_status, job.id, job.namespace, job.name, body)
+            self._behind[job.id] = (job, sent)
+
+    def _settle_behind(self) -> None:
+        """The start of a flush: the statuses the last paced flush left writing that have
+        ended. One the server never got (unreachable) is queued again; one it refused
+        (logged) is forgotten, as in a round: the next change writes the job's status."""
+        starting = {i.job.id for i in self.pending if isinstance(i, Create)}
+        for job_id, (job, future) in list(self._behind.items()):
+            if job_id in starting and future.cancel():
+                # still queued and starting now: its first status goes before its pods, in
+                # this flush's first round, saying it starts (3 writes, not 4)
+                self._unwrite(job)
+                self.dirty[job_id] = job
+                del self._behind[job_id]
+                continue
+            if not future.done():
+                continue
+            del self._behind[job_id]
+            failure = future.exception()
+            if failure is None and future.result():
+                continue
+            self._unwrite(job)
+            if isinstance(failure, ClusterUnavailable):
+                self.dirty.setdefault(job_id, job)
+            elif failure is not None:
+                log.error("admission status not written: %r", failure)
+
+    def _unwrite(self, job: KubeJob) -> None:
+        """Forget a first status counted as written that was not."""
+        if self._written.get(job.uid, ("", -1, ""))[1] == job.attempts:
+            del self._written[job.uid]
+
+    def _after_behind(self, job: KubeJob | None) -> None:
+        """Wait until the job's first status, written behind the last flush, has gone: its
+        next status and its objects follow it."""
+        behind = self._behind.get(job.id) if job is not None else None
+        if behind is not None:
+            wait([behind[1]])
+
     def _each(
         self, send: Callable[[_T], object], items: Sequence[_T], intake: bool = False
     ) -> list[Exception | None]:
@@ -296,11 +356,7 @@ class Flusher(IntentCarrier):
                     raised.append(error)
             return raised
         if intake:
-            if self._intake_pool is None:
-                self._intake_pool = ThreadPoolExecutor(
-                    self.writers, thread_name_prefix="caldera-intake"
-                )
-            pool = self._intake_pool
+            pool = self._intake_writers()
         else:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.writers, thread_name_prefix="caldera-writer")
@@ -318,6 +374,15 @@ class Flusher(IntentCarrier):
             done.append(failure)
         return done
 
+    def _intake_writers(self) -> ThreadPoolExecutor:
+        """The admission path's own writers: a newcomer's status never queues behind the
+        backlog's writes."""
+        if self._intake_pool is None:
+            self._intake_pool = ThreadPoolExecutor(
+                self.writers, thread_name_prefix="caldera-intake"
+            )
+        return self._intake_pool
+
     def _after_intake(self, send: Callable[[_T], object], item: _T) -> object:
         """`send(item)` once the admission path has no write under way."""
         self._intake_idle.wait()
@@ -327,7 +392,7 @@ class Flusher(IntentCarrier):
         """Wait for `futures`; each `ADMIT_EVERY` seconds meanwhile, admit newcomers."""
         while True:
             since = self._admitted_at
-            if since is None:
+            if since is None or self.paced:  # a paced flush is short: the next step admits
                 wait(futures)
                 return
             timeout = max(since + ADMIT_EVERY - time.monotonic(), 0.0)
@@ -408,6 +473,7 @@ class Flusher(IntentCarrier):
         """Patch the job's status unless it is what this controller last wrote: a job marked
         changed for the snapshot only (a pod seen bound) needs no write (issue 40: a third
         status patch per start)."""
+        self._after_behind(job)
         body = status_body(job, self.keys)
         said = json.dumps(body, sort_keys=True, default=str)
         if self._written.get(job.uid, ("", 0, ""))[:2] == (said, job.attempts):
@@ -472,6 +538,7 @@ class Flusher(IntentCarrier):
                     return
                 item = group.popleft()
             self._intake_idle.wait()  # the admissions' writes go first
+            self._after_behind(_job_of(item[1]))
             try:
                 self._carry_out(item[1])
             except ClusterUnavailable:
