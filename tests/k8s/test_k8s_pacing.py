@@ -1,6 +1,6 @@
 """Starts paced to the binder (caldera.k8s.pacing): a burst is started a binder's worth at a
-time, each bind seen makes the next cycle due, and `bind_backlog: 0` starts everything at
-once."""
+time, each bind seen makes the next cycle due, the limit follows the binds' waits, and
+`bind_wait: 0` starts everything at once."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from k8s_support import NAMESPACE, SETTINGS, World
 from caldera.k8s import ClusterUnavailable, pacing
 from caldera.k8s.effects import flush
 from caldera.k8s.effects.flush import ADMITTED_WAITS
-from caldera.k8s.pacing import FLOOR, WINDOW, StartPacing
+from caldera.k8s.pacing import ADJUST_EVERY, FLOOR, StartPacing
 from caldera.trainingjob_api import JOB
 from polling import wait_for
 
@@ -39,30 +39,37 @@ def test_a_burst_starts_a_binder_s_worth_of_pods_per_cycle_and_each_bind_makes_r
     world.rt.step()  # admits all 150; the cycle may start FLOOR pods, none bound yet
     assert _started(world) == {f"j{number:03d}" for number in range(FLOOR)}  # the policy's order
     assert world.rt.pacing.paced
-    world.cluster.settle()  # the scheduler binds them
-    world.rt.step()  # the binds are seen: the next cycle is due at once, no timer waited
-    assert _pods(world) == 2 * FLOOR
-    world.cluster.settle()
-    world.rt.step()
-    assert _pods(world) == 150
+    for more in (2 * FLOOR, 3 * FLOOR, 150):
+        world.cluster.settle()  # the scheduler binds them
+        world.rt.step()  # the binds are seen: the next cycle is due at once, no timer waited
+        assert _pods(world) == more
     assert not world.rt.pacing.paced
 
 
-def test_without_a_bind_backlog_a_cycle_starts_every_pod_it_can() -> None:
-    world = _burst(World(settings=replace(SETTINGS, bind_backlog=0)), 150)
+def test_without_a_bind_wait_a_cycle_starts_every_pod_it_can() -> None:
+    world = _burst(World(settings=replace(SETTINGS, bind_wait=0)), 150)
     world.rt.step()
     assert _pods(world) == 150
 
 
-def test_the_budget_follows_the_binds_seen_over_the_window() -> None:
-    pacing = StartPacing(backlog=1.0)
+def test_the_limit_grows_while_binds_come_in_time_and_starts_were_held_back() -> None:
+    pacing = StartPacing(bind_wait=1.5)
     assert pacing.budget(unbound=10, now=0.0) == FLOOR - 10
-    for tick in range(400):  # 200 binds a second over the window
-        pacing.bound(100.0 + (tick + 1) / 200)
-    assert pacing.rate(102.0) == 200.0
-    assert pacing.budget(unbound=150, now=102.0) == 50
-    assert pacing.budget(unbound=0, now=102.0 + WINDOW) == FLOOR  # the binds aged out
-    assert StartPacing(backlog=0).budget(unbound=10_000, now=0.0) is None
+    pacing.paced = True  # the last cycle left starts for later
+    for _ in range(FLOOR):
+        pacing.bound(0.4)
+    assert pacing.budget(unbound=0, now=ADJUST_EVERY / 2) == FLOOR  # not yet: too soon
+    grown = pacing.budget(unbound=0, now=ADJUST_EVERY)
+    assert grown == int(FLOOR * 1.25)
+    pacing.paced = False  # nothing held back: fast binds are no reason to allow more
+    pacing.bound(0.4)
+    assert pacing.budget(unbound=0, now=2 * ADJUST_EVERY) == grown
+    pacing.bound(2.0)  # one bind came late: the binder's queue is too long
+    assert pacing.budget(unbound=0, now=3 * ADJUST_EVERY) == int(grown * 0.8)
+    pacing.bound(9.0)
+    assert pacing.budget(unbound=0, now=4 * ADJUST_EVERY) == FLOOR  # never below
+    assert pacing.budget(unbound=0, now=9 * ADJUST_EVERY) == FLOOR  # no binds: unchanged
+    assert StartPacing(bind_wait=0).budget(unbound=10_000, now=0.0) is None
 
 
 def test_a_paced_burst_costs_three_writes_per_single_pod_job_and_no_event() -> None:

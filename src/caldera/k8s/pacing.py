@@ -1,15 +1,20 @@
-"""Starts paced to the binder: a step decides no more pods than the scheduler binds.
+"""Starts paced to the binder: a step decides no more pods than the scheduler binds in time.
 
 caldera decides where each pod goes; kube-scheduler or Volcano binds it, at its own pace
-(kube-scheduler's client sends 50 requests/s by default). A cycle that decides every start
-it can at once — 1,000 of them in a burst — hands the binder a queue it works through for
-~20 s, and the last pod's decision → bind is that long; the step that writes them also runs
-for seconds. So the controller keeps the pods it started and the binder has yet to bind to
-about `bind_backlog` seconds of the binds it saw lately, never fewer than `FLOOR`: the
-cycle's `Snapshot.start_budget` is what is left of that (caldera.core.context's
-`out_of_starts`), and a bind seen while a cycle was paced makes the next one due. The binder
-always has a second's work queued, so throughput stays the binder's; only the waiting moves
-from its queue to caldera's, where the policy's order still holds and preemption can see it.
+(kube-scheduler's client sends 50 requests/s by default; Volcano binds once per session,
+every second). A cycle that decides every start it can at once — 1,000 of them in a burst —
+hands the binder a queue it works through for ~20 s: the last pod's decision → bind is that
+long, and the step that writes them runs for seconds. So the controller keeps a limit on its
+pods that wait for their bind and sets it from what it sees: each bind's wait since the
+decision. While every bind seen over the last `ADJUST_EVERY` seconds came within `bind_wait`
+and the limit held starts back, the limit grows by a quarter; once one came later, it
+shrinks by a fifth, never below `FLOOR`. So it settles where the binder's queue holds about
+`bind_wait` seconds of work: ~50 pods in front of kube-scheduler's 50 binds/s, more in front
+of a binder that takes more at once. The cycle's `Snapshot.start_budget` is what is left of
+it (caldera.core.context's `out_of_starts`), and a bind seen while a cycle was paced makes
+the next one due. The binder always has work queued, so throughput stays the binder's; the
+waiting moves from its queue to caldera's, where the policy's order still holds and
+preemption can see it.
 
 Critical jobs, nominated preemptors and starving large jobs are never paced (the core starts
 them regardless), and one gang larger than the budget left still starts whole.
@@ -17,21 +22,22 @@ them regardless), and one gang larger than the budget left still starts whole.
 
 from __future__ import annotations
 
-import math
-from collections import deque
 from collections.abc import Iterable
 
 from caldera.k8s.jobs import KubeJob
 from caldera.model import JobState
 
-__all__ = ["FLOOR", "WINDOW", "StartPacing", "unbound_pods"]
+__all__ = ["ADJUST_EVERY", "FLOOR", "StartPacing", "unbound_pods"]
 
-# Pods the controller may always have waiting for their bind: a 64-task gang starts at once,
-# and the first cycle of a burst (no binds seen yet) is not held to one pod at a time.
-FLOOR = 64
-# Seconds of binds the pace is measured over: long enough to smooth a scheduler's batches
-# (Volcano binds once per session, every second), short enough to follow a burst.
-WINDOW = 2.0
+# The limit's least and first value: pods the controller may always have waiting for their
+# bind (the first cycle of a burst has seen no bind yet; 48 bind within a second at
+# kube-scheduler's default pace).
+FLOOR = 48
+# Seconds between two changes of the limit: long enough to see the binds of the pods the
+# last change let through (Volcano binds once a second), short enough to follow a burst.
+ADJUST_EVERY = 1.0
+GROW = 1.25
+SHRINK = 0.8
 
 
 def unbound_pods(jobs: Iterable[KubeJob]) -> int:
@@ -46,27 +52,34 @@ def unbound_pods(jobs: Iterable[KubeJob]) -> int:
 
 
 class StartPacing:
-    """The binds seen over the last `WINDOW` seconds, and the start budget they allow."""
+    """The limit on pods waiting for their bind, moved by the waits of the binds seen."""
 
-    def __init__(self, backlog: float) -> None:
-        self.backlog = backlog  # seconds of binds that may wait (0: no pacing)
-        self.binds: deque[float] = deque()
+    def __init__(self, bind_wait: float) -> None:
+        self.bind_wait = bind_wait  # seconds a start's pods should wait for their bind (0: off)
+        self.limit = FLOOR
         self.paced = False  # the last cycle left starts for later
+        self._held_back = False  # a cycle was paced since the limit last moved
+        self._slowest = 0.0  # the longest wait of the binds seen since then
+        self._binds = 0
+        self._moved_at: float | None = None
 
-    def bound(self, now: float) -> None:
-        """A pod of caldera's was seen bound."""
-        self.binds.append(now)
-
-    def rate(self, now: float) -> float:
-        """Binds per second over the last `WINDOW` seconds."""
-        binds = self.binds
-        while binds and binds[0] <= now - WINDOW:
-            binds.popleft()
-        return len(binds) / WINDOW
+    def bound(self, waited: float) -> None:
+        """A pod of caldera's was seen bound `waited` seconds after its start was decided."""
+        self._binds += 1
+        self._slowest = max(self._slowest, waited)
 
     def budget(self, unbound: int, now: float) -> int | None:
         """Pods the next cycle may start for jobs below critical (None: no pacing)."""
-        if self.backlog <= 0:
+        if self.bind_wait <= 0:
             return None
-        allowed = max(FLOOR, math.ceil(self.rate(now) * self.backlog))
-        return max(0, allowed - unbound)
+        self._held_back = self._held_back or self.paced
+        if self._moved_at is None:
+            self._moved_at = now
+        elif now - self._moved_at >= ADJUST_EVERY and self._binds:
+            if self._slowest > self.bind_wait:
+                self.limit = max(FLOOR, int(self.limit * SHRINK))
+            elif self._held_back:
+                self.limit = int(self.limit * GROW)
+            self._moved_at = now
+            self._binds, self._slowest, self._held_back = 0, 0.0, False
+        return max(0, self.limit - unbound)

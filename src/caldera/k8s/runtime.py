@@ -157,7 +157,7 @@ class KubeRuntime:
         # wait as in a Closed queue (running ones carry on) until it reads Open.
         self.volcano_waits = VolcanoWaits()
         # Starts paced to the binder (`caldera.k8s.pacing`): bounded steps, short binds.
-        self.pacing = StartPacing(self.settings.bind_backlog)
+        self.pacing = StartPacing(self.settings.bind_wait)
 
     @property
     def nodes(self) -> tuple[Node, ...]:

@@ -55,7 +55,7 @@ def apply_pod(runtime: KubeRuntime, seen: PodObservation, now: float) -> None:
             if bound and not task.bound:
                 task.bound = True
                 runtime.kernel.mark(job)
-                runtime.pacing.bound(now)
+                runtime.pacing.bound(now - (job.start_time or now))
                 if runtime.pacing.paced:  # room in the binder's queue for what waited
                     runtime.cycle_needed = True
             task.deleting = deleting
