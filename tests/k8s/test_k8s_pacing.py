@@ -14,7 +14,7 @@ from k8s_support import NAMESPACE, SETTINGS, World
 from caldera.k8s import ClusterUnavailable, pacing
 from caldera.k8s.effects import flush
 from caldera.k8s.effects.flush import ADMITTED_WAITS
-from caldera.k8s.pacing import ADJUST_EVERY, FLOOR, StartPacing
+from caldera.k8s.pacing import ADJUST_EVERY, FLOOR, StartPacing, bind_wait_of
 from caldera.trainingjob_api import JOB
 from polling import wait_for
 
@@ -69,6 +69,13 @@ def test_the_limit_grows_while_binds_come_in_time_and_starts_were_held_back() ->
     pacing.bound(9.0)
     assert pacing.budget(unbound=0, now=4 * ADJUST_EVERY) == FLOOR  # never below
     assert pacing.budget(unbound=0, now=9 * ADJUST_EVERY) == FLOOR  # no binds: unchanged
+    # A binder with its own rhythm (Volcano's sessions): every bind late, but it had bound
+    # every pod while starts waited, so it can take more.
+    pacing.paced = True
+    pacing.bound(2.5)
+    assert pacing.budget(unbound=0, now=10 * ADJUST_EVERY) == int(FLOOR * 1.25)
+    pacing.bound(2.5)  # late, and the binder still has pods: too many
+    assert pacing.budget(unbound=5, now=11 * ADJUST_EVERY) == FLOOR - 5
     assert StartPacing(bind_wait=0).budget(unbound=10_000, now=0.0) is None
 
 
@@ -181,3 +188,9 @@ def _admitted_names(world: World) -> set[str]:
 
 def _admitted(world: World, names: list[str]) -> bool:
     return set(names) <= _admitted_names(world)
+
+
+def test_the_bind_wait_defaults_to_the_binder_s_rhythm_unless_set() -> None:
+    assert bind_wait_of(replace(SETTINGS, scheduler_name="default-scheduler")) == 1.5
+    assert bind_wait_of(replace(SETTINGS, scheduler_name="volcano")) == 4.0
+    assert bind_wait_of(replace(SETTINGS, scheduler_name="volcano", bind_wait=0.5)) == 0.5

@@ -61,7 +61,7 @@ from caldera.k8s.observe.intakefacts import JobAdmitted
 from caldera.k8s.observe.podapply import apply_pod
 from caldera.k8s.observe.pods import PodWatcher, claim_unlabelled
 from caldera.k8s.observe.rekey import rekey
-from caldera.k8s.pacing import StartPacing, unbound_pods
+from caldera.k8s.pacing import StartPacing, bind_wait_of, unbound_pods
 from caldera.k8s.reading.nodes import Blocked, NodeState, foreign_usage, read_nodes
 from caldera.k8s.reporting.events import Reason
 from caldera.k8s.reporting.waiting import tell_waits
@@ -157,7 +157,7 @@ class KubeRuntime:
         # wait as in a Closed queue (running ones carry on) until it reads Open.
         self.volcano_waits = VolcanoWaits()
         # Starts paced to the binder (`caldera.k8s.pacing`): bounded steps, short binds.
-        self.pacing = StartPacing(self.settings.bind_wait)
+        self.pacing = StartPacing(bind_wait_of(self.settings))
 
     @property
     def nodes(self) -> tuple[Node, ...]:

@@ -147,8 +147,9 @@ class KubeSettings:
     ready_timeout: float = 600.0
     # Seconds a started pod should wait for its bind: caldera starts jobs below critical a
     # binder's worth at a time, as many as keeps the binds it sees within this
-    # (`caldera.k8s.pacing`). 0: every start a cycle can make, at once.
-    bind_wait: float = 1.5
+    # (`caldera.k8s.pacing`). 0: every start a cycle can make, at once. None: 1.5 in front
+    # of kube-scheduler, 4 in front of Volcano (`pacing.bind_wait_of`).
+    bind_wait: float | None = None
     # Seconds a pod may stay terminating after its grace period before it is deleted with
     # grace 0 (a node that never confirms); after twice this long the job moves on without it
     # (a finalizer holds it): requeued, the preemptor re-planned, the pod's room still held.
@@ -215,7 +216,7 @@ class KubeSettingsModel(_Strict):
     master_port: int = Field(default=29500, ge=1, le=65535)
     bind_timeout: float = Field(default=300.0, gt=0)
     ready_timeout: float = Field(default=600.0, gt=0)
-    bind_wait: float = Field(default=1.5, ge=0, le=600)
+    bind_wait: float | None = Field(default=None, ge=0, le=600)
     terminating_timeout: float = Field(default=120.0, gt=0)
     resync: float = Field(default=30.0, gt=0, le=3600)
     request_timeout: float = Field(default=30.0, gt=0, le=600)
