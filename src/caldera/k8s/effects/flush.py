@@ -12,7 +12,13 @@ longer moves at one round trip at a time (issue 10, item 4).
 
 Intake on its own path (issue 40): while a flush waits on its writers, a TrainingJob that
 came meanwhile is admitted and its status written within about `ADMIT_EVERY` seconds, not
-after the burst of starts (`Flusher._admit_meanwhile`).
+after the burst of starts (`Flusher._admit_meanwhile`). When the cycle was paced
+(`caldera.k8s.pacing`: starts left for later so the binder's queue stays short) the flush
+is short instead: the pods that wait for no status go first, then the round whose statuses
+the other starts wait for (theirs first), then their pods; the admissions' first statuses
+left are written on the intake's writers while the next step reads and decides
+(`Flusher._write_behind`), so the binder is fed again within a step, not after every
+admission of a burst.
 
 A start's status after its pods (issue 40, three writes per start): a job whose status this
 controller already wrote (admitted Pending, or requeued) and that starts now has its pods
@@ -168,7 +174,8 @@ class Flusher(IntentCarrier):
         Intake has its own path (issue 40): between two rounds of the backlog the flush
         began with, and every `ADMIT_EVERY` seconds while it waits on its writers, the
         TrainingJobs that came meanwhile are admitted and their status written at once, on
-        writers of their own, ahead of the backlog (`_admit_meanwhile`)."""
+        writers of their own, ahead of the backlog (`_admit_meanwhile`). A paced flush
+        (`paced`) ends once its pods are out (`_write_behind`)."""
         rounds = -(-len(self.dirty) // ROUND) - 1  # the backlog's rounds
         self._admitted_at = time.monotonic()
         self._settle_behind()
@@ -433,7 +440,9 @@ class Flusher(IntentCarrier):
 
     def _next_statuses(self, most: int) -> list[KubeJob]:
         """The round's jobs: those whose objects wait for their status first (a start's
-        pods go right after this round), then the oldest changes."""
+        pods go right after this round), then the oldest changes — in a paced flush with
+        writers to spare, only of jobs whose first status is written: the admissions' go
+        behind it (`_write_behind`)."""
         dirty = self.dirty
         chosen: dict[str, KubeJob] = {}
         for intent in self.pending:
@@ -442,10 +451,12 @@ class Flusher(IntentCarrier):
                 chosen[job.id] = job
                 if len(chosen) == most:
                     return list(chosen.values())
+        behind = self.paced and self.writers > 1
         for job_id, job in dirty.items():
             if len(chosen) == most:
                 break
-            chosen.setdefault(job_id, job)
+            if not behind or job.uid in self._written:
+                chosen.setdefault(job_id, job)
         return list(chosen.values())
 
     def _defer_starts(self) -> None:
