@@ -69,7 +69,7 @@ def test_the_limit_grows_while_binds_come_in_time_and_starts_were_held_back() ->
     pacing.bound(9.0)
     assert pacing.budget(unbound=0, now=4 * ADJUST_EVERY) == FLOOR  # never below
     assert pacing.budget(unbound=0, now=9 * ADJUST_EVERY) == FLOOR  # no binds: unchanged
-    # A binder with its own rhythm (Volcano's sessions): every bind late, but it had bound
+    # A binder with its own rhythm (Volcano's scheduling cycles): every bind late, but it had bound
     # every pod while starts waited, so it can take more.
     pacing.paced = True
     pacing.bound(2.5)

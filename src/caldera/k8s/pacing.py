@@ -1,7 +1,7 @@
 """Starts paced to the binder: a step decides no more pods than the scheduler binds in time.
 
 caldera decides where each pod goes; kube-scheduler or Volcano binds it, at its own pace
-(kube-scheduler's client sends 50 requests/s by default; Volcano binds once per session,
+(kube-scheduler's client sends 50 requests/s by default; Volcano binds once per scheduling cycle,
 every second). A cycle that decides every start it can at once — 1,000 of them in a burst —
 hands the binder a queue it works through for ~20 s: the last pod's decision → bind is that
 long, and the step that writes them runs for seconds. So the controller keeps a limit on its
@@ -11,7 +11,7 @@ starts back while the binder had bound every pod (it waited for more) or every b
 within `bind_wait`; else, once a bind came later, it shrinks by a fifth, never below
 `FLOOR`. So it settles where the binder's queue holds about `bind_wait` seconds of work —
 ~50 pods in front of kube-scheduler's 50 binds/s — or, in front of a binder whose own
-rhythm is slower than that (Volcano binds in sessions, each pod 1.5–3.5 s after its start
+rhythm is slower than that (Volcano binds in scheduling cycles, each pod 1.5–3.5 s after its start
 whatever the limit; `BIND_WAIT_VOLCANO`), where the binder no longer runs dry. The cycle's
 `Snapshot.start_budget` is what is left of it (caldera.core.context's `out_of_starts`), and
 a bind seen while a cycle was paced makes the next one due. The binder always has work
@@ -42,8 +42,8 @@ ADJUST_EVERY = 1.0
 GROW = 1.25
 SHRINK = 0.8
 # `bind_wait` unless the operator sets one. kube-scheduler binds a pod as soon as it has it,
-# at its client's pace. Volcano binds in sessions, once a second, and a start's PodGroup
-# and pods may meet only in the session after the next: each pod 1.5–3.5 s after its start
+# at its client's pace. Volcano binds in scheduling cycles, once a second, and a start's PodGroup
+# and pods may meet only in the cycle after the next: each pod 1.5–3.5 s after its start
 # at any limit (measured at 200 nodes, 48–60 pods waiting), so a bound under that would
 # hold its starts to the floor.
 BIND_WAIT = 1.5
