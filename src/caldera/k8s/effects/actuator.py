@@ -132,8 +132,9 @@ class KubeActuator(Flusher):
     # First statuses a paced flush left writing on the intake's writers (`Flusher`): job id
     # → the job and whether the server took it.
     _behind: dict[str, tuple[KubeJob, Future[bool]]] = field(default_factory=dict)
-    # Admitted Events of jobs admitted between two rounds of this flush, and those of the last
-    # flush, sent with the next flush's Events (merged with a Started one when the job starts).
+    # Admitted Events waiting for the job's next Event, up to `ADMITTED_WAITS` (`Flusher`),
+    # and those of the last flush, sent with the next flush's Events (merged with a Started
+    # one when the job starts).
     _held: list[JobEvent] = field(default_factory=list)
     _carried: list[JobEvent] = field(default_factory=list)
     # Pods created and not yet seen by the reads (an informer lags the API by a moment):

@@ -231,17 +231,14 @@ class Flusher(IntentCarrier):
             return
         try:
             with self._lock:  # the writers' callbacks change jobs too: one at a time
-                said, refused = len(self.events), len(self.rejections)
+                refused = len(self.rejections)
                 try:
+                    # Started at a later step: their Admitted Events wait for it
+                    # (`ADMITTED_WAITS`, `_send_events`).
                     admitted = list(self.between())
                 except Exception as failure:  # the flush goes on; the next step takes them in
                     log.warning("no admission during the flush: %s", failure)
                     admitted = []
-                # Started at the next step: its Admitted Event waits for that step, to go
-                # as one with its Started one (`merge_per_job`).
-                fresh = self.events[said:]
-                self._held += [e for e in fresh if e.reason is Reason.ADMITTED]
-                self.events[said:] = [e for e in fresh if e.reason is not Reason.ADMITTED]
                 rejections = self.rejections[refused:]
                 del self.rejections[refused:]
             self._intake_idle.clear()
@@ -301,10 +298,9 @@ class Flusher(IntentCarrier):
             return
         pool = self._intake_writers()
         for job in jobs:
-            body = status_body(job, self.keys)  # here: the next step changes jobs meanwhile
-            said = json.dumps(body, sort_keys=True, default=str)
+            body, said = self._status_of(job)  # here: the next step changes jobs meanwhile
+            self._written[job.uid] = said  # as if written; `_settle_behind` undoes a failure
             del self.dirty[job.id]
-            self._written[job.uid] = (said, job.attempts, str(body.get("state")))
             sent = pool.submit(self._patch_status, job.id, job.namespace, job.name, body)
             self._behind[job.id] = (job, sent)
 
@@ -487,13 +483,18 @@ class Flusher(IntentCarrier):
         changed for the snapshot only (a pod seen bound) needs no write (issue 40: a third
         status patch per start)."""
         self._after_behind(job)
-        body = status_body(job, self.keys)
-        said = json.dumps(body, sort_keys=True, default=str)
-        if self._written.get(job.uid, ("", 0, ""))[:2] == (said, job.attempts):
+        body, said = self._status_of(job)
+        if self._written.get(job.uid, ("", 0, ""))[:2] == said[:2]:
             return
         if self._patch_status(job.id, job.namespace, job.name, body):
             with self._lock:
-                self._written[job.uid] = (said, job.attempts, str(body.get("state")))
+                self._written[job.uid] = said
+
+    def _status_of(self, job: KubeJob) -> tuple[Object, tuple[str, int, str]]:
+        """The job's status and how `_written` records it once written."""
+        body = status_body(job, self.keys)
+        said = json.dumps(body, sort_keys=True, default=str)
+        return body, (said, job.attempts, str(body.get("state")))
 
     def _write_rejection(self, rejection: tuple[str, str, Object]) -> bool:
         """A refused TrainingJob's status (namespace, name, body): whether it was written."""
